@@ -1,0 +1,70 @@
+// Package board defines the hardware targets Plinth builds images for: which
+// Debian kernel package, which kernel modules (early ones in the initramfs,
+// the rest in the system image), the kernel command line and how QEMU runs
+// the board.
+package board
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Board is one hardware target.
+type Board struct {
+	Name string
+	// KernelPackage is the Debian package carrying the kernel and its
+	// modules, pinned to one ABI so a build is reproducible.
+	KernelPackage string
+	// EarlyModules are loaded by /init from the initramfs, in the order
+	// the builder computes from their dependencies: what is needed to find
+	// and verify the system image, talk to disks, network and power.
+	EarlyModules []string
+	// SystemModules are carried in the system image for later use.
+	SystemModules []string
+	// Console is the serial console device.
+	Console string
+	// Cmdline holds the kernel arguments apart from console and the
+	// system image parameters, which the builder adds.
+	Cmdline []string
+	// QEMU says how vmtest and `make run` start this board.
+	QEMU QEMU
+}
+
+// QEMU settings for a board.
+type QEMU struct {
+	Machine   string
+	MemoryMiB int
+	CPUs      int
+}
+
+// KernelCmdline is the whole command line minus the system image
+// parameters.
+func (b *Board) KernelCmdline() []string {
+	return append([]string{"console=" + b.Console}, b.Cmdline...)
+}
+
+var boards = map[string]*Board{}
+
+func register(b *Board) { boards[b.Name] = b }
+
+// Get returns a board by name.
+func Get(name string) (*Board, error) {
+	b, ok := boards[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown board %q (known: %v)", name, Names())
+	}
+	return b, nil
+}
+
+// Names lists the known boards.
+func Names() []string {
+	var n []string
+	for k := range boards {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Default is the board `make image` and `make run` use.
+const Default = "qemu-x86_64"

@@ -1,0 +1,46 @@
+// Command plinthctl builds Plinth images and operates Plinth nodes.
+//
+//	plinthctl build  [-board B] -kernel-package DEB -init BIN [-out DIR]
+//	plinthctl run    [-image DIR] [-state DIR]      boot one node in QEMU with swtpm
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = map[string]command{}
+
+func main() {
+	if len(os.Args) < 2 || commands[os.Args[1]].run == nil {
+		usage()
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := commands[os.Args[1]].run(ctx, os.Args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "plinthctl %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: plinthctl COMMAND [flags]\n\ncommands:")
+	var names []string
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+	}
+}

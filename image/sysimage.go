@@ -1,0 +1,127 @@
+package image
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"plinth.dev/plinth/platform/verity"
+)
+
+// The system image is a squashfs holding everything the node runs after
+// /init switches root into it. It is the read-only root filesystem:
+// writable places (/run, /tmp, /data, /ephemeral) are mount points, and
+// files that must change at run time are symlinks into /run.
+
+// sysFile is one entry of the system image tree.
+type sysFile struct {
+	Path    string // relative, no leading slash
+	Data    []byte
+	Mode    os.FileMode // 0 for symlinks
+	Symlink string
+}
+
+// systemDirs are the mount points and skeleton of the root filesystem.
+var systemDirs = []string{
+	"dev", "proc", "sys", "run", "tmp", "data", "ephemeral", "etc", "etc/ssl/certs",
+	"lib/modules", "usr/bin", "usr/lib", "var",
+}
+
+func systemTree(b *buildState) []sysFile {
+	files := []sysFile{
+		{Path: "etc/os-release", Mode: 0o644, Data: []byte(fmt.Sprintf(
+			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\n", b.board.Name, b.version))},
+		// Written by the network service at run time.
+		{Path: "etc/resolv.conf", Symlink: "../run/resolv.conf"},
+		{Path: "etc/hostname", Symlink: "../run/hostname"},
+		{Path: "etc/mtab", Symlink: "../proc/self/mounts"},
+		{Path: "var/run", Symlink: "../run"},
+		{Path: "var/log", Symlink: "../ephemeral/log"},
+	}
+	if b.caCerts != nil {
+		files = append(files, sysFile{Path: "etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Data: b.caCerts})
+	}
+	for _, m := range b.systemModules {
+		files = append(files, sysFile{Path: modulePath(b.kernel.Version, m.Path), Mode: 0o644, Data: m.Data})
+	}
+	return files
+}
+
+// buildSquashfs stages files in a temporary directory and runs mksquashfs
+// with every timestamp and owner fixed, so the same tree gives the same
+// bytes. The result is padded to a verity block and the hash tree appended.
+func buildSquashfs(ctx context.Context, tmp, out string, files []sysFile) (verity.Params, int64, error) {
+	stage := filepath.Join(tmp, "system")
+	if err := os.RemoveAll(stage); err != nil {
+		return verity.Params{}, 0, err
+	}
+	for _, d := range systemDirs {
+		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
+			return verity.Params{}, 0, err
+		}
+	}
+	for _, f := range files {
+		p := filepath.Join(stage, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return verity.Params{}, 0, err
+		}
+		var err error
+		if f.Symlink != "" {
+			err = os.Symlink(f.Symlink, p)
+		} else if err = os.WriteFile(p, f.Data, f.Mode); err == nil {
+			err = os.Chmod(p, f.Mode) // umask must not change the image
+		}
+		if err != nil {
+			return verity.Params{}, 0, err
+		}
+	}
+	// Directories get fixed modes for the same reason.
+	if err := filepath.WalkDir(stage, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			err = os.Chmod(p, 0o755)
+		}
+		return err
+	}); err != nil {
+		return verity.Params{}, 0, err
+	}
+
+	os.Remove(out)
+	cmd := exec.CommandContext(ctx, "mksquashfs", stage, out,
+		"-comp", "zstd", "-b", "256K", "-noappend", "-no-progress", "-quiet",
+		"-all-root", "-no-xattrs", "-mkfs-time", "0", "-all-time", "0", "-no-fragments")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return verity.Params{}, 0, fmt.Errorf("mksquashfs: %v: %s", err, strings.TrimSpace(string(msg)))
+	}
+
+	f, err := os.OpenFile(out, os.O_RDWR, 0)
+	if err != nil {
+		return verity.Params{}, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return verity.Params{}, 0, err
+	}
+	size := (st.Size() + verity.BlockSize - 1) / verity.BlockSize * verity.BlockSize
+	if err := f.Truncate(size); err != nil {
+		return verity.Params{}, 0, err
+	}
+	// The salt only has to be unpredictable per image for an attacker who
+	// cannot change the image anyway; deriving it from the contents keeps
+	// the build reproducible.
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		n, _ := f.ReadAt(buf, off)
+		h.Write(buf[:n])
+	}
+	p, err := verity.AppendTree(f, size, h.Sum(nil))
+	if err != nil {
+		return verity.Params{}, 0, err
+	}
+	return p, size, f.Sync()
+}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/platform/cmdline"
+	"plinth.dev/plinth/platform/kmod"
+	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/mount"
+	"plinth.dev/plinth/platform/network"
+	"plinth.dev/plinth/platform/power"
+	"plinth.dev/plinth/platform/reaper"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/platform/sysimage"
+	"plinth.dev/plinth/platform/verity"
+)
+
+// bootCore brings the node up and returns the exit code that tells PID 1
+// what to do next (reaper.ExitPowerOff / ExitReboot).
+func bootCore() int {
+	logs := logtree.New(16384)
+	logs.AddSink(os.Stdout)
+	log.SetFlags(0)
+	log.SetOutput(logs.Writer("init.stdlog", slog.LevelInfo))
+	l := logs.Logger("init")
+	l.Info("Plinth core starting", "version", version, "uptime", uptime())
+
+	// A failed step leaves the node waiting, saying why, and still
+	// answering a power-off request: no silent hang, no reboot loop.
+	step := func(name string, fn func() (string, error)) error {
+		t := time.Now()
+		detail, err := fn()
+		if err != nil {
+			l.Error("boot step failed: "+name, "err", err)
+			return err
+		}
+		l.Info(name, "detail", detail, "took", time.Since(t))
+		return nil
+	}
+
+	var args map[string]string
+	err := step("early mounts", func() (string, error) {
+		if err := mount.All(runtimeMounts); err != nil {
+			return "", err
+		}
+		var err error
+		args, err = cmdline.Read()
+		return "devpts, shm, run, tmp", err
+	})
+	if err == nil {
+		err = step("load early kernel modules", loadModules)
+	}
+	if err == nil {
+		err = step("verify and mount the system image", func() (string, error) { return openSystemImage(args) })
+	}
+	if err == nil {
+		err = step("switch root into the system image", switchRoot)
+	}
+	if err == nil {
+		err = step("cgroup2", setupCgroups)
+	}
+	if err != nil {
+		l.Error("node halted: the boot cannot continue; power the node off, fix the cause and boot again")
+		return waitForPowerOff(logs)
+	}
+	reportHardware(l)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	shutdown := make(chan int, 1)
+	requestShutdown := func(code int) {
+		select {
+		case shutdown <- code:
+		default:
+		}
+	}
+	net := network.New(network.Config{ResolvConfPath: "/run/resolv.conf", HostnamePath: "/run/hostname"})
+	sup := supervisor.New(ctx, logs, func(ctx context.Context) error {
+		if err := supervisor.Run(ctx, "power", power.WatchButton(func() { requestShutdown(reaper.ExitPowerOff) })); err != nil {
+			return err
+		}
+		if err := supervisor.Run(ctx, "network", net.Run); err != nil {
+			return err
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, supervisor.Options{})
+	go reportReadiness(ctx, l, sup)
+
+	code := waitForShutdownRequest(l, shutdown)
+	l.Info("shutting down: stopping all runnables")
+	cancel()
+	stopped := make(chan struct{})
+	go func() { sup.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+		l.Info("all runnables stopped")
+	case <-time.After(15 * time.Second):
+		l.Error("runnables still running after 15s, going down anyway", "still", notStopped(sup))
+	}
+	unix.Sync()
+	l.Info("filesystems synced, handing over to PID 1", "action", map[int]string{reaper.ExitPowerOff: "power off", reaper.ExitReboot: "reboot"}[code])
+	return code
+}
+
+var runtimeMounts = []mount.Mount{
+	{Source: "devpts", Target: "/dev/pts", FSType: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "gid=5,mode=620,ptmxmode=666"},
+	{Source: "shm", Target: "/dev/shm", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
+	{Source: "run", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
+}
+
+func loadModules() (string, error) {
+	kver, err := os.ReadFile("/etc/plinth/kernel-version")
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join("/lib/modules", strings.TrimSpace(string(kver)))
+	loaded, err := kmod.LoadList(dir, "/"+image.ModuleLoadList)
+	return fmt.Sprintf("%d modules: %s", len(loaded), strings.Join(loaded, " ")), err
+}
+
+func openSystemImage(args map[string]string) (string, error) {
+	raw, ok := args["plinth.verity"]
+	if !ok {
+		return "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
+	}
+	p, err := verity.ParseParams(raw)
+	if err != nil {
+		return "", err
+	}
+	r, err := sysimage.Open("/"+image.SystemImagePath, p)
+	if err != nil {
+		return "", err
+	}
+	if err := sysimage.Mount(r.Device, "/newroot", "squashfs"); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s on %s verified %d MiB in %v (verity status %s), root hash %x",
+		r.Device, r.Loop, r.Verified>>20, r.VerifyTime.Round(time.Millisecond), r.VerityStatus, p.RootHash), nil
+}
+
+func switchRoot() (string, error) {
+	if err := mount.SwitchRoot("/newroot", []string{"/dev", "/proc", "/sys", "/run"}); err != nil {
+		return "", err
+	}
+	// Container runtimes and kubelet rely on mount propagation from /.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
+		return "", fmt.Errorf("making / shared: %w", err)
+	}
+	if err := mount.All([]mount.Mount{
+		{Source: "tmp", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
+		{Source: "ephemeral", Target: "/ephemeral", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
+	}); err != nil {
+		return "", err
+	}
+	root, err := mount.Find("/")
+	if err != nil {
+		return "", err
+	}
+	mode := "read-write"
+	if root.ReadOnly() {
+		mode = "read-only"
+	}
+	return fmt.Sprintf("root filesystem: %s %s %s", root.Source, root.FSType, mode), nil
+}
+
+// setupCgroups mounts cgroup2 and moves the core into a leaf, so that
+// controllers can be enabled for the workloads below the root.
+func setupCgroups() (string, error) {
+	const root = "/sys/fs/cgroup"
+	if err := mount.All([]mount.Mount{{Source: "cgroup2", Target: root, FSType: "cgroup2",
+		Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "nsdelegate,memory_recursiveprot"}}); err != nil {
+		return "", err
+	}
+	leaf := filepath.Join(root, "init")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(fmt.Sprint(os.Getpid())), 0); err != nil {
+		return "", fmt.Errorf("moving core into %s: %w", leaf, err)
+	}
+	avail, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return "", err
+	}
+	var enable []string
+	for _, c := range strings.Fields(string(avail)) {
+		enable = append(enable, "+"+c)
+	}
+	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0); err != nil {
+		return "", fmt.Errorf("enabling controllers %v: %w", enable, err)
+	}
+	return "core in " + leaf + ", controllers " + strings.Join(enable, " "), nil
+}
+
+func reportHardware(l *slog.Logger) {
+	var tpms []string
+	for _, d := range []string{"/dev/tpmrm0", "/dev/tpm0"} {
+		if _, err := os.Stat(d); err == nil {
+			tpms = append(tpms, d)
+		}
+	}
+	if len(tpms) == 0 {
+		l.Warn("no TPM device found")
+	} else {
+		l.Info("TPM device present", "devices", strings.Join(tpms, ","))
+	}
+}
+
+// reportReadiness logs once when every runnable is healthy, and later
+// whenever that changes.
+func reportReadiness(ctx context.Context, l *slog.Logger, sup *supervisor.Supervisor) {
+	wasHealthy := false
+	for {
+		ch := sup.Changed()
+		healthy := sup.Healthy()
+		if healthy != wasHealthy {
+			var names []string
+			for _, st := range sup.Snapshot() {
+				names = append(names, st.DN+"="+string(st.State))
+			}
+			if healthy {
+				l.Info("all supervised runnables healthy", "runnables", strings.Join(names, ","))
+				l.Info("node ready", "uptime", uptime())
+			} else if ctx.Err() == nil {
+				l.Warn("node degraded", "runnables", strings.Join(names, ","))
+			}
+			wasHealthy = healthy
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func notStopped(sup *supervisor.Supervisor) string {
+	var s []string
+	for _, st := range sup.Snapshot() {
+		if st.State != supervisor.StateStopped {
+			s = append(s, st.DN)
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+// waitForShutdownRequest returns the exit code for the first request: the
+// power button, SIGTERM/SIGPWR forwarded by PID 1 (power off) or SIGINT,
+// which is Ctrl-Alt-Del (reboot).
+func waitForShutdownRequest(l *slog.Logger, button <-chan int) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
+	select {
+	case code := <-button:
+		return code
+	case sig := <-sigs:
+		l.Info("shutdown requested", "signal", sig.String())
+		if sig == unix.SIGINT {
+			return reaper.ExitReboot
+		}
+		return reaper.ExitPowerOff
+	}
+}
+
+// waitForPowerOff keeps a failed node alive and responsive to power-off.
+func waitForPowerOff(logs *logtree.Tree) int {
+	shutdown := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	supervisor.New(ctx, logs, power.WatchButton(func() {
+		select {
+		case shutdown <- reaper.ExitPowerOff:
+		default:
+		}
+	}), supervisor.Options{})
+	code := waitForShutdownRequest(logs.Logger("init"), shutdown)
+	unix.Sync()
+	return code
+}
+
+func uptime() string {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0] + "s"
+}

@@ -1,0 +1,305 @@
+// Package logtree keeps the node's logs: a tree of named loggers (one per
+// supervised runnable, named by its distinguished name "root.network.dhcp"),
+// written to sinks such as the serial console in one stable line format and
+// kept in an in-memory ring buffer that the node's API can serve later.
+//
+//	slog.Logger ──► handler(dn) ──► Tree ──┬──► ring buffer (last N entries) ──► Read / Subscribe
+//	slog.Logger ──► handler(dn) ──┘        └──► sinks (console: Entry.String() lines)
+//
+// The line format is:
+//
+//	2026-11-29T23:14:01.123456Z I root.network: got lease addr=10.0.2.15/24
+//
+// i.e. timestamp (UTC, microseconds), level letter (D I W E), the DN, a
+// colon, the message, then attributes as key=value (values with spaces are
+// quoted). ParseLine reverses it, so tests can read consoles reliably.
+package logtree
+
+import (
+	"context"
+
+	"io"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Entry is one log record.
+type Entry struct {
+	Time    time.Time
+	Level   slog.Level
+	DN      string
+	Message string
+	// Attrs are the record's attributes, already formatted as key=value.
+	Attrs []string
+}
+
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+// String renders the entry in the console line format.
+func (e Entry) String() string {
+	var b strings.Builder
+	b.WriteString(e.Time.UTC().Format(timeLayout))
+	b.WriteByte(' ')
+	b.WriteByte(levelLetter(e.Level))
+	b.WriteByte(' ')
+	b.WriteString(e.DN)
+	b.WriteString(": ")
+	// A message never spans lines on the console: a parser relies on one
+	// entry per line.
+	b.WriteString(strings.ReplaceAll(e.Message, "\n", `\n`))
+	for _, a := range e.Attrs {
+		b.WriteByte(' ')
+		b.WriteString(a)
+	}
+	return b.String()
+}
+
+func levelLetter(l slog.Level) byte {
+	switch {
+	case l >= slog.LevelError:
+		return 'E'
+	case l >= slog.LevelWarn:
+		return 'W'
+	case l >= slog.LevelInfo:
+		return 'I'
+	default:
+		return 'D'
+	}
+}
+
+var lineRE = regexp.MustCompile(`^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z) ([DIWE]) ([^\s:]+): (.*)$`)
+
+// ParseLine parses a console line written by Entry.String. Attributes stay
+// part of Message: they cannot be told apart from message text reliably.
+func ParseLine(line string) (Entry, bool) {
+	m := lineRE.FindStringSubmatch(line)
+	if m == nil {
+		return Entry{}, false
+	}
+	t, err := time.Parse(timeLayout, m[1])
+	if err != nil {
+		return Entry{}, false
+	}
+	lvl := map[string]slog.Level{"D": slog.LevelDebug, "I": slog.LevelInfo, "W": slog.LevelWarn, "E": slog.LevelError}[m[2]]
+	return Entry{Time: t, Level: lvl, DN: m[3], Message: m[4]}, true
+}
+
+// Tree is the log tree of one node.
+type Tree struct {
+	mu       sync.Mutex
+	ring     []Entry
+	next     int
+	full     bool
+	sinks    []io.Writer
+	subs     map[*subscription]struct{}
+	minLevel slog.Level
+	now      func() time.Time
+}
+
+type subscription struct {
+	prefix string
+	ch     chan Entry
+}
+
+// New makes a tree keeping the last capacity entries in memory.
+func New(capacity int) *Tree {
+	if capacity <= 0 {
+		capacity = 8192
+	}
+	return &Tree{ring: make([]Entry, capacity), subs: map[*subscription]struct{}{}, minLevel: slog.LevelInfo, now: time.Now}
+}
+
+// SetLevel sets the lowest level that is recorded (default Info).
+func (t *Tree) SetLevel(l slog.Level) {
+	t.mu.Lock()
+	t.minLevel = l
+	t.mu.Unlock()
+}
+
+// AddSink makes every further entry also go to w as one line.
+func (t *Tree) AddSink(w io.Writer) {
+	t.mu.Lock()
+	t.sinks = append(t.sinks, w)
+	t.mu.Unlock()
+}
+
+func (t *Tree) enabled(l slog.Level) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return l >= t.minLevel
+}
+
+// Log records one entry.
+func (t *Tree) Log(e Entry) {
+	if e.Time.IsZero() {
+		e.Time = t.now()
+	}
+	line := []byte(e.String() + "\n")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ring[t.next] = e
+	t.next = (t.next + 1) % len(t.ring)
+	if t.next == 0 {
+		t.full = true
+	}
+	for _, w := range t.sinks {
+		// A sink that fails (console gone) must not stop logging to the others.
+		_, _ = w.Write(line)
+	}
+	for s := range t.subs {
+		if !underDN(e.DN, s.prefix) {
+			continue
+		}
+		select {
+		case s.ch <- e:
+		default: // a slow reader loses entries rather than blocking the node
+		}
+	}
+}
+
+func underDN(dn, prefix string) bool {
+	return prefix == "" || dn == prefix || strings.HasPrefix(dn, prefix+".")
+}
+
+// Read returns the buffered entries at or below the DN prefix ("" for all),
+// oldest first, at most the last n (n <= 0: all).
+func (t *Tree) Read(prefix string, n int) []Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var all []Entry
+	if t.full {
+		all = append(all, t.ring[t.next:]...)
+	}
+	all = append(all, t.ring[:t.next]...)
+	var out []Entry
+	for _, e := range all {
+		if underDN(e.DN, prefix) {
+			out = append(out, e)
+		}
+	}
+	if n > 0 && len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+// Subscribe streams new entries at or below prefix until ctx is done.
+func (t *Tree) Subscribe(ctx context.Context, prefix string) <-chan Entry {
+	s := &subscription{prefix: prefix, ch: make(chan Entry, 1024)}
+	t.mu.Lock()
+	t.subs[s] = struct{}{}
+	t.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		t.mu.Lock()
+		delete(t.subs, s)
+		close(s.ch)
+		t.mu.Unlock()
+	}()
+	return s.ch
+}
+
+// Logger returns a structured logger writing under dn.
+func (t *Tree) Logger(dn string) *slog.Logger {
+	return slog.New(&handler{tree: t, dn: dn})
+}
+
+// Writer returns an io.Writer that logs each line written to it under dn at
+// level: for libraries that only know the standard log package or stderr.
+func (t *Tree) Writer(dn string, level slog.Level) io.Writer {
+	return &lineWriter{tree: t, dn: dn, level: level}
+}
+
+type lineWriter struct {
+	mu    sync.Mutex
+	tree  *Tree
+	dn    string
+	level slog.Level
+	buf   []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimRight(string(w.buf[:i]), "\r")
+		w.buf = w.buf[i+1:]
+		if line != "" {
+			w.tree.Log(Entry{Level: w.level, DN: w.dn, Message: line})
+		}
+	}
+	return len(p), nil
+}
+
+type handler struct {
+	tree   *Tree
+	dn     string
+	attrs  []string
+	groups string
+}
+
+func (h *handler) Enabled(_ context.Context, l slog.Level) bool { return h.tree.enabled(l) }
+
+func (h *handler) Handle(_ context.Context, r slog.Record) error {
+	attrs := append([]string(nil), h.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		attrs = appendAttr(attrs, h.groups, a)
+		return true
+	})
+	h.tree.Log(Entry{Time: r.Time, Level: r.Level, DN: h.dn, Message: r.Message, Attrs: attrs})
+	return nil
+}
+
+func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {
+	n := *h
+	n.attrs = append([]string(nil), h.attrs...)
+	for _, a := range as {
+		n.attrs = appendAttr(n.attrs, h.groups, a)
+	}
+	return &n
+}
+
+func (h *handler) WithGroup(name string) slog.Handler {
+	n := *h
+	n.groups = h.groups + name + "."
+	return &n
+}
+
+func appendAttr(out []string, prefix string, a slog.Attr) []string {
+	a.Value = a.Value.Resolve()
+	if a.Equal(slog.Attr{}) {
+		return out
+	}
+	if a.Value.Kind() == slog.KindGroup {
+		for _, g := range a.Value.Group() {
+			out = appendAttr(out, prefix+a.Key+".", g)
+		}
+		return out
+	}
+	return append(out, prefix+a.Key+"="+quoteValue(a.Value))
+}
+
+func quoteValue(v slog.Value) string {
+	var s string
+	switch v.Kind() {
+	case slog.KindDuration:
+		s = v.Duration().Round(time.Microsecond).String()
+	case slog.KindTime:
+		s = v.Time().UTC().Format(time.RFC3339Nano)
+	default:
+		s = v.String()
+	}
+	if s == "" || strings.ContainsAny(s, " \t\n\"=") {
+		return strconv.Quote(s)
+	}
+	return s
+}

@@ -1,0 +1,90 @@
+package logtree
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLineFormatRoundTrip(t *testing.T) {
+	e := Entry{
+		Time:    time.Date(2026, 11, 29, 23, 14, 1, 123456789, time.UTC),
+		Level:   slog.LevelWarn,
+		DN:      "root.network.dhcp",
+		Message: "lease renewed\nagain",
+		Attrs:   []string{"addr=10.0.2.15/24"},
+	}
+	want := `2026-11-29T23:14:01.123456Z W root.network.dhcp: lease renewed\nagain addr=10.0.2.15/24`
+	if got := e.String(); got != want {
+		t.Fatalf("line format changed:\n got %s\nwant %s", got, want)
+	}
+	p, ok := ParseLine(want)
+	if !ok || p.DN != e.DN || p.Level != slog.LevelWarn || !p.Time.Equal(e.Time.Truncate(time.Microsecond)) {
+		t.Fatalf("ParseLine = %+v, %v", p, ok)
+	}
+	for _, bad := range []string{"", "[    1.234] kernel message", "2026-11-29T23:14:01Z I x: y"} {
+		if _, ok := ParseLine(bad); ok {
+			t.Errorf("ParseLine accepted %q", bad)
+		}
+	}
+}
+
+func TestSlogAttributesAndSink(t *testing.T) {
+	lt := New(10)
+	var console bytes.Buffer
+	lt.AddSink(&console)
+	l := lt.Logger("root.storage").With("disk", "vda")
+	l.Info("mounted", "size", 1024, "err", errors.New("a b"), slog.Group("g", "k", "v"))
+	l.Debug("hidden")
+	line := strings.TrimSpace(console.String())
+	for _, want := range []string{" I root.storage: mounted", "disk=vda", "size=1024", `err="a b"`, "g.k=v"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("console line %q lacks %q", line, want)
+		}
+	}
+	if strings.Contains(console.String(), "hidden") {
+		t.Error("debug entry written at default level")
+	}
+}
+
+func TestRingBufferAndFilters(t *testing.T) {
+	lt := New(3)
+	for i, dn := range []string{"root.a", "root.ab", "root.a.x", "root.b", "root.a"} {
+		lt.Log(Entry{DN: dn, Level: slog.LevelInfo, Message: string(rune('0' + i))})
+	}
+	var got []string
+	for _, e := range lt.Read("", 0) {
+		got = append(got, e.Message)
+	}
+	if strings.Join(got, "") != "234" {
+		t.Fatalf("ring keeps %v, want last three 2 3 4", got)
+	}
+	if es := lt.Read("root.a", 0); len(es) != 2 || es[0].DN != "root.a.x" {
+		t.Fatalf("prefix filter must match the DN and its children only, got %v", es)
+	}
+	if es := lt.Read("", 1); len(es) != 1 || es[0].Message != "4" {
+		t.Fatalf("backlog limit: %v", es)
+	}
+}
+
+func TestSubscribeAndWriter(t *testing.T) {
+	lt := New(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := lt.Subscribe(ctx, "root.etcd")
+	std := log.New(lt.Writer("root.etcd", slog.LevelWarn), "", 0)
+	std.Print("raft: slow fsync")
+	lt.Log(Entry{DN: "root.other", Message: "not for us"})
+	e := <-ch
+	if e.Message != "raft: slow fsync" || e.Level != slog.LevelWarn {
+		t.Fatalf("got %+v", e)
+	}
+	cancel()
+	for e := range ch {
+		t.Fatalf("unexpected entry %v", e)
+	}
+}

@@ -1,0 +1,99 @@
+package vmtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// unsafeName matches what must not go into a directory name; subtest names
+// contain '/' and arbitrary text.
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// TestDir returns a per-test directory under $PLINTH_VMTEST_DIR (default:
+// <repo>/out/vmtest) named after t.Name(), emptied at start. A passing
+// test's directory is removed; a failing test's is kept and its path
+// logged, because the console log is usually the only clue to what the
+// guest did.
+func TestDir(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("PLINTH_VMTEST_DIR")
+	if base == "" {
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatalf("vmtest: %v (set PLINTH_VMTEST_DIR)", err)
+		}
+		base = filepath.Join(root, "out", "vmtest")
+	}
+	name := strings.Trim(unsafeName.ReplaceAllString(t.Name(), "_"), "_.")
+	if name == "" {
+		name = "test"
+	}
+	dir := filepath.Join(base, name)
+	// Leftovers from an earlier failed run would be mistaken for this run's.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatalf("vmtest: %v", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("vmtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("console log kept at %s", filepath.Join(dir, "console.log"))
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// repoRoot walks up from the working directory to the directory holding
+// go.mod; `go test` runs in the package directory, so this finds the
+// checkout the test belongs to.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// LaunchT launches a node for the duration of t, failing t if it cannot.
+// An empty WorkDir defaults to TestDir(t) and an empty Name to t.Name().
+// If t fails, the console tail is logged at cleanup so that CI output
+// shows what the guest was doing without fetching artifacts.
+func LaunchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
+	t.Helper()
+	if o.WorkDir == "" {
+		o.WorkDir = TestDir(t)
+	}
+	if o.Name == "" {
+		o.Name = t.Name()
+	}
+	n, err := Launch(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("closing node %s: %v", o.Name, err)
+		}
+		if t.Failed() {
+			t.Logf("node %s (qemu %s), last console lines:\n%s", o.Name, n.exitStatus(), n.tail())
+		}
+	})
+	return n
+}

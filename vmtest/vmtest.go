@@ -1,0 +1,560 @@
+package vmtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// NodeOptions describe one QEMU node.
+type NodeOptions struct {
+	Name      string // used for logs/dir names
+	Kernel    string // path to bzImage, passed with -kernel
+	Initramfs string // path, -initrd
+	Cmdline   string // -append
+	MemoryMiB int    // default 1024
+	CPUs      int    // default 2
+	// Disk: a raw image file attached as virtio-blk (if=virtio,format=raw,cache=unsafe).
+	// If DiskPath is set and the file does not exist and DiskSizeBytes > 0, create a sparse file of that size.
+	DiskPath      string
+	DiskSizeBytes int64
+	// TPM: unless NoTPM, start a swtpm for this node. TPMStateDir persists TPM state between launches
+	// (same dir => same TPM); if empty, a fresh temporary state dir is used and removed on Close.
+	NoTPM       bool
+	TPMStateDir string
+	// FwCfg: extra -fw_cfg name=NAME,file=PATH entries (e.g. "opt/plinth/parameters").
+	FwCfg map[string]string
+	// Network: user-mode (slirp) NIC on virtio-net-pci; HostForwards add hostfwd=tcp:127.0.0.1:HOST-:GUEST.
+	NoNetwork    bool
+	HostForwards []Forward
+	ExtraArgs    []string
+	// WorkDir: where console.log, qemu.log (qemu's stderr), swtpm.log and sockets go. Required.
+	// Sockets actually go to a short temporary directory (see the package doc).
+	// The logs are truncated by each Launch.
+	WorkDir string
+	// Console: optional extra writer that receives the raw serial console bytes live (make run uses os.Stdout).
+	Console io.Writer
+}
+
+// Forward maps a TCP port on the host's 127.0.0.1 to a port of the guest.
+type Forward struct{ HostPort, GuestPort int }
+
+// ErrExited is wrapped by WaitForLine and WaitForLineAfter when QEMU exits
+// before a matching line appears, so a test can tell "the guest died" from
+// "we ran out of time".
+var ErrExited = errors.New("qemu exited")
+
+// tailLines is how much console history goes into errors: enough to see a
+// panic's backtrace head without drowning the test log.
+const tailLines = 20
+
+// Node is one running (or exited) QEMU instance.
+type Node struct {
+	opts    NodeOptions
+	sockDir string
+	tpmTemp string // state dir to remove on Close, if we made it
+	qmpPath string
+
+	cmd        *exec.Cmd
+	consoleLog *os.File
+	qemuLog    *os.File
+	exited     chan struct{}
+	exitErr    error // valid once exited is closed
+
+	tpm   *swtpm
+	extra io.Writer // o.Console; dropped after its first error
+
+	mu      sync.Mutex // guards the console state below
+	lines   []string
+	partial []byte
+	changed chan struct{} // closed and replaced whenever lines grows
+
+	qmpMu     sync.Mutex
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// KVMAvailable reports whether QEMU can use KVM: /dev/kvm opens read-write
+// and is backed by hardware virtualisation. The second condition matters
+// on sandboxes running under nested PVM (kvm_pvm), which expose /dev/kvm
+// but can only run PVM-enabled guest kernels; QEMU then aborts or hangs.
+// PLINTH_VMTEST_ACCEL=tcg or =kvm overrides the probe.
+func KVMAvailable() bool {
+	switch os.Getenv("PLINTH_VMTEST_ACCEL") {
+	case "tcg":
+		return false
+	case "kvm":
+		return true
+	}
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	for _, m := range []string{"kvm_intel", "kvm_amd"} {
+		if _, err := os.Stat("/sys/module/" + m); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Launch starts swtpm (unless NoTPM) and QEMU and returns as soon as QEMU
+// is running; it does not wait for the guest. ctx bounds only the launch
+// itself: the node then lives until it exits, Kill or Close.
+func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
+	if o.WorkDir == "" {
+		return nil, errors.New("vmtest: NodeOptions.WorkDir is required")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("vmtest: %w", err)
+	}
+	if o.Name == "" {
+		o.Name = filepath.Base(o.WorkDir)
+	}
+	if o.MemoryMiB <= 0 {
+		o.MemoryMiB = 1024
+	}
+	if o.CPUs <= 0 {
+		o.CPUs = 2
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("vmtest: %w", err)
+	}
+	if err := prepareDisk(o.DiskPath, o.DiskSizeBytes); err != nil {
+		return nil, fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+	}
+
+	n = &Node{opts: o, exited: make(chan struct{}), changed: make(chan struct{}), extra: o.Console}
+	// Until QEMU is started, a failure must undo whatever was already set up;
+	// cleanup is the same as Close minus QEMU.
+	defer func() {
+		if err != nil {
+			n.cleanup()
+			n = nil
+		}
+	}()
+
+	if n.sockDir, err = shortTempDir(); err != nil {
+		return n, err
+	}
+	n.qmpPath = filepath.Join(n.sockDir, "qmp.sock")
+	if n.consoleLog, err = os.Create(filepath.Join(o.WorkDir, "console.log")); err != nil {
+		return n, fmt.Errorf("vmtest: %w", err)
+	}
+	if n.qemuLog, err = os.Create(filepath.Join(o.WorkDir, "qemu.log")); err != nil {
+		return n, fmt.Errorf("vmtest: %w", err)
+	}
+
+	var tpmSock string
+	if !o.NoTPM {
+		stateDir := o.TPMStateDir
+		if stateDir == "" {
+			if stateDir, err = os.MkdirTemp("", "pvm-tpm"); err != nil {
+				return n, fmt.Errorf("vmtest: %w", err)
+			}
+			n.tpmTemp = stateDir
+		}
+		tpmSock = filepath.Join(n.sockDir, "tpm.sock")
+		n.tpm, err = startSwtpm(ctx, stateDir, tpmSock, filepath.Join(o.WorkDir, "swtpm.log"))
+		if err != nil {
+			return n, fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+		}
+	}
+
+	args := qemuArgs(o, n.qmpPath, tpmSock, KVMAvailable())
+	// The exact command line, pasteable into a shell, is the first thing
+	// one wants when reproducing a failure by hand.
+	fmt.Fprintf(n.qemuLog, "# qemu-system-x86_64 %s\n", shellJoin(args))
+	cmd := exec.Command("qemu-system-x86_64", args...)
+	// With a Writer (not StdoutPipe) as Stdout, cmd.Wait returns only after
+	// the console copy hit EOF, so every byte QEMU printed is in n.lines
+	// before the node is declared exited.
+	cmd.Stdout = consoleSink{n}
+	cmd.Stderr = n.qemuLog
+	// A harness that dies (test binary timeout panic, ^C) must not leave a
+	// TCG guest burning a shared CPU.
+	// (Pdeathsig follows the forking OS thread, which Go keeps alive unless
+	// the caller exits a goroutine locked with runtime.LockOSThread.)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Bounds Wait if something inherited QEMU's stdout and outlives it.
+	cmd.WaitDelay = 10 * time.Second
+	if err = cmd.Start(); err != nil {
+		return n, fmt.Errorf("vmtest: node %s: starting qemu: %w", o.Name, err)
+	}
+	n.cmd = cmd
+	go n.reap()
+	return n, nil
+}
+
+func (n *Node) reap() {
+	err := n.cmd.Wait()
+	n.mu.Lock()
+	// EOF ends the last line too: nothing can complete it any more.
+	if len(n.partial) > 0 {
+		n.lines = append(n.lines, strings.ReplaceAll(string(n.partial), "\r", ""))
+		n.partial = nil
+	}
+	n.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("node %s: qemu: %w%s", n.opts.Name, err, fileTail(n.qemuLog.Name(), 10))
+	}
+	n.exitErr = err
+	close(n.exited)
+}
+
+func prepareDisk(path string, size int64) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if size <= 0 {
+		return fmt.Errorf("disk %s does not exist and DiskSizeBytes is 0", path)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	// Truncate leaves a hole, so a multi-GiB disk costs nothing until written.
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
+}
+
+// shortTempDir makes the directory for unix sockets, whose paths must stay
+// under the kernel's 108-byte sun_path limit even with a long $TMPDIR.
+func shortTempDir() (string, error) {
+	d, err := os.MkdirTemp("", "pvm")
+	if err == nil && len(d)+len("/qmp.sock") < 100 {
+		return d, nil
+	}
+	if err == nil {
+		os.Remove(d)
+	}
+	d, err = os.MkdirTemp("/tmp", "pvm")
+	if err != nil {
+		return "", fmt.Errorf("vmtest: socket dir: %w", err)
+	}
+	return d, nil
+}
+
+// qemuOpt escapes a value for QEMU's comma-separated option syntax, where
+// a literal comma must be doubled.
+func qemuOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
+	args := []string{
+		"-machine", "q35",
+		"-m", strconv.Itoa(o.MemoryMiB),
+		"-smp", strconv.Itoa(o.CPUs),
+		"-display", "none",
+		"-no-reboot",
+		"-serial", "stdio",
+		"-monitor", "none",
+		"-qmp", "unix:" + qemuOpt(qmpPath) + ",server=on,wait=off",
+	}
+	if kvm {
+		args = append(args, "-accel", "kvm", "-cpu", "host")
+	} else {
+		args = append(args, "-accel", "tcg", "-cpu", "max")
+	}
+	if o.Kernel != "" {
+		args = append(args, "-kernel", o.Kernel)
+	}
+	if o.Initramfs != "" {
+		args = append(args, "-initrd", o.Initramfs)
+	}
+	if o.Cmdline != "" {
+		args = append(args, "-append", o.Cmdline)
+	}
+	args = append(args, "-device", "virtio-rng-pci")
+	if o.DiskPath != "" {
+		args = append(args, "-drive", "if=virtio,format=raw,cache=unsafe,file="+qemuOpt(o.DiskPath))
+	}
+	if tpmSock != "" {
+		args = append(args,
+			"-chardev", "socket,id=chrtpm,path="+qemuOpt(tpmSock),
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
+			"-device", "tpm-tis,tpmdev=tpm0")
+	}
+	names := make([]string, 0, len(o.FwCfg))
+	for name := range o.FwCfg {
+		names = append(names, name)
+	}
+	sort.Strings(names) // a stable command line makes qemu.log diffable
+	for _, name := range names {
+		args = append(args, "-fw_cfg", "name="+qemuOpt(name)+",file="+qemuOpt(o.FwCfg[name]))
+	}
+	if o.NoNetwork {
+		// Without this QEMU adds its default NIC.
+		args = append(args, "-nic", "none")
+	} else {
+		netdev := "user,id=net0"
+		for _, f := range o.HostForwards {
+			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.HostPort, f.GuestPort)
+		}
+		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
+	}
+	return append(args, o.ExtraArgs...)
+}
+
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_/.,:=@%+-]+$`)
+
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if shellSafe.MatchString(a) {
+			q[i] = a
+		} else {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// consoleSink receives QEMU's stdout (the serial port).
+type consoleSink struct{ n *Node }
+
+func (s consoleSink) Write(p []byte) (int, error) {
+	n, total := s.n, len(p)
+	// The log on disk is the evidence a failed test leaves behind, so it is
+	// written first and its errors are not allowed to stall the guest.
+	n.consoleLog.Write(p)
+	// Write is only ever called from exec's single copying goroutine, so
+	// n.extra needs no lock, and a slow Console cannot block Lines().
+	if n.extra != nil {
+		if _, err := n.extra.Write(p); err != nil {
+			n.extra = nil
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	added := false
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			n.partial = append(n.partial, p...)
+			break
+		}
+		line := append(n.partial, p[:i]...)
+		n.partial = nil
+		n.lines = append(n.lines, strings.ReplaceAll(string(line), "\r", ""))
+		added = true
+		p = p[i+1:]
+	}
+	if added {
+		close(n.changed)
+		n.changed = make(chan struct{})
+	}
+	return total, nil
+}
+
+// Lines returns a snapshot of the complete console lines so far, with
+// carriage returns removed.
+func (n *Node) Lines() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.lines...)
+}
+
+// ConsolePath is the raw serial log, kept for post-mortems.
+func (n *Node) ConsolePath() string { return filepath.Join(n.opts.WorkDir, "console.log") }
+
+// Exited is closed once QEMU has exited and its console is fully read.
+func (n *Node) Exited() <-chan struct{} { return n.exited }
+
+// WaitForLine returns the submatches of the first console line since boot
+// that matches re. Lines printed before the call count, so callers need no
+// cursor for a one-shot check.
+func (n *Node) WaitForLine(ctx context.Context, re *regexp.Regexp) ([]string, error) {
+	m, _, err := n.WaitForLineAfter(ctx, 0, re)
+	return m, err
+}
+
+// WaitForLineAfter is WaitForLine restricted to lines with index >= cursor;
+// it also returns the matched line's index, so that cursor+1 can be used to
+// wait for the next event (e.g. the second boot's banner after a reboot).
+func (n *Node) WaitForLineAfter(ctx context.Context, cursor int, re *regexp.Regexp) ([]string, int, error) {
+	if cursor < 0 {
+		cursor = 0
+	}
+	for {
+		// exited is sampled before scanning: if it was already closed, the
+		// scan saw every line QEMU will ever print.
+		var done bool
+		select {
+		case <-n.exited:
+			done = true
+		default:
+		}
+		n.mu.Lock()
+		for ; cursor < len(n.lines); cursor++ {
+			if m := re.FindStringSubmatch(n.lines[cursor]); m != nil {
+				n.mu.Unlock()
+				return m, cursor, nil
+			}
+		}
+		changed := n.changed
+		n.mu.Unlock()
+		if done {
+			var qlog string
+			if n.exitErr != nil {
+				qlog = fileTail(n.qemuLog.Name(), 10)
+			}
+			return nil, -1, fmt.Errorf("node %s: %w (%s) before a console line matched %q; last console lines:\n%s%s",
+				n.opts.Name, ErrExited, n.exitStatus(), re, n.tail(), qlog)
+		}
+		select {
+		case <-changed:
+		case <-n.exited:
+		case <-ctx.Done():
+			return nil, -1, fmt.Errorf("node %s: waiting for console line matching %q: %w (qemu %s); last console lines:\n%s",
+				n.opts.Name, re, ctx.Err(), n.exitStatus(), n.tail())
+		}
+	}
+}
+
+func (n *Node) exitStatus() string {
+	select {
+	case <-n.exited:
+	default:
+		return "still running"
+	}
+	if n.exitErr == nil {
+		return "exit status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(n.exitErr, &ee) {
+		return ee.ProcessState.String()
+	}
+	return n.exitErr.Error()
+}
+
+// tail formats the last console lines, including an unterminated one,
+// because the line a guest died in the middle of is often the interesting one.
+func (n *Node) tail() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	lines := n.lines
+	if len(lines) > tailLines {
+		lines = lines[len(lines)-tailLines:]
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("  | " + l + "\n")
+	}
+	if len(n.partial) > 0 {
+		b.WriteString("  | " + strings.ReplaceAll(string(n.partial), "\r", "") + "⏎(no newline yet)\n")
+	}
+	if b.Len() == 0 {
+		b.WriteString("  (console empty)\n")
+	}
+	return b.String()
+}
+
+// fileTail returns the last lines of a small log file, formatted for
+// appending to an error; qemu's reason for refusing to start lives there.
+func fileTail(path string, max int) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > max {
+		lines = lines[len(lines)-max:]
+	}
+	return "; " + filepath.Base(path) + ":\n  | " + strings.Join(lines, "\n  | ")
+}
+
+// Wait waits for QEMU to exit and returns nil if it exited with status 0
+// (which is also what a guest reboot gives, because of -no-reboot).
+func (n *Node) Wait(ctx context.Context) error {
+	select {
+	case <-n.exited:
+		return n.exitErr
+	case <-ctx.Done():
+		return fmt.Errorf("node %s: waiting for qemu to exit: %w", n.opts.Name, ctx.Err())
+	}
+}
+
+// Kill SIGKILLs QEMU, which is as close to pulling the plug as it gets:
+// the guest gets no chance to flush anything. swtpm follows on its own.
+func (n *Node) Kill() error {
+	select {
+	case <-n.exited:
+		return nil
+	default:
+	}
+	if err := n.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("node %s: %w", n.opts.Name, err)
+	}
+	return nil
+}
+
+// Close kills whatever is still running and removes temporary state. It is
+// idempotent and safe to register with t.Cleanup next to explicit calls.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.cmd != nil {
+			errs = append(errs, n.Kill())
+			// Close must not return while QEMU may still write to the logs.
+			<-n.exited
+		}
+		errs = append(errs, n.cleanup())
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// cleanup tears down everything but QEMU.
+func (n *Node) cleanup() error {
+	var errs []error
+	if n.tpm != nil {
+		// Grace only if QEMU ran: only then will swtpm exit by itself.
+		errs = append(errs, n.tpm.stop(n.cmd != nil))
+	}
+	if n.tpmTemp != "" {
+		errs = append(errs, os.RemoveAll(n.tpmTemp))
+	}
+	if n.sockDir != "" {
+		errs = append(errs, os.RemoveAll(n.sockDir))
+	}
+	for _, f := range []*os.File{n.consoleLog, n.qemuLog} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sleepCtx waits d or until ctx is done; it returns false in the latter case.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

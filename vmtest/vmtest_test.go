@@ -1,0 +1,323 @@
+package vmtest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// defaultKernel is where `make kernel` leaves the extracted bzImage,
+// relative to the repository root.
+const defaultKernel = "out/kernel/bzImage"
+
+// testKernel fails rather than skips: a VM test that silently skips on CI
+// would report green for a harness that was never exercised.
+func testKernel(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("PLINTH_KERNEL")
+	if p == "" {
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = filepath.Join(root, defaultKernel)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no kernel for VM tests (%v): run `make kernel`, or set PLINTH_KERNEL to a bzImage", err)
+	}
+	return p
+}
+
+// bareInitramfs builds bareinit and packs it, as the bench does.
+func bareInitramfs(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "init")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./bareinit")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building bareinit: %v\n%s", err, out)
+	}
+	out := filepath.Join(dir, "initramfs.cpio.gz")
+	if err := BuildBareInitramfs(bin, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// swtpmsUsing lists swtpm processes whose command line names stateDir, so
+// the leftover check does not depend on pids we could have reaped already.
+func swtpmsUsing(stateDir string) []string {
+	var found []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if strings.HasSuffix(args[0], "swtpm") && strings.Contains(string(b), "dir="+stateDir) {
+			found = append(found, p)
+		}
+	}
+	return found
+}
+
+// TestBareBoot is the one real boot: it exercises every kind of QEMU
+// option the harness builds (TPM, disk, fw_cfg, hostfwd) so that a
+// malformed one makes QEMU refuse to start here rather than in a later,
+// slower end-to-end test.
+func TestBareBoot(t *testing.T) {
+	kernel := testKernel(t)
+	initrd := bareInitramfs(t)
+	tmp := t.TempDir()
+	state := filepath.Join(tmp, "tpm")
+	disk := filepath.Join(tmp, "disk.img")
+	param := filepath.Join(tmp, "params")
+	if err := os.WriteFile(param, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var console bytes.Buffer
+	start := time.Now()
+	n := LaunchT(t, ctx, NodeOptions{
+		Kernel:        kernel,
+		Initramfs:     initrd,
+		Cmdline:       "console=ttyS0 panic=-1",
+		TPMStateDir:   state,
+		DiskPath:      disk,
+		DiskSizeBytes: 64 << 20,
+		FwCfg:         map[string]string{"opt/plinth/parameters": param},
+		HostForwards:  []Forward{{HostPort: freePort(t), GuestPort: 22}},
+		Console:       &console,
+	})
+	if fi, err := os.Stat(disk); err != nil || fi.Size() != 64<<20 {
+		t.Errorf("disk not created with the requested size: %v %v", fi, err)
+	}
+	swtpmPid := n.tpm.cmd.Process.Pid
+	select {
+	case <-n.tpm.done:
+		t.Fatalf("swtpm exited while qemu is starting; swtpm.log:%s", fileTail(filepath.Join(n.opts.WorkDir, "swtpm.log"), 10))
+	default:
+	}
+
+	m, idx, err := n.WaitForLineAfter(ctx, 0, regexp.MustCompile(`^bareinit: reached userspace uptime=([0-9.]+)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uptime, _ := strconv.ParseFloat(m[1], 64)
+	if err := n.Wait(ctx); err != nil {
+		t.Fatalf("qemu did not power off cleanly: %v", err)
+	}
+	t.Logf("userspace at guest uptime %.2fs (console line %d), power-off after %.1fs wall", uptime, idx, time.Since(start).Seconds())
+
+	// The history is kept: a late waiter still sees the kernel banner.
+	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`^\[ *[0-9.]+\] Linux version `)); err != nil {
+		t.Errorf("history: %v", err)
+	}
+	// After exit, a line that never came fails fast with the evidence.
+	_, err = n.WaitForLine(ctx, regexp.MustCompile(`never printed`))
+	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "exit status 0") || !strings.Contains(err.Error(), "bareinit: reached") {
+		t.Errorf("WaitForLine after exit: %v", err)
+	}
+	for _, l := range n.Lines() {
+		if strings.Contains(l, "\r") {
+			t.Errorf("CR not stripped: %q", l)
+		}
+	}
+	if !strings.Contains(console.String(), "bareinit: reached userspace") {
+		t.Errorf("Console writer did not get the serial output")
+	}
+	logged, err := os.ReadFile(n.ConsolePath())
+	if err != nil || !bytes.Equal(logged, console.Bytes()) {
+		t.Errorf("console.log differs from the live console (%v)", err)
+	}
+
+	sockDir := n.sockDir
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := syscall.Kill(swtpmPid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("swtpm pid %d still exists after Close (kill 0: %v)", swtpmPid, err)
+	}
+	if left := swtpmsUsing(state); len(left) > 0 {
+		t.Errorf("swtpm left running after Close: %v", left)
+	}
+	if _, err := os.Stat(sockDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket dir %s not removed: %v", sockDir, err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "tpm2-00.permall")); err != nil {
+		t.Errorf("TPM state not persisted: %v", err)
+	}
+}
+
+// TestQMPAndKill needs no kernel: QEMU's own firmware is enough to have a
+// QMP server, and killing it is the power-cut path tests rely on.
+func TestQMPAndKill(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := LaunchT(t, ctx, NodeOptions{NoTPM: true, NoNetwork: true, MemoryMiB: 128, CPUs: 1})
+	ret, err := n.qmp(ctx, "query-status", nil)
+	if err != nil || !bytes.Contains(ret, []byte(`"status"`)) {
+		t.Fatalf("query-status: %s %v", ret, err)
+	}
+	if err := n.CtrlAltDel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.PowerDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.Exited():
+	case <-ctx.Done():
+		t.Fatal("qemu did not exit after Kill")
+	}
+	if err := n.Wait(ctx); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("Wait after Kill = %v, want a killed error", err)
+	}
+	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`x`)); !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("WaitForLine after Kill = %v", err)
+	}
+	if err := n.Kill(); err != nil {
+		t.Errorf("second Kill: %v", err)
+	}
+	if err := n.PowerDown(ctx); !errors.Is(err, ErrExited) {
+		t.Errorf("PowerDown after exit = %v, want ErrExited", err)
+	}
+}
+
+func TestConsoleLines(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "console.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := &Node{opts: NodeOptions{Name: "fake"}, consoleLog: f, exited: make(chan struct{}), changed: make(chan struct{})}
+	w := consoleSink{n}
+	for _, s := range []string{"one\r\n", "tw", "o\r\r\nthree\nfou"} {
+		if k, err := w.Write([]byte(s)); k != len(s) || err != nil {
+			t.Fatalf("Write = %d, %v", k, err)
+		}
+	}
+	if got := strings.Join(n.Lines(), "|"); got != "one|two|three" {
+		t.Errorf("lines = %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	// "fou" has no newline yet, so it must not match.
+	_, err = n.WaitForLine(ctx, regexp.MustCompile(`fou`))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fou⏎") {
+		t.Errorf("partial line: %v", err)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		w.Write([]byte("r\nfive\n"))
+	}()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	m, idx, err := n.WaitForLineAfter(ctx2, 1, regexp.MustCompile(`^(f\w+)$`))
+	if err != nil || m[1] != "four" || idx != 3 {
+		t.Errorf("WaitForLineAfter = %v %d %v", m, idx, err)
+	}
+	if _, idx, _ := n.WaitForLineAfter(ctx2, idx+1, regexp.MustCompile(`^f`)); idx != 4 {
+		t.Errorf("next match at %d, want 4", idx)
+	}
+}
+
+func TestBareInitramfsFormat(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	data := []byte("#!fake init, odd length")
+	if err := os.WriteFile(bin, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "i.cpio.gz")
+	if err := BuildBareInitramfs(bin, out); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zr.Name != "" || !zr.ModTime.IsZero() {
+		t.Errorf("gzip header has name %q mtime %v", zr.Name, zr.ModTime)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type entry struct {
+		name string
+		mode uint64
+		data string
+	}
+	var got []entry
+	for off := 0; ; {
+		h := string(raw[off : off+110])
+		if h[:6] != "070701" {
+			t.Fatalf("bad magic at %d: %q", off, h[:6])
+		}
+		field := func(i int) uint64 {
+			v, err := strconv.ParseUint(h[6+8*i:14+8*i], 16, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		mode, size, namesize := field(1), int(field(6)), int(field(11))
+		name := string(raw[off+110 : off+110+namesize-1])
+		off = (off + 110 + namesize + 3) &^ 3
+		got = append(got, entry{name, mode, string(raw[off : off+size])})
+		off = (off + size + 3) &^ 3
+		if name == "TRAILER!!!" {
+			if off != len(raw) {
+				t.Errorf("%d bytes after trailer", len(raw)-off)
+			}
+			break
+		}
+	}
+	want := []entry{{"dev", 0o40755, ""}, {"proc", 0o40755, ""}, {"init", 0o100755, string(data)}, {"TRAILER!!!", 0, ""}}
+	if len(got) != len(want) {
+		t.Fatalf("entries = %v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
