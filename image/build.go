@@ -1,11 +1,11 @@
 // Package image builds Plinth node images from a board definition.
 //
-//	 Debian kernel .deb ──► vmlinuz ─────────────────────────────────► vmlinuz
-//	        │                                                  
-//	        └─► modules ──► early closure ──┐                       
-//	                      └► system closure ─┼─► squashfs + dm-verity ─► system.img ─┐
-//	 /init (static Go) ─────────────────────┴───────────────────────────────────────┴─► initramfs.img
-//	 verity root hash ──► kernel command line ──► cmdline, manifest.json
+//	Debian kernel .deb ──► vmlinuz ─────────────────────────────────► vmlinuz
+//	       │
+//	       └─► modules ──► early closure ──┐
+//	                     └► system closure ─┼─► squashfs + dm-verity ─► system.img ─┐
+//	/init (static Go) ─────────────────────┴───────────────────────────────────────┴─► initramfs.img
+//	verity root hash ──► kernel command line ──► cmdline, manifest.json
 //
 // Every step is deterministic (sorted entries, fixed timestamps, owners and
 // modes, content-derived salt), so the same inputs give the same bytes.

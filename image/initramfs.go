@@ -161,4 +161,3 @@ func ListInitramfs(initramfs string) ([]string, error) {
 }
 
 func modulePath(kver, rel string) string { return path.Join("lib/modules", kver, rel) }
-

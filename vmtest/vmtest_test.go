@@ -18,9 +18,9 @@ import (
 	"time"
 )
 
-// defaultKernel is where `make kernel` leaves the extracted bzImage,
+// defaultKernel is where `make image` leaves the kernel,
 // relative to the repository root.
-const defaultKernel = "out/kernel/bzImage"
+const defaultKernel = "out/image/qemu-x86_64/vmlinuz"
 
 // testKernel fails rather than skips: a VM test that silently skips on CI
 // would report green for a harness that was never exercised.
@@ -35,7 +35,7 @@ func testKernel(t *testing.T) string {
 		p = filepath.Join(root, defaultKernel)
 	}
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("no kernel for VM tests (%v): run `make kernel`, or set PLINTH_KERNEL to a bzImage", err)
+		t.Fatalf("no kernel for VM tests (%v): run `make image`, or set PLINTH_KERNEL to a bzImage", err)
 	}
 	return p
 }

@@ -1,0 +1,167 @@
+package vmtest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/platform/logtree"
+)
+
+// These tests boot the real node image built by `make image` (PLINTH_IMAGE
+// overrides where it is). They fail, never skip, when it is missing.
+
+func testImage(t *testing.T) *Image {
+	t.Helper()
+	dir, err := DefaultImageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := LoadImage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// bootTimeout is generous: TCG on a loaded 2-core CI machine is slow.
+const bootTimeout = 3 * time.Minute
+
+func mustLine(t *testing.T, ctx context.Context, n *Node, re string) []string {
+	t.Helper()
+	m, err := n.WaitForLine(ctx, regexp.MustCompile(re))
+	if err != nil {
+		t.Fatalf("waiting for %q: %v", re, err)
+	}
+	return m
+}
+
+// nodeErrors returns the node's own error lines and kernel failures.
+func nodeErrors(lines []string) []string {
+	var bad []string
+	for _, l := range lines {
+		if e, ok := logtree.ParseLine(l); ok && e.Level.String() == "ERROR" {
+			bad = append(bad, l)
+		}
+		for _, k := range []string{"Kernel panic", "BUG:", "Oops", "segfault", "panic:"} {
+			if strings.Contains(l, k) {
+				bad = append(bad, l)
+			}
+		}
+	}
+	return bad
+}
+
+func TestNodeBootsAndPowersOff(t *testing.T) {
+	img := testImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	dir := TestDir(t)
+	o := img.NodeOptions("node")
+	o.WorkDir = dir
+	o.DiskPath, o.DiskSizeBytes = filepath.Join(dir, "disk.img"), 1<<30
+	n := LaunchT(t, ctx, o)
+
+	mustLine(t, ctx, n, `I init: node ready uptime=`)
+	healthy := mustLine(t, ctx, n, `I init: all supervised runnables healthy runnables="?([^"]*)`)[1]
+	for _, r := range []string{"root=HEALTHY", "root.network=HEALTHY", "root.power=HEALTHY"} {
+		if !strings.Contains(healthy, r) {
+			t.Errorf("healthy report %q lacks %s", healthy, r)
+		}
+	}
+	mustLine(t, ctx, n, `I init: TPM device present devices=\S*/dev/tpm`)
+	mustLine(t, ctx, n, `root filesystem: /dev/mapper/system squashfs read-only`)
+	root := mustLine(t, ctx, n, `verity status V\), root hash ([0-9a-f]{64})`)[1]
+	if root != img.Manifest.Verity.RootHash {
+		t.Errorf("node verified root hash %s, image has %s", root, img.Manifest.Verity.RootHash)
+	}
+	mustLine(t, ctx, n, `cgroup2 detail="core in /sys/fs/cgroup/init`)
+	mustLine(t, ctx, n, `I root.network: configured address interface=eth0 address=10\.0\.2\.15/24 gateway=10\.0\.2\.2`)
+
+	cursor := len(n.Lines())
+	if err := n.PowerDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.WaitForLineAfter(ctx, cursor, regexp.MustCompile(`I root.power: power button pressed`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Wait(ctx); err != nil {
+		t.Fatalf("qemu did not end cleanly: %v", err)
+	}
+	for _, re := range []string{`I init: all runnables stopped`, `I init: filesystems synced, handing over to PID 1 action="power off"`, `I pid1: core finished, powering off`} {
+		mustLine(t, ctx, n, re)
+	}
+	if bad := nodeErrors(n.Lines()); len(bad) > 0 {
+		t.Errorf("errors on the console:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+func TestCtrlAltDelReboots(t *testing.T) {
+	img := testImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	n := LaunchT(t, ctx, img.NodeOptions("node"))
+	mustLine(t, ctx, n, `I init: node ready`)
+	if err := n.CtrlAltDel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// QEMU runs with -no-reboot: a reboot ends the process with status 0.
+	if err := n.Wait(ctx); err != nil {
+		t.Fatalf("qemu did not end cleanly: %v", err)
+	}
+	mustLine(t, ctx, n, `I init: shutdown requested signal=interrupt`)
+	mustLine(t, ctx, n, `I init: all runnables stopped`)
+	mustLine(t, ctx, n, `I pid1: core finished, rebooting`)
+	if bad := nodeErrors(n.Lines()); len(bad) > 0 {
+		t.Errorf("errors on the console:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestTamperedSystemImageRefused flips one byte in the middle of the system
+// image inside a copy of the initramfs: the node must refuse it, say why,
+// not panic or loop, and still power off on request.
+func TestTamperedSystemImageRefused(t *testing.T) {
+	img := testImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	dir := TestDir(t)
+	orig := filepath.Join(img.Dir, image.InitramfsFile)
+	data, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, size, err := image.SystemImageExtent(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[off+size/2] ^= 0x01
+	tampered := filepath.Join(dir, "initramfs-tampered.img")
+	if err := os.WriteFile(tampered, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := img.NodeOptions("node")
+	o.WorkDir, o.Initramfs, o.NoNetwork = dir, tampered, true
+	n := LaunchT(t, ctx, o)
+
+	mustLine(t, ctx, n, `E init: boot step failed: verify and mount the system image err=.*does not match the root hash`)
+	mustLine(t, ctx, n, `E init: node halted`)
+	mustLine(t, ctx, n, `listening for the power button`)
+	if err := n.PowerDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Wait(ctx); err != nil {
+		t.Fatalf("qemu did not end cleanly: %v", err)
+	}
+	for _, l := range n.Lines() {
+		for _, bad := range []string{"node ready", "switch root into the system image", "Kernel panic", "core died"} {
+			if strings.Contains(l, bad) {
+				t.Errorf("tampered node went on: %q", l)
+			}
+		}
+	}
+}
