@@ -25,12 +25,16 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	if err := commands[os.Args[1]].run(ctx, os.Args[2:]); err != nil {
 		fmt.Fprintf(os.Stderr, "plinthctl %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 func usage() {

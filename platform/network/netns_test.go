@@ -144,10 +144,10 @@ func nodeMain(js string) int {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
+		t.Fatal("needs root for network namespaces (make test runs as root in CI)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip")
+		t.Fatal("needs iproute2 (scripts/install-deps installs it)")
 	}
 }
 

@@ -1,0 +1,184 @@
+// Command plinthbench measures image builds and boots and writes the
+// numbers to a JSON file plus a table on stdout (`make bench`).
+//
+//	image build: cold (empty Go build cache for /init, new output dir) and warm
+//	sizes:       initramfs, system image, /init
+//	boot:        launch → "node ready" of the real image, side by side with the
+//	             same kernel booting a trivial init in the same run (ratio)
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"time"
+
+	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/vmtest"
+)
+
+type result struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	Note  string  `json:"note,omitempty"`
+}
+
+func main() {
+	imageDir := flag.String("image", "out/image/"+board.Default, "built image to boot")
+	initBin := flag.String("init", "out/bin/init", "static /init binary")
+	cache := flag.String("cache", "out/cache", "kernel package cache")
+	out := flag.String("out", "out/bench.json", "where to write the results")
+	boots := flag.Int("boots", 3, "boots of each kind (median reported)")
+	flag.Parse()
+	if err := run(*imageDir, *initBin, *cache, *out, *boots); err != nil {
+		fmt.Fprintln(os.Stderr, "plinthbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(imageDir, initBin, cache, out string, boots int) error {
+	ctx := context.Background()
+	work, err := os.MkdirTemp(filepath.Dir(out), "bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	var rs []result
+	add := func(name string, v float64, unit, note string) {
+		rs = append(rs, result{name, v, unit, note})
+		fmt.Fprintf(os.Stderr, "  %-40s %10.2f %s\n", name, v, unit)
+	}
+
+	b, _ := board.Get(board.Default)
+	deb, err := image.FetchKernelPackage(ctx, b.KernelPackage, cache, os.Stderr)
+	if err != nil {
+		return err
+	}
+	// Cold: /init compiled with an empty build cache, then a build into a new directory.
+	coldInit := filepath.Join(work, "init-cold")
+	t := time.Now()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", coldInit, "./init")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOCACHE="+filepath.Join(work, "gocache"))
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("cold go build: %v: %s", err, msg)
+	}
+	compile := time.Since(t)
+	t = time.Now()
+	if _, err := image.Build(ctx, image.Config{Board: b, KernelPackage: deb, Init: coldInit, OutDir: filepath.Join(work, "cold")}); err != nil {
+		return err
+	}
+	add("build_cold_seconds", (compile + time.Since(t)).Seconds(), "s", fmt.Sprintf("go build of /init with empty cache %.1fs + image build", compile.Seconds()))
+	t = time.Now()
+	cmd = exec.Command("go", "build", "-trimpath", "-o", coldInit, "./init")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("warm go build: %v: %s", err, msg)
+	}
+	if _, err := image.Build(ctx, image.Config{Board: b, KernelPackage: deb, Init: coldInit, OutDir: filepath.Join(work, "warm")}); err != nil {
+		return err
+	}
+	add("build_warm_seconds", time.Since(t).Seconds(), "s", "cached go build + image build")
+
+	img, err := vmtest.LoadImage(imageDir)
+	if err != nil {
+		return err
+	}
+	for _, a := range []string{image.InitramfsFile, image.SystemFile, image.KernelFile} {
+		add("size_"+a+"_mib", float64(img.Manifest.Artefacts[a].Size)/(1<<20), "MiB", "")
+	}
+	if st, err := os.Stat(initBin); err == nil {
+		add("size_init_mib", float64(st.Size())/(1<<20), "MiB", "")
+	}
+
+	bareDir := filepath.Join(work, "bare")
+	os.MkdirAll(bareDir, 0o755)
+	bareBin := filepath.Join(bareDir, "init")
+	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bareBin, "./vmtest/bareinit")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building bareinit: %v: %s", err, msg)
+	}
+	bareInitramfs := filepath.Join(bareDir, "initramfs.gz")
+	if err := vmtest.BuildBareInitramfs(bareBin, bareInitramfs); err != nil {
+		return err
+	}
+
+	var nodeWall, nodeGuest, bareWall, bareGuest []float64
+	for i := 0; i < boots; i++ {
+		// Interleaved, so both kinds see the same machine load.
+		o := img.NodeOptions("bench")
+		o.WorkDir = filepath.Join(work, fmt.Sprintf("node%d", i))
+		w, g, err := bootUntil(ctx, o, `I init: node ready uptime=([0-9.]+)s`)
+		if err != nil {
+			return fmt.Errorf("node boot: %w", err)
+		}
+		nodeWall, nodeGuest = append(nodeWall, w), append(nodeGuest, g)
+		o.Initramfs, o.Cmdline = bareInitramfs, "console=ttyS0 panic=-1"
+		o.WorkDir = filepath.Join(work, fmt.Sprintf("bare%d", i))
+		w, g, err = bootUntil(ctx, o, `bareinit: reached userspace uptime=([0-9.]+)`)
+		if err != nil {
+			return fmt.Errorf("bare boot: %w", err)
+		}
+		bareWall, bareGuest = append(bareWall, w), append(bareGuest, g)
+	}
+	accel := "TCG"
+	if vmtest.KVMAvailable() {
+		accel = "KVM"
+	}
+	note := fmt.Sprintf("median of %d, %s", boots, accel)
+	add("boot_to_core_ready_wall_seconds", median(nodeWall), "s", note+", launch to 'node ready'")
+	add("boot_to_core_ready_guest_seconds", median(nodeGuest), "s", note+", guest uptime at 'node ready'")
+	add("bare_boot_wall_seconds", median(bareWall), "s", note+", same kernel, trivial init")
+	add("bare_boot_guest_seconds", median(bareGuest), "s", note+", guest uptime at trivial init")
+	add("boot_ratio_wall", median(nodeWall)/median(bareWall), "x", "core ready / bare init, wall")
+	add("boot_ratio_guest", median(nodeGuest)/median(bareGuest), "x", "core ready / bare init, guest uptime")
+
+	js, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "board": img.Manifest.Board, "results": rs}, "", "  ")
+	if err := os.WriteFile(out, append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("%-40s %10s  %s\n", "benchmark", "value", "note")
+	for _, r := range rs {
+		fmt.Printf("%-40s %8.2f %-3s %s\n", r.Name, r.Value, r.Unit, r.Note)
+	}
+	fmt.Printf("written to %s\n", out)
+	return nil
+}
+
+// bootUntil launches o and returns wall seconds until re matched and the
+// guest uptime it captured.
+func bootUntil(ctx context.Context, o vmtest.NodeOptions, re string) (float64, float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return 0, 0, err
+	}
+	t := time.Now()
+	n, err := vmtest.Launch(ctx, o)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer n.Close()
+	m, err := n.WaitForLine(ctx, regexp.MustCompile(re))
+	if err != nil {
+		return 0, 0, err
+	}
+	wall := time.Since(t).Seconds()
+	guest, _ := strconv.ParseFloat(m[1], 64)
+	return wall, guest, nil
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
