@@ -54,7 +54,7 @@ image: deps $(IMAGE)/manifest.json
 run: image
 	$(BIN)/plinthctl run -image $(IMAGE) -state $(OUT)/run/$(BOARD)
 
-unit: deps $(BIN)/init
+unit: deps tools
 	@$(BIN)/plinthctl fetch-kernel -board $(BOARD) -cache $(CACHE) >/dev/null
 	go test -count=1 $$(go list ./... | grep -v '/vmtest$$')
 
