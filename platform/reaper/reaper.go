@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,7 +54,7 @@ func Run(console io.Writer, logLine func(msg string) string, core string, args, 
 	signal.Notify(sigs, unix.SIGCHLD, unix.SIGINT, unix.SIGTERM, unix.SIGPWR)
 
 	proc, err := os.StartProcess(core, args, &os.ProcAttr{
-		Env:   env,
+		Env:   dedupEnv(env),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 	})
 	if err != nil {
@@ -86,6 +87,24 @@ func Run(console io.Writer, logLine func(msg string) string, core string, args, 
 			_ = unix.Kill(corePID, sig.(unix.Signal))
 		}
 	}
+}
+
+// dedupEnv keeps the last value of each variable, as os/exec does;
+// os.StartProcess passes duplicates on and the child would see the first.
+func dedupEnv(env []string) []string {
+	last := map[string]int{}
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		last[k] = i
+	}
+	var out []string
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if last[k] == i {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // reap collects every exited child; it reports the core's status once the
