@@ -188,7 +188,9 @@ func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
 	// TCG guest burning a shared CPU.
 	// (Pdeathsig follows the forking OS thread, which Go keeps alive unless
 	// the caller exits a goroutine locked with runtime.LockOSThread.)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Own process group: a terminal's Ctrl-C must reach only the harness,
+	// which turns it into a clean ACPI power-off, not kill QEMU outright.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	// Bounds Wait if something inherited QEMU's stdout and outlives it.
 	cmd.WaitDelay = 10 * time.Second
 	if err = cmd.Start(); err != nil {

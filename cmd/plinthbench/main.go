@@ -51,6 +51,9 @@ func run(imageDir, initBin, cache, out string, boots int) error {
 	if err != nil {
 		return err
 	}
+	if work, err = filepath.Abs(work); err != nil {
+		return err
+	}
 	defer os.RemoveAll(work)
 	var rs []result
 	add := func(name string, v float64, unit, note string) {
