@@ -71,7 +71,7 @@ bench: image
 	go run ./cmd/plinthbench -image $(IMAGE) -init $(BIN)/init -cache $(CACHE) -out $(OUT)/bench.json
 
 generate:
-	@echo "nothing to generate yet (api/ arrives with the cluster issue)"
+	@OUT=$(OUT) scripts/generate
 
 clean:
 	rm -rf $(OUT)

@@ -21,6 +21,10 @@ type Board struct {
 	EarlyModules []string
 	// SystemModules are carried in the system image for later use.
 	SystemModules []string
+	// HostFiles are copied from the build host into the system image:
+	// the real mkfs programs (with their shared libraries) and their
+	// configuration.
+	HostFiles []HostFile
 	// Console is the serial console device.
 	Console string
 	// Cmdline holds the kernel arguments apart from console and the
@@ -28,6 +32,19 @@ type Board struct {
 	Cmdline []string
 	// QEMU says how vmtest and `make run` start this board.
 	QEMU QEMU
+}
+
+// HostFile is one file taken from the build host.
+type HostFile struct {
+	// Source is the path on the build host (symlinks are followed).
+	Source string
+	// Dest is the path in the system image, without a leading slash.
+	Dest string
+	// Links are extra names in the image, symlinked to Dest.
+	Links []string
+	// Executable files get their shared libraries and ELF interpreter
+	// copied too.
+	Executable bool
 }
 
 // QEMU settings for a board.

@@ -170,7 +170,11 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		} else if c.CACertificates != "" {
 			return "", err
 		}
-		vp, dataSize, err := buildSquashfs(ctx, tmp, sysPath, systemTree(b))
+		tree, err := systemTree(b)
+		if err != nil {
+			return "", err
+		}
+		vp, dataSize, err := buildSquashfs(ctx, tmp, sysPath, tree)
 		if err != nil {
 			return "", err
 		}

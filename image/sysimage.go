@@ -31,7 +31,7 @@ var systemDirs = []string{
 	"lib/modules", "usr/bin", "usr/lib", "var",
 }
 
-func systemTree(b *buildState) []sysFile {
+func systemTree(b *buildState) ([]sysFile, error) {
 	files := []sysFile{
 		{Path: "etc/os-release", Mode: 0o644, Data: []byte(fmt.Sprintf(
 			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\n", b.board.Name, b.version))},
@@ -48,7 +48,11 @@ func systemTree(b *buildState) []sysFile {
 	for _, m := range b.systemModules {
 		files = append(files, sysFile{Path: modulePath(b.kernel.Version, m.Path), Mode: 0o644, Data: m.Data})
 	}
-	return files
+	tools, err := hostToolFiles(b.board.HostFiles)
+	if err != nil {
+		return nil, err
+	}
+	return append(files, tools...), nil
 }
 
 // buildSquashfs stages files in a temporary directory and runs mksquashfs

@@ -18,13 +18,18 @@ import (
 	"plinth.dev/plinth/platform/cmdline"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/mount"
 	"plinth.dev/plinth/platform/network"
 	"plinth.dev/plinth/platform/power"
 	"plinth.dev/plinth/platform/reaper"
+	datadisk "plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/platform/sysimage"
+	"plinth.dev/plinth/platform/tpm"
 	"plinth.dev/plinth/platform/verity"
+	"plinth.dev/plinth/roleserver/localstorage"
+	"plinth.dev/plinth/roleserver/parameters"
 )
 
 // bootCore brings the node up and returns the exit code that tells PID 1
@@ -50,7 +55,14 @@ func bootCore() int {
 		return nil
 	}
 
-	var args map[string]string
+	var (
+		args   map[string]string
+		system verity.Params
+		params *parameters.Loaded
+		keys   datadisk.KeyProtector
+		chip   *tpm.TPM
+		local  = &localstorage.Root{}
+	)
 	err := step("early mounts", func() (string, error) {
 		if err := mount.All(runtimeMounts); err != nil {
 			return "", err
@@ -63,13 +75,41 @@ func bootCore() int {
 		err = step("load early kernel modules", loadModules)
 	}
 	if err == nil {
-		err = step("verify and mount the system image", func() (string, error) { return openSystemImage(args) })
+		err = step("verify and mount the system image", func() (detail string, err error) {
+			system, detail, err = openSystemImage(args)
+			return detail, err
+		})
 	}
 	if err == nil {
 		err = step("switch root into the system image", switchRoot)
 	}
 	if err == nil {
 		err = step("cgroup2", setupCgroups)
+	}
+	// What this node is for. Without valid parameters it waits: nothing
+	// below may touch the disk on a guess.
+	if err == nil {
+		err = step("read node parameters", func() (detail string, err error) {
+			params, detail, err = readParameters(args)
+			return detail, err
+		})
+	}
+	if err == nil {
+		err = step("TPM and measured boot", func() (detail string, err error) {
+			chip, keys, detail, err = measureBoot(l, params, system)
+			return detail, err
+		})
+	}
+	if err == nil {
+		err = step("open data disk", func() (string, error) { return openDataDisk(l, params, keys, local) })
+	}
+	if err == nil && chip != nil {
+		err = step("lock sealed keys", func() (string, error) {
+			return fmt.Sprintf("PCR %d extended: no second unseal this boot", measure.PCR), measure.Lock(chip)
+		})
+	}
+	if err == nil {
+		err = step("boot counter", func() (string, error) { return countBoot(l, local) })
 	}
 	if err != nil {
 		l.Error("node halted: the boot cannot continue; power the node off, fix the cause and boot again")
@@ -110,6 +150,11 @@ func bootCore() int {
 	case <-time.After(15 * time.Second):
 		l.Error("runnables still running after 15s, going down anyway", "still", notStopped(sup))
 	}
+	if err := datadisk.Close(local.Data.Path()); err != nil {
+		l.Error("closing the data volume", "err", err)
+	} else {
+		l.Info("data volume unmounted")
+	}
 	unix.Sync()
 	l.Info("filesystems synced, handing over to PID 1", "action", map[int]string{reaper.ExitPowerOff: "power off", reaper.ExitReboot: "reboot"}[code])
 	return code
@@ -127,27 +172,31 @@ func loadModules() (string, error) {
 		return "", err
 	}
 	dir := filepath.Join("/lib/modules", strings.TrimSpace(string(kver)))
-	loaded, err := kmod.LoadList(dir, "/"+image.ModuleLoadList)
-	return fmt.Sprintf("%d modules: %s", len(loaded), strings.Join(loaded, " ")), err
+	loaded, skipped, err := kmod.LoadList(dir, "/"+image.ModuleLoadList)
+	detail := fmt.Sprintf("%d modules: %s", len(loaded), strings.Join(loaded, " "))
+	if len(skipped) > 0 {
+		detail += "; no hardware for: " + strings.Join(skipped, " ")
+	}
+	return detail, err
 }
 
-func openSystemImage(args map[string]string) (string, error) {
+func openSystemImage(args map[string]string) (verity.Params, string, error) {
 	raw, ok := args["plinth.verity"]
 	if !ok {
-		return "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
+		return verity.Params{}, "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
 	}
 	p, err := verity.ParseParams(raw)
 	if err != nil {
-		return "", err
+		return p, "", err
 	}
 	r, err := sysimage.Open("/"+image.SystemImagePath, p)
 	if err != nil {
-		return "", err
+		return p, "", err
 	}
 	if err := sysimage.Mount(r.Device, "/newroot", "squashfs"); err != nil {
-		return "", err
+		return p, "", err
 	}
-	return fmt.Sprintf("%s on %s verified %d MiB in %v (verity status %s), root hash %x",
+	return p, fmt.Sprintf("%s on %s verified %d MiB in %v (verity status %s), root hash %x",
 		r.Device, r.Loop, r.Verified>>20, r.VerifyTime.Round(time.Millisecond), r.VerityStatus, p.RootHash), nil
 }
 

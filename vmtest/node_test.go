@@ -29,16 +29,35 @@ func testImage(t *testing.T) *Image {
 	return img
 }
 
+func testParameters(t *testing.T, dir string) string {
+	t.Helper()
+	p, err := WriteParameters(filepath.Join(dir, "parameters.pb"), BootstrapParameters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // bootTimeout is generous: TCG on a loaded 2-core CI machine is slow.
 const bootTimeout = 3 * time.Minute
 
+// haltedLine is what a node prints when a boot step failed and it waits.
+const haltedLine = `E init: node halted`
+
+// mustLine waits for a console line matching re. A node that halted can
+// never print it, so that ends the wait at once unless re expects it.
 func mustLine(t *testing.T, ctx context.Context, n *Node, re string) []string {
 	t.Helper()
-	m, err := n.WaitForLine(ctx, regexp.MustCompile(re))
+	want := regexp.MustCompile(re)
+	combined := regexp.MustCompile("(" + re + ")|(" + haltedLine + ".*)")
+	m, err := n.WaitForLine(ctx, combined)
 	if err != nil {
 		t.Fatalf("waiting for %q: %v", re, err)
 	}
-	return m
+	if m[1] == "" && !want.MatchString(m[len(m)-1]) {
+		t.Fatalf("waiting for %q: the node halted instead: %s", re, m[len(m)-1])
+	}
+	return append([]string{m[1]}, m[2:2+want.NumSubexp()]...)
 }
 
 // nodeErrors returns the node's own error lines and kernel failures.
@@ -62,7 +81,7 @@ func TestNodeBootsAndPowersOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	dir := TestDir(t)
-	o := img.NodeOptions("node")
+	o := img.NodeOptions("node").WithParameters(testParameters(t, dir))
 	o.WorkDir = dir
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(dir, "disk.img"), 1<<30
 	n := LaunchT(t, ctx, o)
@@ -93,7 +112,7 @@ func TestNodeBootsAndPowersOff(t *testing.T) {
 	if err := n.Wait(ctx); err != nil {
 		t.Fatalf("qemu did not end cleanly: %v", err)
 	}
-	for _, re := range []string{`I init: all runnables stopped`, `I init: filesystems synced, handing over to PID 1 action="power off"`, `I pid1: core finished, powering off`} {
+	for _, re := range []string{`I init: all runnables stopped`, `I init: data volume unmounted`, `I init: filesystems synced, handing over to PID 1 action="power off"`, `I pid1: core finished, powering off`} {
 		mustLine(t, ctx, n, re)
 	}
 	if bad := nodeErrors(n.Lines()); len(bad) > 0 {
@@ -105,7 +124,11 @@ func TestCtrlAltDelReboots(t *testing.T) {
 	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	n := LaunchT(t, ctx, img.NodeOptions("node"))
+	dir := TestDir(t)
+	o := img.NodeOptions("node").WithParameters(testParameters(t, dir))
+	o.WorkDir = dir
+	o.DiskPath, o.DiskSizeBytes = filepath.Join(dir, "disk.img"), 1<<30
+	n := LaunchT(t, ctx, o)
 	mustLine(t, ctx, n, `I init: node ready`)
 	if err := n.CtrlAltDel(ctx); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ func runNode(ctx context.Context, args []string) error {
 	imageDir := fs.String("image", "out/image/"+board.Default, "image directory (plinthctl build -out)")
 	state := fs.String("state", "out/run/"+board.Default, "directory for the node's disk, TPM state and logs (kept between runs)")
 	diskSize := fs.Int64("disk-size", 4<<30, "size of the data disk file created on first run")
+	paramsFile := fs.String("params", "", "node parameters (plinthctl params); default: STATE/parameters.pb, created on first run for a bootstrap node with a TPM")
 	fs.Parse(args)
 	img, err := vmtest.LoadImage(*imageDir)
 	if err != nil {
@@ -31,7 +32,16 @@ func runNode(ctx context.Context, args []string) error {
 	if err := os.MkdirAll(filepath.Join(*state, "tpm"), 0o755); err != nil {
 		return err
 	}
-	o := img.NodeOptions("node")
+	if *paramsFile == "" {
+		*paramsFile = filepath.Join(*state, "parameters.pb")
+		if _, err := os.Stat(*paramsFile); os.IsNotExist(err) {
+			fmt.Fprintf(os.Stderr, "plinthctl: first run: writing bootstrap parameters to %s\n", *paramsFile)
+			if _, err := vmtest.WriteParameters(*paramsFile, vmtest.BootstrapParameters()); err != nil {
+				return err
+			}
+		}
+	}
+	o := img.NodeOptions("node").WithParameters(*paramsFile)
 	o.WorkDir = *state
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(*state, "disk.img"), *diskSize
 	o.TPMStateDir = filepath.Join(*state, "tpm")

@@ -30,25 +30,29 @@ func Load(path string) error {
 }
 
 // LoadList loads, in order, the modules named in listFile (paths relative
-// to dir, one per line). It stops at the first failure: later modules may
-// depend on it.
-func LoadList(dir, listFile string) ([]string, error) {
+// to dir, one per line). A driver for hardware this machine lacks (ENODEV,
+// e.g. aesni_intel on a CPU without AES-NI) is skipped and reported; any
+// other failure stops the list, as later modules may depend on it.
+func LoadList(dir, listFile string) (loaded, skipped []string, err error) {
 	f, err := os.Open(listFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	var loaded []string
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		rel := strings.TrimSpace(s.Text())
 		if rel == "" || strings.HasPrefix(rel, "#") {
 			continue
 		}
-		if err := Load(filepath.Join(dir, rel)); err != nil {
-			return loaded, err
+		name := strings.TrimSuffix(filepath.Base(rel), ".ko")
+		if err := Load(filepath.Join(dir, rel)); errors.Is(err, unix.ENODEV) {
+			skipped = append(skipped, name)
+			continue
+		} else if err != nil {
+			return loaded, skipped, err
 		}
-		loaded = append(loaded, strings.TrimSuffix(filepath.Base(rel), ".ko"))
+		loaded = append(loaded, name)
 	}
-	return loaded, s.Err()
+	return loaded, skipped, s.Err()
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"plinth.dev/plinth/platform/blockdev"
 	"plinth.dev/plinth/platform/devicemapper"
 	"plinth.dev/plinth/platform/loop"
 	"plinth.dev/plinth/platform/verity"
@@ -43,12 +44,11 @@ func Open(file string, p verity.Params) (*Result, error) {
 	if r.Loop, err = loop.Attach(file, true); err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(r.Loop, &st); err != nil {
+	dev, err := blockdev.MajorMinor(r.Loop)
+	if err != nil {
 		return nil, err
 	}
-	dev := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	if size, err := deviceSize(r.Loop); err != nil {
+	if size, err := blockdev.Size(r.Loop); err != nil {
 		return nil, err
 	} else if need := int64(p.HashStartBlock+p.HashBlocks()) * verity.BlockSize; size < need {
 		return nil, fmt.Errorf("%w: %s holds %d bytes, the verity parameters need %d", ErrTampered, r.Loop, size, need)
@@ -81,15 +81,6 @@ func Open(file string, p verity.Params) (*Result, error) {
 		return r, fmt.Errorf("%w: verification failed after %d bytes (status %q): %v", ErrTampered, r.Verified, r.VerityStatus, err)
 	}
 	return r, nil
-}
-
-func deviceSize(dev string) (int64, error) {
-	f, err := os.Open(dev)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	return f.Seek(0, io.SeekEnd)
 }
 
 func readAll(dev string) (int64, error) {

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/measure"
+	datadisk "plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/platform/tpm"
+	"plinth.dev/plinth/platform/verity"
+	"plinth.dev/plinth/roleserver/localstorage"
+	"plinth.dev/plinth/roleserver/parameters"
+)
+
+// The boot steps between the system image and the supervisor: parameters,
+// TPM, data disk, local storage. Each returns a line for the console.
+
+func readParameters(args map[string]string) (*parameters.Loaded, string, error) {
+	p, err := parameters.Read(parameters.Sources{Cmdline: args})
+	if err != nil {
+		return nil, "", err
+	}
+	parameters.Defaults(p.Params)
+	kind := "bootstrap a new cluster"
+	if p.Params.GetRegister() != nil {
+		kind = "register with a cluster"
+	}
+	return p, fmt.Sprintf("from %s (%d bytes, sha256 %x): %s, TPM %s, storage %s/%s", p.Source, len(p.Raw), p.SHA256[:8],
+		kind, p.Params.GetTpm().GetPolicy(), p.Params.GetStorage().GetSecurity(), p.Params.GetStorage().GetFilesystem()), nil
+}
+
+func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params) (*tpm.TPM, datadisk.KeyProtector, string, error) {
+	if p.Params.GetTpm().GetPolicy() == nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT {
+		l.Warn("TPM disabled for development by the node parameters: the data disk key is NOT protected; never use this for a real node")
+		return nil, measure.InsecureKeys{}, "no TPM used", nil
+	}
+	chip, err := tpm.Open()
+	if errors.Is(err, tpm.ErrNoTPM) {
+		return nil, nil, "", errors.New("the node parameters require a TPM and this machine has none (for development only, set the TPM policy to disabled)")
+	}
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if err := measure.Boot(chip, p.SHA256, system.RootHash); err != nil {
+		return nil, nil, "", err
+	}
+	var pcrs []int
+	for _, n := range p.Params.GetTpm().GetSealPcrs() {
+		pcrs = append(pcrs, int(n))
+	}
+	v, err := chip.ReadPCRs([]int{measure.PCR})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return chip, measure.TPMKeys{TPM: chip, PCRs: pcrs}, fmt.Sprintf("%s: parameters and system image measured, PCR %d = %x…, keys sealed to PCRs %v",
+		chip.Name(), measure.PCR, v[measure.PCR][:8], pcrs), nil
+}
+
+func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, root *localstorage.Root) (string, error) {
+	if err := localstorage.Place(root, "/"); err != nil {
+		return "", err
+	}
+	mode := datadisk.ModeCrypt
+	if p.Params.GetStorage().GetSecurity() == nodepb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED {
+		mode = datadisk.ModeAuthenticated
+	}
+	fs := "ext4"
+	if p.Params.GetStorage().GetFilesystem() == nodepb.NodeStorage_FILESYSTEM_XFS {
+		fs = "xfs"
+	}
+	r, err := datadisk.Open(context.Background(), datadisk.Config{Mode: mode, Filesystem: fs, MountPoint: root.Data.Path(), Keys: keys, Log: l})
+	if err != nil {
+		return "", err
+	}
+	if err := localstorage.Create(&root.Data, 0o700); err != nil {
+		return "", err
+	}
+	if err := localstorage.Create(&root.Ephemeral, 0o755); err != nil {
+		return "", err
+	}
+	what := "unlocked"
+	if r.Initialised {
+		what = "initialised"
+	}
+	return fmt.Sprintf("%s %s: partition %s → %s (%.1f GiB %s) mounted at %s", what, r.Disk, r.Partition, r.Mapped,
+		float64(r.Size)/(1<<30), fs, root.Data.Path()), nil
+}
+
+// countBoot increments the persistent boot counter in /data.
+func countBoot(l *slog.Logger, root *localstorage.Root) (string, error) {
+	f := &root.Data.Node.BootCount
+	n := 0
+	switch b, err := f.Read(); {
+	case err == nil:
+		if n, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+			return "", fmt.Errorf("%s is corrupt (%q): %w", f.Path(), b, err)
+		}
+	case !os.IsNotExist(err):
+		return "", err
+	}
+	n++
+	if err := f.Write([]byte(strconv.Itoa(n)+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	l.Info("boot counter", "count", n)
+	return f.Path(), nil
+}

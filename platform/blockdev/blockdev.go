@@ -1,0 +1,122 @@
+// Package blockdev finds and inspects block devices through sysfs and
+// ioctls, without udev.
+package blockdev
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Disk is a whole disk.
+type Disk struct {
+	Name string // "vda"
+	Path string // "/dev/vda"
+	Size int64
+}
+
+// skipPrefixes are virtual or removable devices that never hold node data.
+var skipPrefixes = []string{"loop", "dm-", "ram", "zram", "sr", "md", "nbd"}
+
+// Disks lists whole disks (not partitions, loop, device-mapper or optical
+// devices), sorted by name.
+func Disks() ([]Disk, error) {
+	entries, err := os.ReadDir("/sys/block")
+	if err != nil {
+		return nil, err
+	}
+	var out []Disk
+next:
+	for _, e := range entries {
+		name := e.Name()
+		for _, p := range skipPrefixes {
+			if strings.HasPrefix(name, p) {
+				continue next
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join("/sys/block", name, "removable")); err == nil && strings.TrimSpace(string(b)) == "1" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/sys/block", name, "size"))
+		if err != nil {
+			continue
+		}
+		sectors, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if sectors == 0 {
+			continue
+		}
+		out = append(out, Disk{Name: name, Path: "/dev/" + name, Size: sectors * 512})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// WaitForDisk waits up to timeout for at least one disk: drivers probe
+// asynchronously after their module loaded.
+func WaitForDisk(timeout time.Duration) ([]Disk, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ds, err := Disks()
+		if err != nil || len(ds) > 0 || time.Now().After(deadline) {
+			return ds, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// PartitionPath returns the device node of partition number n (1-based) of
+// disk: vda → vda1, nvme0n1 → nvme0n1p1.
+func PartitionPath(disk string, n int) string {
+	if last := disk[len(disk)-1]; last >= '0' && last <= '9' {
+		return fmt.Sprintf("%sp%d", disk, n)
+	}
+	return fmt.Sprintf("%s%d", disk, n)
+}
+
+// RereadPartitions asks the kernel to re-read disk's partition table and
+// waits until partition 1's node exists.
+func RereadPartitions(disk string) error {
+	f, err := os.OpenFile(disk, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("re-reading partition table of %s: %w", disk, err)
+	}
+	p := PartitionPath(disk, 1)
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not appear after re-reading the partition table", p)
+}
+
+// Size returns the size in bytes of a block device.
+func Size(dev string) (int64, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Seek(0, 2)
+}
+
+// MajorMinor returns "MAJ:MIN" of a device node, as device-mapper tables
+// want it.
+func MajorMinor(dev string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)), nil
+}

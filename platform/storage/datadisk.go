@@ -1,0 +1,397 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"plinth.dev/plinth/platform/blockdev"
+	"plinth.dev/plinth/platform/devicemapper"
+	"plinth.dev/plinth/platform/gpt"
+)
+
+// KeyProtector keeps the node unlock key: the TPM (seal/unseal), or, for
+// development only and never silently, nothing at all.
+type KeyProtector interface {
+	// Policy names the protection, recorded in the header ("tpm", "insecure-no-tpm").
+	Policy() string
+	Seal(key []byte) ([]byte, error)
+	Unseal(blob []byte) ([]byte, error)
+}
+
+// Config of the data disk.
+type Config struct {
+	// Disk is the whole-disk device; "" picks the first disk.
+	Disk       string
+	Mode       Mode
+	Filesystem string // "ext4" or "xfs"
+	MountPoint string
+	Keys       KeyProtector
+	// ClusterUnlockKey is mixed into the volume key on worker nodes; nil
+	// on consensus members and before the node joined a cluster.
+	ClusterUnlockKey []byte
+	Log              *slog.Logger
+}
+
+// MappedName is the device-mapper name of the opened data volume.
+const MappedName = "data"
+
+// Result describes an opened data volume.
+type Result struct {
+	Disk, Partition, Mapped string
+	// Initialised is true when this boot set the disk up.
+	Initialised bool
+	// Resumed is true when an interrupted first-time setup was redone.
+	Resumed bool
+	Steps   []Step
+	Size    int64
+}
+
+// Step is one timed storage step, for the console and benchmarks.
+type Step struct {
+	Name     string
+	Duration time.Duration
+}
+
+// ErrRefused wraps every reason to leave a disk alone.
+var ErrRefused = errors.New("refusing to touch the data disk")
+
+type opener struct {
+	Config
+	res  *Result
+	disk blockdev.Disk
+	part gpt.Partition
+}
+
+func (o *opener) step(name string, fn func() error) error {
+	t := time.Now()
+	err := fn()
+	d := time.Since(t)
+	o.res.Steps = append(o.res.Steps, Step{name, d})
+	if err != nil {
+		return err
+	}
+	o.Log.Info("storage: "+name, "took", d.Round(time.Millisecond))
+	return nil
+}
+
+// Open finds the data disk, sets it up if (and only if) it is blank or its
+// first-time setup was interrupted, unlocks it and mounts it. A disk whose
+// header says setup completed is never formatted; a disk that is neither
+// blank nor ours is refused.
+func Open(ctx context.Context, c Config) (*Result, error) {
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Mode != ModeCrypt {
+		return nil, fmt.Errorf("storage mode %d is not supported yet", c.Mode)
+	}
+	o := &opener{Config: c, res: &Result{}}
+	if err := o.step("find data disk", o.findDisk); err != nil {
+		return o.res, err
+	}
+	o.Log.Info("storage: data disk", "disk", o.disk.Path, "size", humanSize(o.disk.Size))
+
+	var hdr *Header
+	err := o.step("read partition table and header", func() error {
+		var err error
+		hdr, err = o.readLayout()
+		return err
+	})
+	if err != nil {
+		return o.res, err
+	}
+
+	if hdr != nil && hdr.State == StateReady {
+		o.Log.Info("storage: disk was set up before", "mode", hdr.Mode.String(), "filesystem", hdr.Filesystem, "key_policy", hdr.KeyPolicy)
+		var key []byte
+		if err := o.step("unseal node unlock key", func() error {
+			var err error
+			key, err = o.unlock(hdr)
+			return err
+		}); err != nil {
+			return o.res, err
+		}
+		if err := o.step("map encrypted volume", func() error { return o.mapVolume(hdr, key) }); err != nil {
+			return o.res, err
+		}
+		if err := o.step("mount "+c.MountPoint, func() error { return o.mount(hdr) }); err != nil {
+			return o.res, fmt.Errorf("%w (the disk is left as it is: it is never reformatted because a mount failed)", err)
+		}
+	} else {
+		// Blank, or a first-time setup that never finished: nothing on
+		// the volume can be trusted, so set it up from the start.
+		o.res.Resumed = hdr != nil
+		if o.res.Resumed {
+			o.Log.Warn("storage: an earlier first-time setup was interrupted; setting the disk up again")
+		}
+		if err := o.setup(ctx, hdr); err != nil {
+			return o.res, err
+		}
+		o.res.Initialised = true
+	}
+	o.res.Mapped = "/dev/mapper/" + MappedName
+	if sz, err := blockdev.Size(o.res.Mapped); err == nil {
+		o.res.Size = sz
+	}
+	return o.res, nil
+}
+
+func (o *opener) findDisk() error {
+	if o.Disk != "" {
+		sz, err := blockdev.Size(o.Disk)
+		if err != nil {
+			return err
+		}
+		o.disk = blockdev.Disk{Name: strings.TrimPrefix(o.Disk, "/dev/"), Path: o.Disk, Size: sz}
+		return nil
+	}
+	disks, err := blockdev.WaitForDisk(5 * time.Second)
+	if err != nil {
+		return err
+	}
+	if len(disks) == 0 {
+		return errors.New("no data disk found")
+	}
+	o.disk = disks[0]
+	return nil
+}
+
+// readLayout returns the header of the data partition, nil for a blank
+// disk or an empty partition. It refuses anything it does not understand.
+func (o *opener) readLayout() (*Header, error) {
+	o.res.Disk = o.disk.Path
+	f, err := os.Open(o.disk.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := gpt.Read(f, o.disk.Size)
+	if errors.Is(err, gpt.ErrNoTable) {
+		blank, berr := DiskIsBlank(f, o.disk.Size)
+		if berr != nil {
+			return nil, berr
+		}
+		if !blank {
+			return nil, fmt.Errorf("%w: %s has data but no GPT; wipe it explicitly to use it for Plinth", ErrRefused, o.disk.Path)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrRefused, o.disk.Path, err)
+	}
+	part, idx, ok := findPartition(t)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s has a partition table without a Plinth data partition", ErrRefused, o.disk.Path)
+	}
+	o.part = part
+	o.res.Partition = blockdev.PartitionPath(o.disk.Path, idx)
+	if _, err := os.Stat(o.res.Partition); err != nil {
+		if err := blockdev.RereadPartitions(o.disk.Path); err != nil {
+			return nil, err
+		}
+	}
+	pf, err := os.Open(o.res.Partition)
+	if err != nil {
+		return nil, err
+	}
+	defer pf.Close()
+	h, report, err := ReadHeader(pf, 0)
+	if err == nil && report.Degraded() {
+		o.Log.Warn("storage: one copy of the data header is damaged; the other is used and rewritten at the next update")
+	}
+	switch {
+	case errors.Is(err, ErrNoHeader):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("%w: data partition %s: %v", ErrRefused, o.res.Partition, err)
+	}
+	if h.PartitionID != part.ID {
+		return nil, fmt.Errorf("%w: header of %s belongs to partition %s, not %s", ErrRefused, o.res.Partition, h.PartitionID, part.ID)
+	}
+	return h, nil
+}
+
+func findPartition(t *gpt.Table) (gpt.Partition, int, bool) {
+	for i, p := range t.Partitions {
+		if p.Type == DataPartitionType {
+			return p, i + 1, true
+		}
+	}
+	return gpt.Partition{}, 0, false
+}
+
+func (o *opener) unlock(h *Header) ([]byte, error) {
+	if h.KeyPolicy != o.Keys.Policy() {
+		return nil, fmt.Errorf("%w: the disk's key is protected by %q but this node runs with %q", ErrRefused, h.KeyPolicy, o.Keys.Policy())
+	}
+	key, err := o.Keys.Unseal(h.SealedKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot unseal the node unlock key: %v", ErrRefused, err)
+	}
+	return key, nil
+}
+
+func (o *opener) setup(ctx context.Context, previous *Header) error {
+	if o.res.Partition == "" {
+		if err := o.step("write partition table", o.partition); err != nil {
+			return err
+		}
+	}
+	nuk := make([]byte, 32)
+	if _, err := rand.Read(nuk); err != nil {
+		return err
+	}
+	var h *Header
+	if err := o.step("seal new node unlock key", func() error {
+		blob, err := o.Keys.Seal(nuk)
+		if err != nil {
+			return err
+		}
+		h = &Header{Version: HeaderVersion, State: StateInitialising, Mode: o.Mode, Filesystem: o.Filesystem,
+			PartitionID: o.part.ID, SealedKey: blob, KeyPolicy: o.Keys.Policy(), Created: uint64(time.Now().Unix())}
+		if previous != nil {
+			h.Sequence = previous.Sequence
+		}
+		return o.writeHeader(h)
+	}); err != nil {
+		return err
+	}
+	if err := o.step("map encrypted volume", func() error { return o.mapVolume(h, nuk) }); err != nil {
+		return err
+	}
+	if err := o.step("make "+o.Filesystem+" filesystem", func() error { return mkfs(ctx, o.Filesystem, "/dev/mapper/"+MappedName, o.part.ID) }); err != nil {
+		return err
+	}
+	if err := o.step("mount "+o.MountPoint, func() error { return o.mount(h) }); err != nil {
+		return err
+	}
+	// Only now is the setup complete: a crash before this line makes the
+	// next boot start over, one after it never formats again.
+	h.State = StateReady
+	return o.step("mark setup complete", func() error { return o.writeHeader(h) })
+}
+
+func (o *opener) partition() error {
+	f, err := os.OpenFile(o.disk.Path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	diskID, partID := gpt.RandomGUID(), gpt.RandomGUID()
+	t, err := gpt.SinglePartition(o.disk.Size, DataPartitionType, partID, diskID, "plinth-data")
+	if err != nil {
+		return err
+	}
+	if err := gpt.Write(f, o.disk.Size, t); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	f.Close()
+	if err := blockdev.RereadPartitions(o.disk.Path); err != nil {
+		return err
+	}
+	o.part = t.Partitions[0]
+	o.res.Partition = blockdev.PartitionPath(o.disk.Path, 1)
+	return nil
+}
+
+func (o *opener) writeHeader(h *Header) error {
+	f, err := os.OpenFile(o.res.Partition, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := WriteHeader(f, 0, h); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// mapVolume puts dm-crypt (AES-256-XTS, 4 KiB sectors) over the partition
+// behind the header.
+func (o *opener) mapVolume(h *Header, nuk []byte) error {
+	key, err := DeriveVolumeKey(nuk, o.ClusterUnlockKey, o.part.ID, h.Mode)
+	if err != nil {
+		return err
+	}
+	defer clear(key)
+	dev, err := blockdev.MajorMinor(o.res.Partition)
+	if err != nil {
+		return err
+	}
+	size, err := blockdev.Size(o.res.Partition)
+	if err != nil {
+		return err
+	}
+	offset := int64(HeaderSize) / 512
+	sectors := (size/512 - offset) &^ 7 // whole 4 KiB crypto sectors
+	if sectors <= 0 {
+		return fmt.Errorf("data partition %s is too small (%d bytes)", o.res.Partition, size)
+	}
+	table := []devicemapper.Target{{Start: 0, Length: uint64(sectors), Type: "crypt",
+		Params: fmt.Sprintf("aes-xts-plain64 %s 0 %s %d 2 allow_discards sector_size:4096", hex.EncodeToString(key), dev, offset)}}
+	if _, err := devicemapper.Create(MappedName); err != nil {
+		return err
+	}
+	if err := devicemapper.LoadTable(MappedName, table, false); err != nil {
+		devicemapper.Remove(MappedName)
+		return err
+	}
+	if err := devicemapper.Resume(MappedName); err != nil {
+		devicemapper.Remove(MappedName)
+		return err
+	}
+	return nil
+}
+
+func mkfs(ctx context.Context, fs, dev string, id gpt.GUID) error {
+	var cmd *exec.Cmd
+	switch fs {
+	case "ext4":
+		// Lazy init keeps first boot fast; the kernel zeroes the inode
+		// tables in the background.
+		cmd = exec.CommandContext(ctx, "/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-L", "plinth-data",
+			"-U", id.String(), "-E", "lazy_itable_init=1,lazy_journal_init=1", dev)
+	case "xfs":
+		cmd = exec.CommandContext(ctx, "/usr/sbin/mkfs.xfs", "-q", "-f", "-L", "plinth-data", "-m", "uuid="+id.String(), dev)
+	default:
+		return fmt.Errorf("unsupported filesystem %q", fs)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %v: %s", cmd.Path, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+func (o *opener) mount(h *Header) error {
+	if err := os.MkdirAll(o.MountPoint, 0o755); err != nil {
+		return err
+	}
+	return unix.Mount("/dev/mapper/"+MappedName, o.MountPoint, h.Filesystem, unix.MS_NODEV|unix.MS_NOSUID, "")
+}
+
+// Close unmounts and unmaps the data volume.
+func Close(mountPoint string) error {
+	unix.Sync()
+	if err := unix.Unmount(mountPoint, 0); err != nil {
+		return fmt.Errorf("unmounting %s: %w", mountPoint, err)
+	}
+	return devicemapper.Remove(MappedName)
+}
+
+func humanSize(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }

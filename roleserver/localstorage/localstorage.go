@@ -1,0 +1,200 @@
+// Package localstorage is the declarative tree of a node's storage. Code
+// asks the tree for paths (root.Data.Etcd.Path()); it never builds path
+// strings itself, so the layout is written down in one place: the struct
+// tags below.
+//
+//	/                         Root
+//	├── data/                 DataDirectory (encrypted data partition)
+//	│   ├── etcd/             DataEtcdDirectory: peer-pki/, data/
+//	│   ├── kubernetes/       DataKubernetesDirectory: pki/, kubelet/
+//	│   ├── containerd/
+//	│   └── node/             DataNodeDirectory: boot-count, credentials/
+//	└── ephemeral/            EphemeralDirectory (tmpfs, lost at reboot)
+//	    ├── consensus/        EphemeralConsensusDirectory: client.sock
+//	    ├── containerd/
+//	    └── log/
+//
+// Place fills in every path from the tags; Create makes the directories of
+// one subtree, once its filesystem is mounted.
+package localstorage
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+)
+
+// Directory is one directory of the tree. Embed it in a struct whose
+// fields, tagged `dir:"name"` or `file:"name"`, are its children.
+type Directory struct{ path string }
+
+// Path is the absolute path of the directory.
+func (d *Directory) Path() string { return d.path }
+
+// File is one file of the tree.
+type File struct{ path string }
+
+// Path is the absolute path of the file.
+func (f *File) Path() string { return f.path }
+
+// Read returns the contents of the file.
+func (f *File) Read() ([]byte, error) { return os.ReadFile(f.path) }
+
+// Write replaces the contents atomically: a crash leaves the old or the new
+// contents, never a mix.
+func (f *File) Write(data []byte, perm os.FileMode) error {
+	tmp := f.path + ".tmp"
+	fd, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := fd.Write(data); err != nil {
+		fd.Close()
+		return err
+	}
+	if err := fd.Sync(); err != nil {
+		fd.Close()
+		return err
+	}
+	if err := fd.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, f.path); err != nil {
+		return err
+	}
+	dir, err := os.Open(filepath.Dir(f.path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
+}
+
+// Root is the whole tree.
+type Root struct {
+	Directory
+	Data      DataDirectory      `dir:"data"`
+	Ephemeral EphemeralDirectory `dir:"ephemeral"`
+}
+
+// DataDirectory is the mount point of the encrypted data partition.
+type DataDirectory struct {
+	Directory
+	Etcd       DataEtcdDirectory       `dir:"etcd"`
+	Kubernetes DataKubernetesDirectory `dir:"kubernetes"`
+	Containerd Directory               `dir:"containerd"`
+	Node       DataNodeDirectory       `dir:"node"`
+}
+
+// DataEtcdDirectory holds the consensus member's state.
+type DataEtcdDirectory struct {
+	Directory
+	PeerPKI Directory `dir:"peer-pki"`
+	Data    Directory `dir:"data"`
+}
+
+// DataKubernetesDirectory holds Kubernetes state that must survive reboots.
+type DataKubernetesDirectory struct {
+	Directory
+	PKI     Directory `dir:"pki"`
+	Kubelet Directory `dir:"kubelet"`
+}
+
+// DataNodeDirectory holds the node's own state.
+type DataNodeDirectory struct {
+	Directory
+	BootCount   File      `file:"boot-count"`
+	Credentials Directory `dir:"credentials"`
+}
+
+// EphemeralDirectory is a tmpfs: gone at reboot.
+type EphemeralDirectory struct {
+	Directory
+	Consensus  EphemeralConsensusDirectory `dir:"consensus"`
+	Containerd Directory                   `dir:"containerd"`
+	Log        Directory                   `dir:"log"`
+}
+
+// EphemeralConsensusDirectory holds etcd's runtime files.
+type EphemeralConsensusDirectory struct {
+	Directory
+	ClientSocket File `file:"client.sock"`
+}
+
+var (
+	directoryType = reflect.TypeOf(Directory{})
+	fileType      = reflect.TypeOf(File{})
+)
+
+// Place sets every path of the tree below root, which lives at base.
+func Place(root *Root, base string) error {
+	return place(reflect.ValueOf(root).Elem(), base)
+}
+
+func place(v reflect.Value, p string) error {
+	switch v.Type() {
+	case directoryType:
+		v.Set(reflect.ValueOf(Directory{path: p}))
+		return nil
+	case fileType:
+		v.Set(reflect.ValueOf(File{path: p}))
+		return nil
+	}
+	if v.Kind() != reflect.Struct {
+		return fmt.Errorf("localstorage: %s is a %s, not a directory or file", p, v.Type())
+	}
+	t := v.Type()
+	embedded := false
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Type == directoryType {
+			v.Field(i).Set(reflect.ValueOf(Directory{path: p}))
+			embedded = true
+			continue
+		}
+		name := f.Tag.Get("dir")
+		if name == "" {
+			name = f.Tag.Get("file")
+		}
+		if name == "" {
+			return fmt.Errorf("localstorage: field %s of %s has no dir or file tag", f.Name, t)
+		}
+		if err := place(v.Field(i), filepath.Join(p, name)); err != nil {
+			return err
+		}
+	}
+	if !embedded {
+		return fmt.Errorf("localstorage: %s does not embed Directory", t)
+	}
+	return nil
+}
+
+// Create makes every directory of the subtree d (a pointer to any
+// directory struct of a placed tree). Files are not created.
+func Create(d any, perm os.FileMode) error {
+	v := reflect.ValueOf(d)
+	if v.Kind() != reflect.Pointer {
+		return fmt.Errorf("localstorage: Create needs a pointer, got %T", d)
+	}
+	return create(v.Elem(), perm)
+}
+
+func create(v reflect.Value, perm os.FileMode) error {
+	switch v.Type() {
+	case directoryType:
+		p := v.Interface().(Directory).path
+		if p == "" {
+			return fmt.Errorf("localstorage: tree not placed")
+		}
+		return os.MkdirAll(p, perm)
+	case fileType:
+		return nil
+	}
+	for i := 0; i < v.NumField(); i++ {
+		if err := create(v.Field(i), perm); err != nil {
+			return err
+		}
+	}
+	return nil
+}

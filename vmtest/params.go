@@ -1,0 +1,47 @@
+package vmtest
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"os"
+
+	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/roleserver/parameters"
+)
+
+// ParametersFwCfg is the fw_cfg name nodes read their parameters from.
+const ParametersFwCfg = parameters.FwCfgName
+
+// BootstrapParameters returns parameters for a node bootstrapping a new
+// cluster with a fresh owner key and a required TPM.
+func BootstrapParameters() *nodepb.Parameters {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	return &nodepb.Parameters{
+		Cluster: &nodepb.Parameters_Bootstrap{Bootstrap: &nodepb.Bootstrap{OwnerPublicKey: pub}},
+		Tpm:     &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_REQUIRED},
+		Storage: &nodepb.NodeStorage{Security: nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED, Filesystem: nodepb.NodeStorage_FILESYSTEM_EXT4},
+	}
+}
+
+// WriteParameters encodes p into file and returns file.
+func WriteParameters(file string, p *nodepb.Parameters) (string, error) {
+	raw, err := parameters.Encode(p)
+	if err != nil {
+		return "", err
+	}
+	return file, os.WriteFile(file, raw, 0o644)
+}
+
+// WithParameters adds p to o as the node's fw_cfg parameters document.
+func (o NodeOptions) WithParameters(file string) NodeOptions {
+	fw := map[string]string{}
+	for k, v := range o.FwCfg {
+		fw[k] = v
+	}
+	fw[ParametersFwCfg] = file
+	o.FwCfg = fw
+	return o
+}

@@ -1,0 +1,262 @@
+package vmtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"plinth.dev/plinth/api/nodepb"
+)
+
+// Storage tests: every node here has a 1 GiB disk file and (unless said
+// otherwise) a persistent swtpm state, so reboots see the same machine.
+
+const testDiskSize = 1 << 30
+
+type machine struct {
+	img    *Image
+	dir    string
+	disk   string
+	tpm    string
+	params string
+}
+
+func newMachine(t *testing.T, p *nodepb.Parameters) *machine {
+	t.Helper()
+	m := &machine{img: testImage(t), dir: TestDir(t)}
+	m.disk = filepath.Join(m.dir, "disk.img")
+	m.tpm = filepath.Join(m.dir, "tpm")
+	if err := os.MkdirAll(m.tpm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.setParams(t, p)
+	return m
+}
+
+func (m *machine) setParams(t *testing.T, p *nodepb.Parameters) {
+	t.Helper()
+	var err error
+	if m.params, err = WriteParameters(filepath.Join(m.dir, "parameters.pb"), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boot starts the machine; each boot's console goes to its own directory.
+func (m *machine) boot(t *testing.T, ctx context.Context, name string, mutate ...func(*NodeOptions)) *Node {
+	t.Helper()
+	o := m.img.NodeOptions(name).WithParameters(m.params)
+	o.WorkDir = filepath.Join(m.dir, name)
+	o.DiskPath, o.DiskSizeBytes = m.disk, testDiskSize
+	o.TPMStateDir = m.tpm
+	for _, f := range mutate {
+		f(&o)
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return LaunchT(t, ctx, o)
+}
+
+func powerOff(t *testing.T, ctx context.Context, n *Node) {
+	t.Helper()
+	// A button press before anyone listens is lost, as on real hardware.
+	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`listening for the power button`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.PowerDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Wait(ctx); err != nil {
+		t.Fatalf("qemu did not end cleanly: %v", err)
+	}
+}
+
+func bootCount(t *testing.T, ctx context.Context, n *Node) string {
+	t.Helper()
+	return mustLine(t, ctx, n, `I init: boot counter count=(\d+)`)[1]
+}
+
+func hashFile(t *testing.T, p string) [32]byte {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+func assertNoLine(t *testing.T, n *Node, re string) {
+	t.Helper()
+	r := regexp.MustCompile(re)
+	for _, l := range n.Lines() {
+		if r.MatchString(l) {
+			t.Errorf("unexpected console line: %s", l)
+		}
+	}
+}
+
+// TestDataDiskLifecycle: first boot sets the disk up (count 1), a reboot
+// continues (count 2); changed parameters or another TPM are refused
+// without a byte of the disk changing; restored parameters continue.
+func TestDataDiskLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
+	defer cancel()
+	params := BootstrapParameters()
+	m := newMachine(t, params)
+
+	n := m.boot(t, ctx, "boot1")
+	mustLine(t, ctx, n, `I init: storage: make ext4 filesystem`)
+	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
+	if c := bootCount(t, ctx, n); c != "1" {
+		t.Fatalf("first boot count %s", c)
+	}
+	mustLine(t, ctx, n, `I init: node ready`)
+	powerOff(t, ctx, n)
+	mustLine(t, ctx, n, `I init: data volume unmounted`)
+
+	n = m.boot(t, ctx, "boot2")
+	mustLine(t, ctx, n, `I init: storage: unseal node unlock key`)
+	if c := bootCount(t, ctx, n); c != "2" {
+		t.Fatalf("second boot count %s", c)
+	}
+	assertNoLine(t, n, `make ext4 filesystem`)
+	powerOff(t, ctx, n)
+
+	before := hashFile(t, m.disk)
+
+	// Different parameters (a hostname): PCR 15 differs, the key stays sealed.
+	changed := BootstrapParameters()
+	changed.Cluster = params.Cluster
+	changed.Network = &nodepb.Network{Hostname: "renamed"}
+	m.setParams(t, changed)
+	n = m.boot(t, ctx, "boot3-changed-params")
+	t.Logf("refused as expected: %s", mustLine(t, ctx, n, `E init: boot step failed: open data disk err=.*refusing to touch the data disk: cannot unseal.*PCR 15.*`)[0])
+	mustLine(t, ctx, n, `E init: node halted`)
+	powerOff(t, ctx, n)
+	if hashFile(t, m.disk) != before {
+		t.Fatal("the disk changed although its key could not be unsealed")
+	}
+
+	// The same disk in another machine (another TPM).
+	m.setParams(t, params)
+	n = m.boot(t, ctx, "boot4-other-tpm", func(o *NodeOptions) { o.TPMStateDir = filepath.Join(m.dir, "other-tpm") })
+	t.Logf("refused as expected: %s", mustLine(t, ctx, n, `E init: boot step failed: open data disk err=.*refusing to touch the data disk: cannot unseal.*`)[0])
+	powerOff(t, ctx, n)
+	if hashFile(t, m.disk) != before {
+		t.Fatal("the disk changed in a machine with another TPM")
+	}
+
+	// Parameters restored: the node continues where it was.
+	n = m.boot(t, ctx, "boot5-restored")
+	if c := bootCount(t, ctx, n); c != "3" {
+		t.Fatalf("boot count after restoring parameters %s, want 3", c)
+	}
+	powerOff(t, ctx, n)
+}
+
+// TestGarbageParametersTouchNothing: undecodable parameters are a clear
+// error and the (blank) disk stays blank.
+func TestGarbageParametersTouchNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	m := newMachine(t, BootstrapParameters())
+	if err := os.WriteFile(m.params, []byte("this is not a protobuf \xff\xff\xff"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := m.boot(t, ctx, "boot")
+	mustLine(t, ctx, n, `E init: boot step failed: read node parameters err=.*fw_cfg`)
+	mustLine(t, ctx, n, `E init: node halted`)
+	powerOff(t, ctx, n)
+	if !diskZero(t, m.disk) {
+		t.Fatal("the disk was written although the parameters were garbage")
+	}
+}
+
+// TestPowerCutDuringSetup kills QEMU while the first-time setup runs; the
+// next boot redoes the setup and the node comes up with boot count 1.
+func TestPowerCutDuringSetup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
+	defer cancel()
+	m := newMachine(t, BootstrapParameters())
+	n := m.boot(t, ctx, "boot1-cut")
+	// The header is on disk (state: initialising) once the key is sealed.
+	mustLine(t, ctx, n, `I init: storage: seal new node unlock key`)
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	n.Wait(ctx)
+
+	n = m.boot(t, ctx, "boot2")
+	mustLine(t, ctx, n, `W init: storage: an earlier first-time setup was interrupted`)
+	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
+	if c := bootCount(t, ctx, n); c != "1" {
+		t.Fatalf("boot count %s after an interrupted setup, want 1", c)
+	}
+	powerOff(t, ctx, n)
+}
+
+func TestTPMPolicy(t *testing.T) {
+	t.Run("DisabledForDevelopmentBootsWithoutTPM", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+		defer cancel()
+		p := BootstrapParameters()
+		p.Tpm = &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT}
+		m := newMachine(t, p)
+		n := m.boot(t, ctx, "boot", func(o *NodeOptions) { o.NoTPM = true })
+		mustLine(t, ctx, n, `W init: TPM disabled for development`)
+		if c := bootCount(t, ctx, n); c != "1" {
+			t.Fatalf("boot count %s", c)
+		}
+		powerOff(t, ctx, n)
+	})
+	t.Run("RequiredWithoutTPMRefuses", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+		defer cancel()
+		m := newMachine(t, BootstrapParameters())
+		n := m.boot(t, ctx, "boot", func(o *NodeOptions) { o.NoTPM = true })
+		line := mustLine(t, ctx, n, `E init: boot step failed: TPM and measured boot err=(.*)`)[1]
+		if !strings.Contains(line, "require a TPM") {
+			t.Errorf("refusal does not say why: %s", line)
+		}
+		powerOff(t, ctx, n)
+		if !diskZero(t, m.disk) {
+			t.Error("disk written without a TPM")
+		}
+	})
+}
+
+func diskZero(t *testing.T, p string) bool {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := f.Read(buf)
+		for _, b := range buf[:n] {
+			if b != 0 {
+				return false
+			}
+		}
+		if err == io.EOF {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
