@@ -18,7 +18,7 @@ export PLINTH_INIT           := $(abspath $(BIN)/init)
 export PLINTH_KERNEL_PACKAGE_DIR := $(abspath $(CACHE))
 export PLINTH_VMTEST_DIR     := $(abspath $(OUT)/vmtest)
 
-.PHONY: all help deps tools image run test unit vmtest repro bench generate clean
+.PHONY: all help deps tools image run test unit fuzz vmtest repro bench generate clean
 
 all: image
 
@@ -27,6 +27,7 @@ help:
 	@echo "make test      everything CI runs: unit tests, reproducibility, VM tests"
 	@echo "make image     build the image for BOARD=$(BOARD) into $(IMAGE)"
 	@echo "make unit      unit tests (no VM)"
+	@echo "make fuzz      run every fuzz target briefly (FUZZTIME=$(FUZZTIME))"
 	@echo "make vmtest    VM tests against the built image"
 	@echo "make repro     build the image twice and compare every byte"
 	@echo "make bench     benchmarks, written to $(OUT)/bench.json"
@@ -64,7 +65,18 @@ repro: deps $(BIN)/init $(BIN)/plinthctl
 vmtest: image
 	go test -count=1 -timeout 30m -v ./vmtest/ 2>&1 | scripts/testsummary
 
-test: unit repro vmtest
+# Each fuzz target runs briefly; `make fuzz FUZZTIME=10m` digs deeper.
+FUZZTIME ?= 8s
+FUZZ_TARGETS := roleserver/parameters:FuzzDecode platform/storage:FuzzDecodeHeader \
+	platform/storage:FuzzReadHeader platform/tpm:FuzzParseBlob platform/gpt:FuzzRead
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=./$${t%%:*}; fn=$${t##*:}; echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
+	  if ! go test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg > $(OUT)/fuzz.log 2>&1; then \
+	    cat $(OUT)/fuzz.log; exit 1; fi; tail -n 2 $(OUT)/fuzz.log; \
+	done
+
+test: unit fuzz repro vmtest
 	@echo "make test: all passed"
 
 bench: image
