@@ -65,8 +65,9 @@ repro: deps $(BIN)/init $(BIN)/plinthctl
 vmtest: image
 	go test -count=1 -timeout 30m -v ./vmtest/ 2>&1 | scripts/testsummary
 
-# Each fuzz target runs briefly; `make fuzz FUZZTIME=10m` digs deeper.
-FUZZTIME ?= 8s
+# Each fuzz target runs briefly (a count, not a duration: a duration can
+# end mid-baseline with "context deadline exceeded"); FUZZTIME=10m digs deeper.
+FUZZTIME ?= 50000x
 FUZZ_TARGETS := roleserver/parameters:FuzzDecode platform/storage:FuzzDecodeHeader \
 	platform/storage:FuzzReadHeader platform/tpm:FuzzParseBlob platform/gpt:FuzzRead
 fuzz:

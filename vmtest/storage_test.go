@@ -260,3 +260,25 @@ func diskZero(t *testing.T, p string) bool {
 		}
 	}
 }
+
+// TestAuthenticatedStorage: dm-integrity (keyed HMAC per sector) under
+// dm-crypt, set up on first boot and unlocked on the next.
+func TestAuthenticatedStorage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
+	defer cancel()
+	p := BootstrapParameters()
+	p.Storage.Security = nodepb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED
+	m := newMachine(t, p)
+	n := m.boot(t, ctx, "boot1")
+	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
+	if c := bootCount(t, ctx, n); c != "1" {
+		t.Fatalf("first boot count %s", c)
+	}
+	powerOff(t, ctx, n)
+	n = m.boot(t, ctx, "boot2")
+	mustLine(t, ctx, n, `I init: storage: disk was set up before mode=authenticated`)
+	if c := bootCount(t, ctx, n); c != "2" {
+		t.Fatalf("second boot count %s", c)
+	}
+	powerOff(t, ctx, n)
+}

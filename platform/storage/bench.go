@@ -42,18 +42,12 @@ func BenchmarkCrypt(scratch string, n int64) (*CryptBenchmark, error) {
 		return nil, err
 	}
 	const name = "bench-crypt"
-	if _, err := devicemapper.Create(name); err != nil {
+	t := []devicemapper.Target{{Length: uint64(n / 512), Type: "crypt",
+		Params: fmt.Sprintf("aes-xts-plain64 %s 0 %s 0 1 sector_size:4096", hex.EncodeToString(key), dev)}}
+	if err := activate(name, t); err != nil {
 		return nil, err
 	}
 	defer devicemapper.Remove(name)
-	t := []devicemapper.Target{{Length: uint64(n / 512), Type: "crypt",
-		Params: fmt.Sprintf("aes-xts-plain64 %s 0 %s 0 1 sector_size:4096", hex.EncodeToString(key), dev)}}
-	if err := devicemapper.LoadTable(name, t, false); err != nil {
-		return nil, err
-	}
-	if err := devicemapper.Resume(name); err != nil {
-		return nil, err
-	}
 	if res.Crypt, err = measure("/dev/mapper/"+name, n); err != nil {
 		return nil, err
 	}

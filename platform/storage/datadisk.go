@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -93,8 +94,8 @@ func Open(ctx context.Context, c Config) (*Result, error) {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
-	if c.Mode != ModeCrypt {
-		return nil, fmt.Errorf("storage mode %d is not supported yet", c.Mode)
+	if c.Mode != ModeCrypt && c.Mode != ModeAuthenticated {
+		return nil, fmt.Errorf("unknown storage mode %d", c.Mode)
 	}
 	o := &opener{Config: c, res: &Result{}}
 	if err := o.step("find data disk", o.findDisk); err != nil {
@@ -270,7 +271,14 @@ func (o *opener) setup(ctx context.Context, previous *Header) error {
 	if err := o.step("map encrypted volume", func() error { return o.mapVolume(h, nuk) }); err != nil {
 		return err
 	}
-	if err := o.step("make "+o.Filesystem+" filesystem", func() error { return mkfs(ctx, o.Filesystem, "/dev/mapper/"+MappedName, o.part.ID) }); err != nil {
+	if o.Mode == ModeAuthenticated {
+		if err := o.step("discard the fresh authenticated volume", func() error { return discardAll("/dev/mapper/"+MappedName) }); err != nil {
+			return err
+		}
+	}
+	if err := o.step("make "+o.Filesystem+" filesystem", func() error {
+		return mkfs(ctx, o.Filesystem, "/dev/mapper/"+MappedName, o.part.ID, o.Mode == ModeAuthenticated)
+	}); err != nil {
 		return err
 	}
 	if err := o.step("mount "+o.MountPoint, func() error { return o.mount(h) }); err != nil {
@@ -320,51 +328,138 @@ func (o *opener) writeHeader(h *Header) error {
 	return f.Sync()
 }
 
-// mapVolume puts dm-crypt (AES-256-XTS, 4 KiB sectors) over the partition
-// behind the header.
+// mapVolume maps the partition behind the header:
+//
+//	ModeCrypt:          partition ─► dm-crypt "data" (AES-256-XTS, 4 KiB sectors)
+//	ModeAuthenticated:  partition ─► dm-integrity "data-integrity" (HMAC-SHA256 tag per
+//	                    sector, journalled) ─► dm-crypt "data" (AES-256-XTS)
+//
+// In authenticated mode a changed ciphertext sector fails its keyed tag
+// and reads as an I/O error instead of decrypting to garbage.
 func (o *opener) mapVolume(h *Header, nuk []byte) error {
 	key, err := DeriveVolumeKey(nuk, o.ClusterUnlockKey, o.part.ID, h.Mode)
 	if err != nil {
 		return err
 	}
 	defer clear(key)
-	dev, err := blockdev.MajorMinor(o.res.Partition)
+	lower, offset := o.res.Partition, int64(HeaderSize)/512
+	if h.Mode == ModeAuthenticated {
+		if lower, err = mapIntegrity(o.res.Partition, offset, key[CryptKeySize:]); err != nil {
+			return err
+		}
+		offset = 0
+	}
+	dev, err := blockdev.MajorMinor(lower)
 	if err != nil {
 		return err
 	}
-	size, err := blockdev.Size(o.res.Partition)
+	size, err := blockdev.Size(lower)
 	if err != nil {
 		return err
 	}
-	offset := int64(HeaderSize) / 512
 	sectors := (size/512 - offset) &^ 7 // whole 4 KiB crypto sectors
 	if sectors <= 0 {
 		return fmt.Errorf("data partition %s is too small (%d bytes)", o.res.Partition, size)
 	}
 	table := []devicemapper.Target{{Start: 0, Length: uint64(sectors), Type: "crypt",
-		Params: fmt.Sprintf("aes-xts-plain64 %s 0 %s %d 2 allow_discards sector_size:4096", hex.EncodeToString(key), dev, offset)}}
-	if _, err := devicemapper.Create(MappedName); err != nil {
+		Params: fmt.Sprintf("aes-xts-plain64 %s 0 %s %d 2 allow_discards sector_size:4096", hex.EncodeToString(key[:CryptKeySize]), dev, offset)}}
+	return activate(MappedName, table)
+}
+
+// IntegrityName is the device-mapper name of the integrity layer.
+const IntegrityName = "data-integrity"
+
+// mapIntegrity maps dm-integrity with a keyed HMAC-SHA256 per sector over
+// part (skipping offset sectors). A zeroed area is formatted by the kernel
+// on first use. Sectors never written have no valid tag and fail to read;
+// the filesystem never reads what it did not write, as long as mkfs
+// writes its journal (see mkfs). The kernel refuses to compute tags for
+// existing data with a keyed hash ("recalculate"), rightly: it would
+// bless whatever an attacker put there. The kernel decides how many sectors remain for data once its tags and
+// journal are placed, so the device is first mapped small to read that.
+func mapIntegrity(part string, offset int64, macKey []byte) (string, error) {
+	dev, err := blockdev.MajorMinor(part)
+	if err != nil {
+		return "", err
+	}
+	params := fmt.Sprintf("%s %d 32 J 2 internal_hash:hmac(sha256):%s allow_discards", dev, offset, hex.EncodeToString(macKey))
+	probe := []devicemapper.Target{{Length: 8, Type: "integrity", Params: params}}
+	if err := activate(IntegrityName, probe); err != nil {
+		return "", err
+	}
+	st, err := devicemapper.Status(IntegrityName, false)
+	devicemapper.Remove(IntegrityName)
+	if err != nil {
+		return "", err
+	}
+	// Status: "<mismatches> <provided data sectors> <recalculating sector or ->".
+	var mismatches, provided uint64
+	if len(st) != 1 {
+		return "", fmt.Errorf("dm-integrity status: %d targets", len(st))
+	}
+	if _, err := fmt.Sscan(st[0].Params, &mismatches, &provided); err != nil || provided == 0 {
+		return "", fmt.Errorf("dm-integrity status %q: %v", st[0].Params, err)
+	}
+	full := []devicemapper.Target{{Length: provided, Type: "integrity", Params: params}}
+	if err := activate(IntegrityName, full); err != nil {
+		return "", err
+	}
+	return "/dev/mapper/" + IntegrityName, nil
+}
+
+func activate(name string, table []devicemapper.Target) error {
+	if _, err := devicemapper.Create(name); err != nil {
 		return err
 	}
-	if err := devicemapper.LoadTable(MappedName, table, false); err != nil {
-		devicemapper.Remove(MappedName)
+	if err := devicemapper.LoadTable(name, table, false); err != nil {
+		devicemapper.Remove(name)
 		return err
 	}
-	if err := devicemapper.Resume(MappedName); err != nil {
-		devicemapper.Remove(MappedName)
+	if err := devicemapper.Resume(name); err != nil {
+		devicemapper.Remove(name)
 		return err
 	}
 	return nil
 }
 
-func mkfs(ctx context.Context, fs, dev string, id gpt.GUID) error {
+// discardAll discards the whole device. On a fresh authenticated volume
+// no sector has a valid tag yet, and mkfs reads before it writes (old
+// signatures, partial pages); dm-integrity marks discarded sectors so
+// that they read back instead of failing their check. The price, as with
+// cryptsetup's --allow-discards: someone with the disk can mark a sector
+// discarded so that it reads back unchecked. They still cannot choose what
+// it decrypts to (XTS above), only make it garbage.
+func discardAll(dev string) error {
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	size, err := f.Seek(0, 2)
+	if err != nil {
+		return err
+	}
+	r := [2]uint64{0, uint64(size)}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKDISCARD, uintptr(unsafe.Pointer(&r[0]))); errno != 0 {
+		return fmt.Errorf("discarding %s: %w", dev, errno)
+	}
+	return nil
+}
+
+// mkfs makes the filesystem. Lazy inode table init keeps first boot fast
+// (the kernel zeroes them in the background, writing, never reading). On
+// an authenticated volume the journal is written in full, because journal
+// replay reads it and unwritten sectors have no valid tags.
+func mkfs(ctx context.Context, fs, dev string, id gpt.GUID, authenticated bool) error {
 	var cmd *exec.Cmd
 	switch fs {
 	case "ext4":
-		// Lazy init keeps first boot fast; the kernel zeroes the inode
-		// tables in the background.
+		lazyJournal := "1"
+		if authenticated {
+			lazyJournal = "0"
+		}
 		cmd = exec.CommandContext(ctx, "/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-L", "plinth-data",
-			"-U", id.String(), "-E", "lazy_itable_init=1,lazy_journal_init=1", dev)
+			"-U", id.String(), "-E", "lazy_itable_init=1,lazy_journal_init="+lazyJournal, dev)
 	case "xfs":
 		cmd = exec.CommandContext(ctx, "/usr/sbin/mkfs.xfs", "-q", "-f", "-L", "plinth-data", "-m", "uuid="+id.String(), dev)
 	default:
@@ -391,7 +486,13 @@ func Close(mountPoint string) error {
 	if err := unix.Unmount(mountPoint, 0); err != nil {
 		return fmt.Errorf("unmounting %s: %w", mountPoint, err)
 	}
-	return devicemapper.Remove(MappedName)
+	if err := devicemapper.Remove(MappedName); err != nil {
+		return err
+	}
+	if _, err := devicemapper.Info(IntegrityName); err == nil {
+		return devicemapper.Remove(IntegrityName)
+	}
+	return nil
 }
 
 func humanSize(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
