@@ -272,7 +272,7 @@ func (o *opener) setup(ctx context.Context, previous *Header) error {
 		return err
 	}
 	if o.Mode == ModeAuthenticated {
-		if err := o.step("discard the fresh authenticated volume", func() error { return discardAll("/dev/mapper/"+MappedName) }); err != nil {
+		if err := o.step("discard the fresh authenticated volume", func() error { return discardAll("/dev/mapper/" + MappedName) }); err != nil {
 			return err
 		}
 	}
