@@ -111,6 +111,9 @@ func bootCore() int {
 	if err == nil {
 		err = step("boot counter", func() (string, error) { return countBoot(l, local) })
 	}
+	if err == nil && args["plinth.bench"] == "storage" {
+		benchmarkStorage(l)
+	}
 	if err != nil {
 		l.Error("node halted: the boot cannot continue; power the node off, fix the cause and boot again")
 		return waitForPowerOff(logs)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/blockdev"
 	"plinth.dev/plinth/platform/measure"
 	datadisk "plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/platform/tpm"
@@ -110,4 +111,25 @@ func countBoot(l *slog.Logger, root *localstorage.Root) (string, error) {
 	}
 	l.Info("boot counter", "count", n)
 	return f.Path(), nil
+}
+
+// benchmarkStorage runs only when the kernel command line asks for it
+// (plinth.bench=storage, set by `make bench`): it measures dm-crypt
+// against the raw disk on the second disk, which the benchmark provides
+// as scratch space, and never on the data disk.
+func benchmarkStorage(l *slog.Logger) {
+	disks, err := blockdev.Disks()
+	if err != nil || len(disks) < 2 {
+		l.Error("storage benchmark needs a second (scratch) disk", "err", err)
+		return
+	}
+	const size = 128 << 20
+	r, err := datadisk.BenchmarkCrypt(disks[1].Path, size)
+	if err != nil {
+		l.Error("storage benchmark", "err", err)
+		return
+	}
+	l.Info("storage benchmark", "disk", disks[1].Path, "bytes", size,
+		"raw_write_mbps", fmt.Sprintf("%.1f", r.Raw.WriteMBps), "raw_read_mbps", fmt.Sprintf("%.1f", r.Raw.ReadMBps),
+		"crypt_write_mbps", fmt.Sprintf("%.1f", r.Crypt.WriteMBps), "crypt_read_mbps", fmt.Sprintf("%.1f", r.Crypt.ReadMBps))
 }

@@ -173,13 +173,7 @@ func TestTamperedSystemImageRefused(t *testing.T) {
 
 	mustLine(t, ctx, n, `E init: boot step failed: verify and mount the system image err=.*does not match the root hash`)
 	mustLine(t, ctx, n, `E init: node halted`)
-	mustLine(t, ctx, n, `listening for the power button`)
-	if err := n.PowerDown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Wait(ctx); err != nil {
-		t.Fatalf("qemu did not end cleanly: %v", err)
-	}
+	powerOff(t, ctx, n)
 	for _, l := range n.Lines() {
 		for _, bad := range []string{"node ready", "switch root into the system image", "Kernel panic", "core died"} {
 			if strings.Contains(l, bad) {

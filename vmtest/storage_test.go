@@ -213,6 +213,7 @@ func TestTPMPolicy(t *testing.T) {
 		defer cancel()
 		p := BootstrapParameters()
 		p.Tpm = &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT}
+		p.GetBootstrap().InitialPolicy = &nodepb.ClusterPolicy{AllowNodesWithoutTpm: true}
 		m := newMachine(t, p)
 		n := m.boot(t, ctx, "boot", func(o *NodeOptions) { o.NoTPM = true })
 		mustLine(t, ctx, n, `W init: TPM disabled for development`)

@@ -156,7 +156,7 @@ const (
 	// stops and says so.
 	NodeTPM_TPM_POLICY_REQUIRED NodeTPM_TPMPolicy = 1
 	// Keep keys without a TPM. Only for development: anyone with the disk
-	// can read it. A cluster with tpm_required refuses such a node.
+	// can read it. A cluster that does not allow_nodes_without_tpm refuses such a node.
 	NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT NodeTPM_TPMPolicy = 2
 )
 
@@ -382,10 +382,11 @@ func (x *Bootstrap) GetInitialPolicy() *ClusterPolicy {
 // ClusterPolicy is what the cluster demands of every member node.
 type ClusterPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Every node must seal its keys in a TPM. When false, nodes may run with
-	// TPM_POLICY_DISABLED_FOR_DEVELOPMENT; a node never falls back to no TPM
-	// on its own.
-	TpmRequired bool `protobuf:"varint,1,opt,name=tpm_required,json=tpmRequired,proto3" json:"tpm_required,omitempty"`
+	// Nodes may run with TPM_POLICY_DISABLED_FOR_DEVELOPMENT. The default
+	// (false) requires every node to seal its keys in a TPM, so leaving the
+	// policy out can never weaken a cluster; a node never falls back to no
+	// TPM on its own.
+	AllowNodesWithoutTpm bool `protobuf:"varint,1,opt,name=allow_nodes_without_tpm,json=allowNodesWithoutTpm,proto3" json:"allow_nodes_without_tpm,omitempty"`
 	// The minimum protection of every node's data partition. Unspecified means
 	// the cluster does not constrain it beyond each node's own setting.
 	StorageSecurity StorageSecurity `protobuf:"varint,2,opt,name=storage_security,json=storageSecurity,proto3,enum=plinth.node.v1.StorageSecurity" json:"storage_security,omitempty"`
@@ -423,9 +424,9 @@ func (*ClusterPolicy) Descriptor() ([]byte, []int) {
 	return file_node_v1_parameters_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *ClusterPolicy) GetTpmRequired() bool {
+func (x *ClusterPolicy) GetAllowNodesWithoutTpm() bool {
 	if x != nil {
-		return x.TpmRequired
+		return x.AllowNodesWithoutTpm
 	}
 	return false
 }
@@ -769,9 +770,9 @@ const file_node_v1_parameters_proto_rawDesc = "" +
 	"\acluster\"{\n" +
 	"\tBootstrap\x12(\n" +
 	"\x10owner_public_key\x18\x01 \x01(\fR\x0eownerPublicKey\x12D\n" +
-	"\x0einitial_policy\x18\x02 \x01(\v2\x1d.plinth.node.v1.ClusterPolicyR\rinitialPolicy\"~\n" +
-	"\rClusterPolicy\x12!\n" +
-	"\ftpm_required\x18\x01 \x01(\bR\vtpmRequired\x12J\n" +
+	"\x0einitial_policy\x18\x02 \x01(\v2\x1d.plinth.node.v1.ClusterPolicyR\rinitialPolicy\"\x92\x01\n" +
+	"\rClusterPolicy\x125\n" +
+	"\x17allow_nodes_without_tpm\x18\x01 \x01(\bR\x14allowNodesWithoutTpm\x12J\n" +
 	"\x10storage_security\x18\x02 \x01(\x0e2\x1f.plinth.node.v1.StorageSecurityR\x0fstorageSecurity\"\x96\x01\n" +
 	"\bRegister\x124\n" +
 	"\x16cluster_ca_certificate\x18\x01 \x01(\fR\x14clusterCaCertificate\x12'\n" +

@@ -128,7 +128,7 @@ ESP, or as a kernel argument (-print-cmdline).
 	p := &nodepb.Parameters{}
 	var newKey ed25519.PrivateKey
 	if *bootstrap {
-		b := &nodepb.Bootstrap{InitialPolicy: &nodepb.ClusterPolicy{TpmRequired: *policyTPM}}
+		b := &nodepb.Bootstrap{InitialPolicy: &nodepb.ClusterPolicy{AllowNodesWithoutTpm: !*policyTPM}}
 		var err error
 		if b.InitialPolicy.StorageSecurity, err = parseStorage(*policyStorage); err != nil {
 			return fmt.Errorf("-policy-storage: %w", err)

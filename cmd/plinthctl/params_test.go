@@ -49,7 +49,7 @@ func TestParamsBootstrapNewKey(t *testing.T) {
 		"-gateway", "10.0.2.2", "-dns", "10.0.2.3,10.0.2.4", "-print-cmdline")
 
 	b := p.GetBootstrap()
-	if b == nil || !b.GetInitialPolicy().GetTpmRequired() {
+	if b == nil || b.GetInitialPolicy().GetAllowNodesWithoutTpm() {
 		t.Fatalf("want bootstrap with a TPM-requiring policy, got %v", p)
 	}
 	if p.GetStorage().GetSecurity() != nodepb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED ||
@@ -123,7 +123,7 @@ func TestParamsOwnerKeyForms(t *testing.T) {
 		if !bytes.Equal(p.GetBootstrap().GetOwnerPublicKey(), pub) {
 			t.Errorf("%s: wrong key", name)
 		}
-		if p.GetTpm().GetPolicy() != nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT || p.GetBootstrap().GetInitialPolicy().GetTpmRequired() {
+		if p.GetTpm().GetPolicy() != nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT || !p.GetBootstrap().GetInitialPolicy().GetAllowNodesWithoutTpm() {
 			t.Errorf("%s: TPM settings %v", name, p)
 		}
 	}

@@ -65,7 +65,6 @@ func bootstrapDoc() *nodepb.Parameters {
 		Cluster: &nodepb.Parameters_Bootstrap{Bootstrap: &nodepb.Bootstrap{
 			OwnerPublicKey: ownerKey,
 			InitialPolicy: &nodepb.ClusterPolicy{
-				TpmRequired:     true,
 				StorageSecurity: nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED,
 			},
 		}},

@@ -154,8 +154,8 @@ func validateAgainstPolicy(p *nodepb.Parameters, add adder) {
 	if pol == nil {
 		return
 	}
-	if pol.GetTpmRequired() && p.GetTpm().GetPolicy() == nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT {
-		add("tpm.policy: TPM_POLICY_DISABLED_FOR_DEVELOPMENT, but bootstrap.initial_policy.tpm_required is set")
+	if !pol.GetAllowNodesWithoutTpm() && p.GetTpm().GetPolicy() == nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT {
+		add("tpm.policy: TPM_POLICY_DISABLED_FOR_DEVELOPMENT, but bootstrap.initial_policy does not allow_nodes_without_tpm")
 	}
 	want, got := pol.GetStorageSecurity(), p.GetStorage().GetSecurity()
 	if want != nodepb.StorageSecurity_STORAGE_SECURITY_UNSPECIFIED &&

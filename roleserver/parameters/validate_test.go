@@ -67,7 +67,7 @@ func TestValidateErrors(t *testing.T) {
 
 		{"TPM disabled against policy", boot(func(p *nodepb.Parameters) {
 			p.Tpm.Policy = nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT
-		}), "tpm.policy: TPM_POLICY_DISABLED_FOR_DEVELOPMENT, but bootstrap.initial_policy.tpm_required is set"},
+		}), "tpm.policy: TPM_POLICY_DISABLED_FOR_DEVELOPMENT, but bootstrap.initial_policy does not allow_nodes_without_tpm"},
 		{"storage weaker than policy", boot(func(p *nodepb.Parameters) {
 			p.GetBootstrap().InitialPolicy.StorageSecurity = nodepb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED
 			p.Storage.Security = nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED
