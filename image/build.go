@@ -206,9 +206,7 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 			files = append(files, initramfsFile{Path: modulePath(b.kernel.Version, mod.Path), Data: mod.Data, Mode: 0o644})
 			load = append(load, mod.Path)
 		}
-		files = append(files,
-			initramfsFile{Path: ModuleLoadList, Data: []byte(strings.Join(load, "\n") + "\n"), Mode: 0o644},
-			initramfsFile{Path: "etc/plinth/kernel-version", Data: []byte(b.kernel.Version + "\n"), Mode: 0o644})
+		files = append(files, initramfsFile{Path: ModuleLoadList, Data: []byte(strings.Join(load, "\n") + "\n"), Mode: 0o644})
 		var buf bytes.Buffer
 		if err := writeInitramfs(&buf, sys, files); err != nil {
 			return "", err

@@ -139,7 +139,7 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{SystemImagePath, "init", "dev/console", ModuleLoadList, "etc/plinth/kernel-version", "newroot", "proc"}
+	want := []string{SystemImagePath, "init", "dev/console", ModuleLoadList, "newroot", "proc"}
 	for _, mod := range m.EarlyModules {
 		k, _ := testKernel(t)
 		want = append(want, modulePath(m.KernelVersion, k.Modules[mod].Path))

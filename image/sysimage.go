@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/verity"
 )
 
@@ -48,11 +49,26 @@ func systemTree(b *buildState) ([]sysFile, error) {
 	for _, m := range b.systemModules {
 		files = append(files, sysFile{Path: modulePath(b.kernel.Version, m.Path), Mode: 0o644, Data: m.Data})
 	}
+	files = append(files, sysFile{Path: modulePath(b.kernel.Version, kmod.IndexFile), Mode: 0o644, Data: moduleIndex(b.systemModules)})
 	tools, err := hostToolFiles(b.board.HostFiles)
 	if err != nil {
 		return nil, err
 	}
 	return append(files, tools...), nil
+}
+
+// moduleIndex lists the system image's modules for kmod.LoadByName, which
+// loads them on demand (the kernel cannot: there is no modprobe).
+func moduleIndex(mods []*Module) []byte {
+	var b strings.Builder
+	for _, m := range mods {
+		deps := strings.Join(m.Depends, ",")
+		if deps == "" {
+			deps = "-"
+		}
+		fmt.Fprintf(&b, "%s %s %s\n", m.Name, m.Path, deps)
+	}
+	return []byte(b.String())
 }
 
 // buildSquashfs stages files in a temporary directory and runs mksquashfs

@@ -128,7 +128,12 @@ func bootCore() int {
 		default:
 		}
 	}
-	net := network.New(network.Config{ResolvConfPath: "/run/resolv.conf", HostnamePath: "/run/hostname"})
+	netConfig, err := networkConfig(params)
+	if err != nil {
+		// Validated parameters cannot get here; keep DHCP rather than no network.
+		l.Error("static network configuration unusable, using DHCP", "err", err)
+	}
+	net := network.New(netConfig)
 	sup := supervisor.New(ctx, logs, func(ctx context.Context) error {
 		if err := supervisor.Run(ctx, "power", power.WatchButton(func() { requestShutdown(reaper.ExitPowerOff) })); err != nil {
 			return err
@@ -169,12 +174,16 @@ var runtimeMounts = []mount.Mount{
 	{Source: "run", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
 }
 
+// moduleDir is /lib/modules/VERSION of the running kernel, in the
+// initramfs and in the system image alike.
+func moduleDir() string {
+	var u unix.Utsname
+	unix.Uname(&u)
+	return filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:]))
+}
+
 func loadModules() (string, error) {
-	kver, err := os.ReadFile("/etc/plinth/kernel-version")
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join("/lib/modules", strings.TrimSpace(string(kver)))
+	dir := moduleDir()
 	loaded, skipped, err := kmod.LoadList(dir, "/"+image.ModuleLoadList)
 	detail := fmt.Sprintf("%d modules: %s", len(loaded), strings.Join(loaded, " "))
 	if len(skipped) > 0 {

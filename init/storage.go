@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/blockdev"
+	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/measure"
+	"plinth.dev/plinth/platform/network"
 	datadisk "plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/platform/tpm"
 	"plinth.dev/plinth/platform/verity"
@@ -74,6 +77,10 @@ func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtect
 	fs := "ext4"
 	if p.Params.GetStorage().GetFilesystem() == nodepb.NodeStorage_FILESYSTEM_XFS {
 		fs = "xfs"
+		// ext4 is built into the kernel; XFS is a module in the system image.
+		if err := kmod.LoadByName(moduleDir(), "xfs"); err != nil {
+			return "", err
+		}
 	}
 	r, err := datadisk.Open(context.Background(), datadisk.Config{Mode: mode, Filesystem: fs, MountPoint: root.Data.Path(), Keys: keys, Log: l})
 	if err != nil {
@@ -132,4 +139,33 @@ func benchmarkStorage(l *slog.Logger) {
 	l.Info("storage benchmark", "disk", disks[1].Path, "bytes", size,
 		"raw_write_mbps", fmt.Sprintf("%.1f", r.Raw.WriteMBps), "raw_read_mbps", fmt.Sprintf("%.1f", r.Raw.ReadMBps),
 		"crypt_write_mbps", fmt.Sprintf("%.1f", r.Crypt.WriteMBps), "crypt_read_mbps", fmt.Sprintf("%.1f", r.Crypt.ReadMBps))
+}
+
+// networkConfig turns the parameters' network section into the network
+// service's configuration: DHCP unless a static address is given.
+func networkConfig(p *parameters.Loaded) (network.Config, error) {
+	c := network.Config{ResolvConfPath: "/run/resolv.conf", HostnamePath: "/run/hostname", Hostname: p.Params.GetNetwork().GetHostname()}
+	st := p.Params.GetNetwork().GetStatic()
+	if st == nil {
+		return c, nil
+	}
+	addr, err := netip.ParsePrefix(st.GetAddress())
+	if err != nil {
+		return c, err
+	}
+	s := &network.Static{Interface: st.GetInterface(), Address: addr}
+	if st.GetGateway() != "" {
+		if s.Gateway, err = netip.ParseAddr(st.GetGateway()); err != nil {
+			return c, err
+		}
+	}
+	for _, d := range st.GetDns() {
+		a, err := netip.ParseAddr(d)
+		if err != nil {
+			return c, err
+		}
+		s.DNS = append(s.DNS, a)
+	}
+	c.Static = s
+	return c, nil
 }

@@ -283,3 +283,26 @@ func TestAuthenticatedStorage(t *testing.T) {
 	}
 	powerOff(t, ctx, n)
 }
+
+// TestXFSAndStaticNetwork: the parameters choose XFS for the data disk and
+// a static address (slirp's network, so the address is reachable) with a
+// hostname.
+func TestXFSAndStaticNetwork(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	p := BootstrapParameters()
+	p.Storage.Filesystem = nodepb.NodeStorage_FILESYSTEM_XFS
+	p.Network = &nodepb.Network{Hostname: "xfs-node", Static: &nodepb.StaticConfig{
+		Address: "10.0.2.20/24", Gateway: "10.0.2.2", Dns: []string{"10.0.2.3"}}}
+	m := newMachine(t, p)
+	n := m.boot(t, ctx, "boot")
+	mustLine(t, ctx, n, `I init: storage: make xfs filesystem`)
+	mustLine(t, ctx, n, `mounted at /data`)
+	if c := bootCount(t, ctx, n); c != "1" {
+		t.Fatalf("boot count %s", c)
+	}
+	mustLine(t, ctx, n, `I root.network: configured address .*address=10\.0\.2\.20/24 .*source=static`)
+	mustLine(t, ctx, n, `hostname=xfs-node`)
+	mustLine(t, ctx, n, `I init: node ready`)
+	powerOff(t, ctx, n)
+}

@@ -56,3 +56,69 @@ func LoadList(dir, listFile string) (loaded, skipped []string, err error) {
 	}
 	return loaded, skipped, s.Err()
 }
+
+// IndexFile is the builder's module index in /lib/modules/VERSION: one line
+// per module, "NAME PATH DEP,DEP" (deps are module names, "-" for none).
+const IndexFile = "modules.plinth"
+
+// Loaded reports whether a module (by name, underscores) is loaded.
+func Loaded(name string) bool {
+	_, err := os.Stat(filepath.Join("/sys/module", name))
+	return err == nil
+}
+
+// LoadByName loads a module and, first, its dependencies, using the
+// index in dir. Modules already loaded are skipped.
+func LoadByName(dir, name string) error {
+	idx, err := readIndex(filepath.Join(dir, IndexFile))
+	if err != nil {
+		return err
+	}
+	var load func(n string, depth int) error
+	load = func(n string, depth int) error {
+		if Loaded(n) {
+			return nil
+		}
+		e, ok := idx[n]
+		if !ok {
+			return fmt.Errorf("module %s is not in %s", n, filepath.Join(dir, IndexFile))
+		}
+		if depth > 32 {
+			return fmt.Errorf("module %s: dependency chain too deep", n)
+		}
+		for _, d := range e.deps {
+			if err := load(d, depth+1); err != nil {
+				return err
+			}
+		}
+		return Load(filepath.Join(dir, e.path))
+	}
+	return load(strings.ReplaceAll(name, "-", "_"), 0)
+}
+
+type indexEntry struct {
+	path string
+	deps []string
+}
+
+func readIndex(p string) (map[string]indexEntry, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	idx := map[string]indexEntry{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) != 3 {
+			continue
+		}
+		e := indexEntry{path: fields[1]}
+		if fields[2] != "-" {
+			e.deps = strings.Split(fields[2], ",")
+		}
+		idx[fields[0]] = e
+	}
+	return idx, s.Err()
+}
