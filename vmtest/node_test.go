@@ -29,15 +29,6 @@ func testImage(t *testing.T) *Image {
 	return img
 }
 
-func testParameters(t *testing.T, dir string) string {
-	t.Helper()
-	p, err := WriteParameters(filepath.Join(dir, "parameters.pb"), BootstrapParameters())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // bootTimeout is generous: TCG on a loaded 2-core CI machine is slow.
 const bootTimeout = 3 * time.Minute
 
@@ -77,14 +68,11 @@ func nodeErrors(lines []string) []string {
 }
 
 func TestNodeBootsAndPowersOff(t *testing.T) {
-	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	dir := TestDir(t)
-	o := img.NodeOptions("node").WithParameters(testParameters(t, dir))
-	o.WorkDir = dir
-	o.DiskPath, o.DiskSizeBytes = filepath.Join(dir, "disk.img"), 1<<30
-	n := LaunchT(t, ctx, o)
+	m := newMachine(t, BootstrapParameters())
+	img := m.img
+	n := m.boot(t, ctx, "node")
 
 	mustLine(t, ctx, n, `I init: node ready uptime=`)
 	healthy := mustLine(t, ctx, n, `I init: all supervised runnables healthy runnables="?([^"]*)`)[1]
@@ -121,14 +109,9 @@ func TestNodeBootsAndPowersOff(t *testing.T) {
 }
 
 func TestCtrlAltDelReboots(t *testing.T) {
-	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	dir := TestDir(t)
-	o := img.NodeOptions("node").WithParameters(testParameters(t, dir))
-	o.WorkDir = dir
-	o.DiskPath, o.DiskSizeBytes = filepath.Join(dir, "disk.img"), 1<<30
-	n := LaunchT(t, ctx, o)
+	n := newMachine(t, BootstrapParameters()).boot(t, ctx, "node")
 	mustLine(t, ctx, n, `I init: node ready`)
 	if err := n.CtrlAltDel(ctx); err != nil {
 		t.Fatal(err)
