@@ -18,7 +18,7 @@ export PLINTH_INIT           := $(abspath $(BIN)/init)
 export PLINTH_KERNEL_PACKAGE_DIR := $(abspath $(CACHE))
 export PLINTH_VMTEST_DIR     := $(abspath $(OUT)/vmtest)
 
-.PHONY: all help deps tools image run test unit fuzz vmtest repro bench generate clean
+.PHONY: all help deps tools image run test unit race fuzz vmtest repro bench generate clean
 
 all: image
 
@@ -27,6 +27,7 @@ help:
 	@echo "make test      everything CI runs: unit tests, reproducibility, VM tests"
 	@echo "make image     build the image for BOARD=$(BOARD) into $(IMAGE)"
 	@echo "make unit      unit tests (no VM)"
+	@echo "make race      consensus, supervisor, event and logtree tests under the race detector"
 	@echo "make fuzz      run every fuzz target briefly (FUZZTIME=$(FUZZTIME))"
 	@echo "make vmtest    VM tests against the built image"
 	@echo "make repro     build the image twice and compare every byte"
@@ -57,7 +58,12 @@ run: image
 
 unit: deps tools
 	@$(BIN)/plinthctl fetch-kernel -board $(BOARD) -cache $(CACHE) >/dev/null
-	go test -count=1 $$(go list ./... | grep -v '/vmtest$$')
+	go test -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/roleserver/consensus')
+
+# Concurrent packages run under the race detector (consensus runs only here).
+RACE_PKGS := ./roleserver/consensus/... ./platform/supervisor/... ./platform/event/... ./platform/logtree/...
+race:
+	go test -count=1 -race $(RACE_PKGS)
 
 repro: deps $(BIN)/init $(BIN)/plinthctl
 	scripts/repro $(BOARD) $(BIN) $(CACHE) $(OUT)/repro
@@ -77,7 +83,7 @@ fuzz:
 	    cat $(OUT)/fuzz.log; exit 1; fi; tail -n 2 $(OUT)/fuzz.log; \
 	done
 
-test: unit fuzz repro vmtest
+test: unit race fuzz repro vmtest
 	@echo "make test: all passed"
 
 bench: image

@@ -7,6 +7,8 @@
 //	             same kernel booting a trivial init in the same run (ratio)
 //	storage:     each storage step on first and later boots; dm-crypt against
 //	             the raw disk inside the VM (ratio)
+//	consensus:   bootstrap, AddNode → promoted learner, put latency namespaced
+//	             against raw (the roleserver/consensus Go benchmarks)
 package main
 
 import (
@@ -163,6 +165,9 @@ func run(imageDir, initBin, cache, out string, boots int) error {
 
 	if err := benchStorage(ctx, img, work, add); err != nil {
 		return fmt.Errorf("storage: %w", err)
+	}
+	if err := benchConsensus(add); err != nil {
+		return fmt.Errorf("consensus: %w", err)
 	}
 
 	js, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "board": img.Manifest.Board, "results": rs}, "", "  ")

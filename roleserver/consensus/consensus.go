@@ -1,0 +1,353 @@
+package consensus
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"plinth.dev/plinth/platform/event"
+	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// Config describes the startup configuration of a consensus instance.
+type Config struct {
+	// Data directory (persistent, encrypted storage) for etcd.
+	Data *localstorage.DataEtcdDirectory
+	// Ephemeral directory for etcd.
+	Ephemeral *localstorage.EphemeralConsensusDirectory
+
+	// JoinCluster is set if this instance is to join an existing cluster for the
+	// first time. If not set, it's assumed this instance has ran before and has all
+	// the state on disk required to become part of whatever cluster it was before.
+	// If that data is not present, a new cluster will be bootstrapped.
+	JoinCluster *JoinCluster
+
+	// NodeID is the node ID, which is also used to identify consensus nodes.
+	NodeID string
+
+	// NodePrivateKey is the node's main private key which is also used for
+	// Metropolis PKI. The same key will be used for consensus nodes, but
+	// different certificates will be used.
+	NodePrivateKey ed25519.PrivateKey
+
+	// knobs lets tests and benchmarks run several members in one process on
+	// loopback with short raft timeouts; production leaves it zero.
+	knobs knobs
+}
+
+// knobs are the settings production never changes. Zero values mean the
+// defaults below.
+type knobs struct {
+	// peerListen is the host:port the peer listener binds.
+	peerListen string
+	// peerAdvertise is the host:port other members dial. The default host
+	// is the node ID, which the cluster's name resolution maps to the node.
+	peerAdvertise string
+	// tickMs and electionMs are etcd's heartbeat interval and election
+	// timeout.
+	tickMs, electionMs uint
+	// readyTimeout bounds how long a started member may take to become
+	// part of its cluster before the runnable gives up.
+	readyTimeout time.Duration
+	// promoteInterval is how often the autopromoter looks at learners.
+	promoteInterval time.Duration
+	// noFsync trades durability for speed in tests.
+	noFsync bool
+}
+
+const (
+	// defaultPeerPort is the TCP port of the peer (raft) listener.
+	defaultPeerPort = 7834
+	// Production raft timings: etcd's own defaults, which tolerate a
+	// loaded node or a slow network link.
+	defaultTickMs          = 100
+	defaultElectionMs      = 1000
+	defaultReadyTimeout    = 2 * time.Minute
+	defaultPromoteInterval = 5 * time.Second
+)
+
+func (k knobs) withDefaults(nodeID string) knobs {
+	if k.peerListen == "" {
+		k.peerListen = fmt.Sprintf("0.0.0.0:%d", defaultPeerPort)
+	}
+	if k.peerAdvertise == "" {
+		k.peerAdvertise = fmt.Sprintf("%s:%d", nodeID, defaultPeerPort)
+	}
+	if k.tickMs == 0 {
+		k.tickMs = defaultTickMs
+	}
+	if k.electionMs == 0 {
+		k.electionMs = defaultElectionMs
+	}
+	if k.readyTimeout == 0 {
+		k.readyTimeout = defaultReadyTimeout
+	}
+	if k.promoteInterval == 0 {
+		k.promoteInterval = defaultPromoteInterval
+	}
+	return k
+}
+
+// ExistingNode is the peer URL and name of an already running consensus instance.
+type ExistingNode struct {
+	Name string
+	URL  string
+}
+
+// JoinCluster is all the data required for a node to join (for the first time)
+// an already running cluster. This data is available from an already running
+// consensus member by performing AddNode, which is called by the Curator when
+// new etcd nodes are added to the cluster.
+type JoinCluster struct {
+	CACertificate   *x509.Certificate
+	NodeCertificate *x509.Certificate
+	// ExistingNodes are an arbitrarily ordered list of other consensus members
+	// that the node should attempt to contact.
+	ExistingNodes []ExistingNode
+	// InitialCRL is a certificate revocation list for this cluster. After the
+	// node starts, a CRL on disk will be maintained reflecting the PKI state
+	// within etcd.
+	InitialCRL *pki.CRL
+}
+
+// Service is the etcd cluster member service. See package-level
+// documentation for more information.
+type Service struct {
+	config Config
+	value  memory.Value[*Status]
+}
+
+// New creates a consensus service; nothing happens until Run.
+func New(config Config) *Service {
+	s := &Service{config: config}
+	// A watcher must not block forever just because Run has not started
+	// yet: it gets a stopped status at once.
+	s.value.Set(&Status{})
+	return s
+}
+
+// Watch returns a watcher of the service's Status. Use FilterRunning to wait
+// for a running member.
+func (s *Service) Watch() event.Watcher[*Status] {
+	return s.value.Watch()
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Data == nil || c.Data.Data.Path() == "" || c.Data.PeerPKI.Path() == "":
+		return errors.New("consensus: Config.Data is not a placed localstorage directory")
+	case c.Ephemeral == nil || c.Ephemeral.ClientSocket.Path() == "":
+		return errors.New("consensus: Config.Ephemeral is not a placed localstorage directory")
+	case c.NodeID == "":
+		return errors.New("consensus: Config.NodeID is empty")
+	case len(c.NodePrivateKey) != ed25519.PrivateKeySize:
+		return fmt.Errorf("consensus: Config.NodePrivateKey has %d bytes, want %d", len(c.NodePrivateKey), ed25519.PrivateKeySize)
+	}
+	return nil
+}
+
+// Run is a Supervisor runnable that starts the etcd member service. It will
+// become healthy once the member joins the cluster successfully. A joining
+// member counts as joined once it has been promoted from learner to voter,
+// as only then can it serve clients.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.config.validate(); err != nil {
+		return err
+	}
+	k := s.config.knobs.withDefaults(s.config.NodeID)
+	lg := newZapLogger(supervisor.Logger(ctx))
+	d := newDisk(s.config.Data)
+
+	hasWAL, err := d.hasWAL()
+	if err != nil {
+		return err
+	}
+	join := s.config.JoinCluster
+	switch {
+	case hasWAL:
+		// Restart: whatever is on disk decides which cluster this is. A
+		// JoinCluster handed in again (the caller does not know whether a
+		// previous join got far enough) is stale by now.
+		if join != nil {
+			supervisor.Logger(ctx).Info("etcd data present, ignoring JoinCluster and rejoining with the state on disk")
+			join = nil
+		}
+		if err := verifyDataDir(lg, d.dataDir()); err != nil {
+			return fmt.Errorf("consensus: refusing to start on a damaged data directory %s (left untouched): %w", d.dataDir(), err)
+		}
+		if err := d.checkPKI(s.config.NodePrivateKey); err != nil {
+			return err
+		}
+		// Only a bootstrap that got as far as moving its data into place
+		// leaves this behind; what is left in it is garbage.
+		if err := os.RemoveAll(d.bootstrapDir()); err != nil {
+			return err
+		}
+	case join != nil:
+		if err := validateJoin(join, s.config.NodePrivateKey); err != nil {
+			return err
+		}
+		if err := d.writePKI(join.CACertificate, join.NodeCertificate, s.config.NodePrivateKey, join.InitialCRL); err != nil {
+			return err
+		}
+	default:
+		if d.hasPKI() && !d.hasUnfinishedBootstrap() {
+			// Peer certificates without etcd data mean the data vanished
+			// (or a join never finished): bootstrapping would silently
+			// fork off a new cluster next to the real one.
+			return fmt.Errorf("consensus: peer PKI in %s but no etcd data in %s, and no JoinCluster: refusing to bootstrap a new cluster over a member's leftovers", d.pkiDir(), d.dataDir())
+		}
+		if err := s.bootstrap(ctx, lg, k, d); err != nil {
+			return fmt.Errorf("consensus: bootstrapping a new cluster: %w", err)
+		}
+	}
+
+	cfg, err := s.etcdConfig(lg, k, d, join)
+	if err != nil {
+		return err
+	}
+	e, err := startEtcd(cfg)
+	if err != nil {
+		if join != nil {
+			return fmt.Errorf("consensus: joining the cluster through %s: %w", describePeers(join.ExistingNodes), err)
+		}
+		return fmt.Errorf("consensus: starting etcd: %w", err)
+	}
+	defer closeEtcd(e)
+
+	if err := waitReady(ctx, e, k.readyTimeout); err != nil {
+		return err
+	}
+	if err := waitPromoted(ctx, e); err != nil {
+		return err
+	}
+	cl, err := s.newClient(lg)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+
+	if err := supervisor.Run(ctx, "autopromoter", autopromoter(e, cl, k.promoteInterval)); err != nil {
+		return err
+	}
+	if err := supervisor.Run(ctx, "crl", d.crlWatcher(cl)); err != nil {
+		return err
+	}
+
+	s.value.Set(&Status{running: true, cl: cl})
+	// Consumers must stop using the client before it is closed.
+	defer s.value.Set(&Status{})
+	supervisor.Logger(ctx).Info("consensus member running", "member", e.Server.MemberID().String())
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-e.Err():
+		return fmt.Errorf("consensus: etcd failed: %w", err)
+	case <-e.Server.StopNotify():
+		return errors.New("consensus: etcd stopped (was this member removed from the cluster?)")
+	}
+}
+
+// startEtcd turns a panic of etcd's startup (a zap Fatal, see newZapLogger)
+// into an error.
+func startEtcd(cfg *embed.Config) (e *embed.Etcd, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, err = nil, fmt.Errorf("etcd panicked while starting: %v", r)
+		}
+	}()
+	return embed.StartEtcd(cfg)
+}
+
+// closeEtcd stops e whether or not it ever became ready: embed.Etcd.Close
+// alone waits for its client servers, which only start once the member is
+// ready, so closing a member that never got a quorum would hang forever.
+func closeEtcd(e *embed.Etcd) {
+	select {
+	case <-e.Server.ReadyNotify():
+	default:
+		e.Server.HardStop()
+	}
+	e.Close()
+}
+
+// waitReady waits until the member has published itself to the cluster,
+// which needs a quorum: a member whose peers are all unreachable or refuse
+// its certificate never gets there, and must fail instead of hanging.
+func waitReady(ctx context.Context, e *embed.Etcd, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+		return nil
+	case err := <-e.Err():
+		return fmt.Errorf("consensus: etcd failed while starting: %w", err)
+	case <-e.Server.StopNotify():
+		return errors.New("consensus: etcd stopped while starting (was this member removed from the cluster?)")
+	case <-t.C:
+		return fmt.Errorf("consensus: member not ready after %v: no quorum reachable (peers down, unreachable, or refusing this member's certificate)", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitPromoted holds a learner back from being reported running: a learner
+// serves no linearizable reads or writes, so neither the namespaced clients
+// nor the CRL watcher would work yet. There is no timeout: a learner that
+// is still catching up is making progress.
+func waitPromoted(ctx context.Context, e *embed.Etcd) error {
+	if !e.Server.IsLearner() {
+		return nil
+	}
+	supervisor.Logger(ctx).Info("joined as learner, waiting to be promoted")
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for e.Server.IsLearner() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-e.Err():
+			return fmt.Errorf("consensus: etcd failed: %w", err)
+		case <-e.Server.StopNotify():
+			return errors.New("consensus: etcd stopped while a learner (was this member removed from the cluster?)")
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func (s *Service) newClient(lg *zap.Logger) (*clientv3.Client, error) {
+	cl, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{"unix://" + s.config.Ephemeral.ClientSocket.Path()},
+		DialTimeout: 5 * time.Second,
+		Logger:      lg.Named("client"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consensus: connecting to the local etcd socket: %w", err)
+	}
+	return cl, nil
+}
+
+func describePeers(nodes []ExistingNode) string {
+	s := ""
+	for i, n := range nodes {
+		if i > 0 {
+			s += ", "
+		}
+		s += n.Name + "=" + n.URL
+	}
+	return "[" + s + "]"
+}
