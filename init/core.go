@@ -42,19 +42,6 @@ func bootCore() int {
 	l := logs.Logger("init")
 	l.Info("Plinth core starting", "version", version, "uptime", uptime())
 
-	// A failed step leaves the node waiting, saying why, and still
-	// answering a power-off request: no silent hang, no reboot loop.
-	step := func(name string, fn func() (string, error)) error {
-		t := time.Now()
-		detail, err := fn()
-		if err != nil {
-			l.Error("boot step failed: "+name, "err", err)
-			return err
-		}
-		l.Info(name, "detail", detail, "took", time.Since(t))
-		return nil
-	}
-
 	var (
 		args   map[string]string
 		system verity.Params
@@ -63,63 +50,66 @@ func bootCore() int {
 		chip   *tpm.TPM
 		local  = &localstorage.Root{}
 	)
-	err := step("early mounts", func() (string, error) {
-		if err := mount.All(runtimeMounts); err != nil {
-			return "", err
-		}
-		var err error
-		args, err = cmdline.Read()
-		return "devpts, shm, run, tmp", err
-	})
-	if err == nil {
-		err = step("load early kernel modules", loadModules)
-	}
-	if err == nil {
-		err = step("verify and mount the system image", func() (detail string, err error) {
+	// The boot, in order. Each step logs what it did and how long it took.
+	// A failed step leaves the node waiting, saying why, and still
+	// answering a power-off request: no silent hang, no reboot loop.
+	steps := []struct {
+		name string
+		run  func() (string, error)
+	}{
+		{"early mounts", func() (detail string, err error) {
+			if err := mount.All(runtimeMounts); err != nil {
+				return "", err
+			}
+			args, err = cmdline.Read()
+			return "devpts, shm, run", err
+		}},
+		{"load early kernel modules", loadModules},
+		{"verify and mount the system image", func() (detail string, err error) {
 			system, detail, err = openSystemImage(args)
 			return detail, err
-		})
-	}
-	if err == nil {
-		err = step("switch root into the system image", switchRoot)
-	}
-	if err == nil {
-		err = step("cgroup2", setupCgroups)
-	}
-	// What this node is for. Without valid parameters it waits: nothing
-	// below may touch the disk on a guess.
-	if err == nil {
-		err = step("read node parameters", func() (detail string, err error) {
+		}},
+		{"switch root into the system image", switchRoot},
+		{"cgroup2", setupCgroups},
+		// What this node is for. Without valid parameters it waits:
+		// nothing below may touch the disk on a guess.
+		{"read node parameters", func() (detail string, err error) {
 			params, detail, err = readParameters(args)
 			return detail, err
-		})
-	}
-	if err == nil {
-		err = step("TPM and measured boot", func() (detail string, err error) {
+		}},
+		{"TPM and measured boot", func() (detail string, err error) {
 			chip, keys, detail, err = measureBoot(l, params, system)
 			return detail, err
-		})
-	}
-	if err == nil {
-		err = step("open data disk", func() (string, error) { return openDataDisk(l, params, keys, local) })
-	}
-	if err == nil && chip != nil {
-		err = step("lock sealed keys", func() (string, error) {
+		}},
+		{"open data disk", func() (string, error) { return openDataDisk(l, params, keys, local) }},
+		{"lock sealed keys", func() (string, error) {
+			if chip == nil {
+				return "no TPM in use", nil
+			}
 			return fmt.Sprintf("PCR %d extended: no second unseal this boot", measure.PCR), measure.Lock(chip)
-		})
+		}},
+		{"boot counter", func() (string, error) { return countBoot(l, local) }},
 	}
-	if err == nil {
-		err = step("boot counter", func() (string, error) { return countBoot(l, local) })
+	for _, s := range steps {
+		t := time.Now()
+		detail, err := s.run()
+		if err != nil {
+			l.Error("boot step failed: "+s.name, "err", err)
+			l.Error("node halted: the boot cannot continue; power the node off, fix the cause and boot again")
+			return waitForPowerOff(logs)
+		}
+		l.Info(s.name, "detail", detail, "took", time.Since(t))
 	}
-	if err == nil && args["plinth.bench"] == "storage" {
+	if args["plinth.bench"] == "storage" {
 		benchmarkStorage(l)
 	}
-	if err != nil {
-		l.Error("node halted: the boot cannot continue; power the node off, fix the cause and boot again")
-		return waitForPowerOff(logs)
-	}
 	reportHardware(l)
+	return runNode(logs, l, params, local)
+}
 
+// runNode runs the supervisor tree until a shutdown request, then stops
+// it, closes the data volume and returns PID 1's exit code.
+func runNode(logs *logtree.Tree, l *slog.Logger, params *parameters.Loaded, local *localstorage.Root) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	shutdown := make(chan int, 1)
 	requestShutdown := func(code int) {
