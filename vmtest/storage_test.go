@@ -28,7 +28,17 @@ type machine struct {
 
 func newMachine(t *testing.T, p *nodepb.Parameters) *machine {
 	t.Helper()
-	m := &machine{img: testImage(t), dir: TestDir(t)}
+	return newMachineIn(t, TestDir(t), p)
+}
+
+// newMachineIn keeps the machine's disk, TPM and logs in dir (tests with
+// several machines give each its own).
+func newMachineIn(t *testing.T, dir string, p *nodepb.Parameters) *machine {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := &machine{img: testImage(t), dir: dir}
 	m.disk = filepath.Join(m.dir, "disk.img")
 	m.tpm = filepath.Join(m.dir, "tpm")
 	if err := os.MkdirAll(m.tpm, 0o755); err != nil {
