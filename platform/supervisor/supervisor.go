@@ -177,14 +177,6 @@ func Logger(ctx context.Context) *slog.Logger {
 	return slog.Default()
 }
 
-// DN returns the distinguished name of the runnable owning ctx.
-func DN(ctx context.Context) string {
-	if n, ok := ctx.Value(ctxKey{}).(*node); ok {
-		return n.dn
-	}
-	return ""
-}
-
 // loop runs one node until its parent context ends, restarting on failure.
 // parentWG is the wait group of the parent's generation.
 func (n *node) loop(parentCtx context.Context, parentWG *sync.WaitGroup) {
