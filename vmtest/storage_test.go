@@ -86,9 +86,12 @@ func powerOff(t *testing.T, ctx context.Context, n *Node) {
 	}
 }
 
-func bootCount(t *testing.T, ctx context.Context, n *Node) string {
+// wantBootCount waits for the node's boot counter and fails unless it is want.
+func wantBootCount(t *testing.T, ctx context.Context, n *Node, want string) {
 	t.Helper()
-	return mustLine(t, ctx, n, `I init: boot counter count=(\d+)`)[1]
+	if got := mustLine(t, ctx, n, `I init: boot counter count=(\d+)`)[1]; got != want {
+		t.Fatalf("boot count %s, want %s", got, want)
+	}
 }
 
 func hashFile(t *testing.T, p string) [32]byte {
@@ -129,18 +132,14 @@ func TestDataDiskLifecycle(t *testing.T) {
 	n := m.boot(t, ctx, "boot1")
 	mustLine(t, ctx, n, `I init: storage: make ext4 filesystem`)
 	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
-	if c := bootCount(t, ctx, n); c != "1" {
-		t.Fatalf("first boot count %s", c)
-	}
+	wantBootCount(t, ctx, n, "1")
 	mustLine(t, ctx, n, `I init: node ready`)
 	powerOff(t, ctx, n)
 	mustLine(t, ctx, n, `I init: data volume unmounted`)
 
 	n = m.boot(t, ctx, "boot2")
 	mustLine(t, ctx, n, `I init: storage: unseal node unlock key`)
-	if c := bootCount(t, ctx, n); c != "2" {
-		t.Fatalf("second boot count %s", c)
-	}
+	wantBootCount(t, ctx, n, "2")
 	assertNoLine(t, n, `make ext4 filesystem`)
 	powerOff(t, ctx, n)
 
@@ -170,9 +169,7 @@ func TestDataDiskLifecycle(t *testing.T) {
 
 	// Parameters restored: the node continues where it was.
 	n = m.boot(t, ctx, "boot5-restored")
-	if c := bootCount(t, ctx, n); c != "3" {
-		t.Fatalf("boot count after restoring parameters %s, want 3", c)
-	}
+	wantBootCount(t, ctx, n, "3")
 	powerOff(t, ctx, n)
 }
 
@@ -211,9 +208,7 @@ func TestPowerCutDuringSetup(t *testing.T) {
 	n = m.boot(t, ctx, "boot2")
 	mustLine(t, ctx, n, `W init: storage: an earlier first-time setup was interrupted`)
 	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
-	if c := bootCount(t, ctx, n); c != "1" {
-		t.Fatalf("boot count %s after an interrupted setup, want 1", c)
-	}
+	wantBootCount(t, ctx, n, "1")
 	powerOff(t, ctx, n)
 }
 
@@ -227,9 +222,7 @@ func TestTPMPolicy(t *testing.T) {
 		m := newMachine(t, p)
 		n := m.boot(t, ctx, "boot", func(o *NodeOptions) { o.NoTPM = true })
 		mustLine(t, ctx, n, `W init: TPM disabled for development`)
-		if c := bootCount(t, ctx, n); c != "1" {
-			t.Fatalf("boot count %s", c)
-		}
+		wantBootCount(t, ctx, n, "1")
 		powerOff(t, ctx, n)
 	})
 	t.Run("RequiredWithoutTPMRefuses", func(t *testing.T) {
@@ -282,15 +275,11 @@ func TestAuthenticatedStorage(t *testing.T) {
 	m := newMachine(t, p)
 	n := m.boot(t, ctx, "boot1")
 	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
-	if c := bootCount(t, ctx, n); c != "1" {
-		t.Fatalf("first boot count %s", c)
-	}
+	wantBootCount(t, ctx, n, "1")
 	powerOff(t, ctx, n)
 	n = m.boot(t, ctx, "boot2")
 	mustLine(t, ctx, n, `I init: storage: disk was set up before mode=authenticated`)
-	if c := bootCount(t, ctx, n); c != "2" {
-		t.Fatalf("second boot count %s", c)
-	}
+	wantBootCount(t, ctx, n, "2")
 	powerOff(t, ctx, n)
 }
 
@@ -308,9 +297,7 @@ func TestXFSAndStaticNetwork(t *testing.T) {
 	n := m.boot(t, ctx, "boot")
 	mustLine(t, ctx, n, `I init: storage: make xfs filesystem`)
 	mustLine(t, ctx, n, `mounted at /data`)
-	if c := bootCount(t, ctx, n); c != "1" {
-		t.Fatalf("boot count %s", c)
-	}
+	wantBootCount(t, ctx, n, "1")
 	mustLine(t, ctx, n, `I root.network: configured address .*address=10\.0\.2\.20/24 .*source=static`)
 	mustLine(t, ctx, n, `hostname=xfs-node`)
 	mustLine(t, ctx, n, `I init: node ready`)
