@@ -58,10 +58,10 @@ run: image
 
 unit: deps tools
 	@$(BIN)/plinthctl fetch-kernel -board $(BOARD) -cache $(CACHE) >/dev/null
-	go test -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/roleserver/consensus')
+	go test -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/roleserver')
 
 # Concurrent packages run under the race detector (consensus runs only here).
-RACE_PKGS := ./roleserver/consensus/... ./platform/supervisor/... ./platform/event/... ./platform/logtree/...
+RACE_PKGS := ./roleserver/... ./platform/supervisor/... ./platform/event/... ./platform/logtree/...
 race:
 	go test -count=1 -race $(RACE_PKGS)
 

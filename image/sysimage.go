@@ -38,6 +38,7 @@ func systemTree(b *buildState) ([]sysFile, error) {
 			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\n", b.board.Name, b.version))},
 		// Written by the network service at run time.
 		{Path: "etc/resolv.conf", Symlink: "../run/resolv.conf"},
+		{Path: "etc/hosts", Symlink: "../run/hosts"},
 		{Path: "etc/hostname", Symlink: "../run/hostname"},
 		{Path: "etc/mtab", Symlink: "../proc/self/mounts"},
 		{Path: "var/run", Symlink: "../run"},

@@ -18,7 +18,6 @@ import (
 	"plinth.dev/plinth/platform/cmdline"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/logtree"
-	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/mount"
 	"plinth.dev/plinth/platform/network"
 	"plinth.dev/plinth/platform/power"
@@ -28,6 +27,8 @@ import (
 	"plinth.dev/plinth/platform/sysimage"
 	"plinth.dev/plinth/platform/tpm"
 	"plinth.dev/plinth/platform/verity"
+	"plinth.dev/plinth/roleserver"
+	"plinth.dev/plinth/roleserver/enrolment"
 	"plinth.dev/plinth/roleserver/localstorage"
 	"plinth.dev/plinth/roleserver/parameters"
 )
@@ -49,6 +50,10 @@ func bootCore() int {
 		keys   datadisk.KeyProtector
 		chip   *tpm.TPM
 		local  = &localstorage.Root{}
+		// registering: the node parameters say register, so the data
+		// volume opens only after the cluster hands over its key.
+		registering bool
+		diskCfg     datadisk.Config
 	)
 	// The boot, in order. Each step logs what it did and how long it took.
 	// A failed step leaves the node waiting, saying why, and still
@@ -75,20 +80,26 @@ func bootCore() int {
 		// nothing below may touch the disk on a guess.
 		{"read node parameters", func() (detail string, err error) {
 			params, detail, err = readParameters(args)
+			registering = params != nil && params.Params.GetRegister() != nil
 			return detail, err
 		}},
 		{"TPM and measured boot", func() (detail string, err error) {
 			chip, keys, detail, err = measureBoot(l, params, system)
 			return detail, err
 		}},
-		{"open data disk", func() (string, error) { return openDataDisk(l, params, keys, local) }},
-		{"lock sealed keys", func() (string, error) {
-			if chip == nil {
-				return "no TPM in use", nil
+		{"open data disk", func() (detail string, err error) {
+			if diskCfg, err = dataDiskConfig(l, params, keys, local); err != nil {
+				return "", err
 			}
-			return fmt.Sprintf("PCR %d extended: no second unseal this boot", measure.PCR), measure.Lock(chip)
+			if registering {
+				return "deferred: this node's volume key needs the cluster unlock key, which enrolment fetches once the network is up", nil
+			}
+			r, err := datadisk.Open(context.Background(), diskCfg)
+			if err != nil {
+				return "", err
+			}
+			return volumeOpened(l, chip, local, r)
 		}},
-		{"boot counter", func() (string, error) { return countBoot(l, local) }},
 	}
 	for _, s := range steps {
 		t := time.Now()
@@ -104,12 +115,21 @@ func bootCore() int {
 		benchmarkStorage(l)
 	}
 	reportHardware(l)
-	return runNode(logs, l, params, local)
+	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg})
+}
+
+// nodeState is what the boot steps hand to the supervised node.
+type nodeState struct {
+	params *parameters.Loaded
+	local  *localstorage.Root
+	keys   datadisk.KeyProtector
+	chip   *tpm.TPM
+	disk   datadisk.Config
 }
 
 // runNode runs the supervisor tree until a shutdown request, then stops
 // it, closes the data volume and returns PID 1's exit code.
-func runNode(logs *logtree.Tree, l *slog.Logger, params *parameters.Loaded, local *localstorage.Root) int {
+func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	shutdown := make(chan int, 1)
 	requestShutdown := func(code int) {
@@ -118,18 +138,57 @@ func runNode(logs *logtree.Tree, l *slog.Logger, params *parameters.Loaded, loca
 		default:
 		}
 	}
-	netConfig, err := networkConfig(params)
+	netConfig, err := networkConfig(n.params)
 	if err != nil {
 		// Validated parameters cannot get here; keep DHCP rather than no network.
 		l.Error("static network configuration unusable, using DHCP", "err", err)
 	}
 	net := network.New(netConfig)
-	sup := supervisor.New(ctx, logs, func(ctx context.Context) error {
-		if err := supervisor.Run(ctx, "power", power.WatchButton(func() { requestShutdown(reaper.ExitPowerOff) })); err != nil {
+	var sup *supervisor.Supervisor
+	roles := roleserver.New(roleserver.Config{
+		StorageRoot: n.local,
+		Network:     net,
+		LogTree:     logs,
+		Version:     version,
+		BootTime:    bootTime(),
+		HostsPath:   "/run/hosts",
+		Power: func(reboot bool) {
+			if reboot {
+				requestShutdown(reaper.ExitReboot)
+			} else {
+				requestShutdown(reaper.ExitPowerOff)
+			}
+		},
+		Runnables: func() []supervisor.Status { return sup.Snapshot() },
+	})
+	enrol := enrolment.Config{
+		Parameters: n.params.Params,
+		Root:       n.local,
+		Keys:       n.keys,
+		TPMUsage:   tpmUsage(n.chip),
+		Disk:       n.disk,
+		VolumeOpened: func(r *datadisk.Result) error {
+			_, err := volumeOpened(l, n.chip, n.local, r)
 			return err
-		}
-		if err := supervisor.Run(ctx, "network", net.Run); err != nil {
-			return err
+		},
+		Network:    net,
+		RoleServer: roles,
+		Version:    version,
+		BootTime:   bootTime(),
+	}
+	sup = supervisor.New(ctx, logs, func(ctx context.Context) error {
+		for _, r := range []struct {
+			name string
+			run  supervisor.Runnable
+		}{
+			{"power", power.WatchButton(func() { requestShutdown(reaper.ExitPowerOff) })},
+			{"network", net.Run},
+			{"enrolment", enrol.Run},
+			{"roleserver", roles.Run},
+		} {
+			if err := supervisor.Run(ctx, r.name, r.run); err != nil {
+				return err
+			}
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		<-ctx.Done()
@@ -148,7 +207,9 @@ func runNode(logs *logtree.Tree, l *slog.Logger, params *parameters.Loaded, loca
 	case <-time.After(15 * time.Second):
 		l.Error("runnables still running after 15s, going down anyway", "still", notStopped(sup))
 	}
-	if err := datadisk.Close(local.Data.Path()); err != nil {
+	if !mounted(n.local.Data.Path()) {
+		l.Info("data volume was not open")
+	} else if err := datadisk.Close(n.local.Data.Path()); err != nil {
 		l.Error("closing the data volume", "err", err)
 	} else {
 		l.Info("data volume unmounted")

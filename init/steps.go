@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/blockdev"
 	"plinth.dev/plinth/platform/kmod"
@@ -66,9 +67,11 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params) (*t
 		chip.Name(), measure.PCR, v[measure.PCR][:8], pcrs), nil
 }
 
-func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, root *localstorage.Root) (string, error) {
+// dataDiskConfig places the local storage tree and says how to open the
+// data volume; registering nodes open it later, in enrolment.
+func dataDiskConfig(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, root *localstorage.Root) (datadisk.Config, error) {
 	if err := localstorage.Place(root, "/"); err != nil {
-		return "", err
+		return datadisk.Config{}, err
 	}
 	mode := datadisk.ModeCrypt
 	if p.Params.GetStorage().GetSecurity() == nodepb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED {
@@ -79,13 +82,15 @@ func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtect
 		fs = "xfs"
 		// ext4 is built into the kernel; XFS is a module in the system image.
 		if err := kmod.LoadByName(moduleDir(), "xfs"); err != nil {
-			return "", err
+			return datadisk.Config{}, err
 		}
 	}
-	r, err := datadisk.Open(context.Background(), datadisk.Config{Mode: mode, Filesystem: fs, MountPoint: root.Data.Path(), Keys: keys, Log: l})
-	if err != nil {
-		return "", err
-	}
+	return datadisk.Config{Mode: mode, Filesystem: fs, MountPoint: root.Data.Path(), Keys: keys, Log: l}, nil
+}
+
+// volumeOpened finishes what opening the data volume starts: the local
+// storage tree on it, no further unsealing this boot, the boot counter.
+func volumeOpened(l *slog.Logger, chip *tpm.TPM, root *localstorage.Root, r *datadisk.Result) (string, error) {
 	if err := localstorage.Create(&root.Data, 0o700); err != nil {
 		return "", err
 	}
@@ -96,8 +101,54 @@ func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtect
 	if r.Initialised {
 		what = "initialised"
 	}
-	return fmt.Sprintf("%s %s: partition %s → %s (%.1f GiB %s) mounted at %s", what, r.Disk, r.Partition, r.Mapped,
-		float64(r.Size)/(1<<30), fs, root.Data.Path()), nil
+	detail := fmt.Sprintf("%s %s: partition %s → %s (%.1f GiB) mounted at %s", what, r.Disk, r.Partition, r.Mapped,
+		float64(r.Size)/(1<<30), root.Data.Path())
+	l.Info("data volume open", "detail", detail)
+	if chip == nil {
+		l.Info("sealed keys: no TPM in use")
+	} else if err := measure.Lock(chip); err != nil {
+		return "", err
+	} else {
+		l.Info("sealed keys locked", "detail", fmt.Sprintf("PCR %d extended: no second unseal this boot", measure.PCR))
+	}
+	if _, err := countBoot(l, root); err != nil {
+		return "", err
+	}
+	return detail, nil
+}
+
+func tpmUsage(chip *tpm.TPM) clusterpb.NodeTPMUsage {
+	if chip == nil {
+		return clusterpb.NodeTPMUsage_NODE_TPM_USAGE_NOT_USED_BY_POLICY
+	}
+	return clusterpb.NodeTPMUsage_NODE_TPM_USAGE_USED
+}
+
+// bootTime is when the kernel started, from /proc/uptime.
+func bootTime() time.Time {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Now()
+	}
+	var up float64
+	if _, err := fmt.Sscanf(string(b), "%f", &up); err != nil {
+		return time.Now()
+	}
+	return time.Now().Add(-time.Duration(up * float64(time.Second)))
+}
+
+// mounted reports whether something is mounted at path.
+func mounted(path string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
 }
 
 // countBoot increments the persistent boot counter in /data.

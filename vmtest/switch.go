@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -23,6 +24,12 @@ import (
 // floods unknown or broadcast destinations, like a real unmanaged switch.
 // DHCP requests are answered here rather than forwarded, so guests configure
 // themselves exactly as they would on a real LAN.
+//
+// Every port's address is reserved when the port is made (PortAddr), in
+// the order ports are made, so a test knows a node's address before the
+// node boots (the Router needs it for its port forwards). A router port
+// (see Router) gets no address and never sees DHCP traffic: the slirp
+// stack behind it would answer DHCP requests too.
 type Switch struct {
 	dir    string
 	subnet netip.Prefix
@@ -33,9 +40,16 @@ type Switch struct {
 	ports  []*swPort
 	table  map[[6]byte]*swPort   // learned MAC -> port
 	leases map[string]netip.Addr // MAC string -> leased address
-	next   netip.Addr            // next address to hand out
-	closed bool
-	wg     sync.WaitGroup
+	// reserved holds the address of every port's MAC (MAC string ->
+	// address), made with the port; lease hands it out.
+	reserved map[string]netip.Addr
+	next     netip.Addr // next address to reserve or hand out
+	closed   bool
+	wg       sync.WaitGroup
+
+	// observe, if set (tests only), sees every frame entering the switch
+	// with the name of the port it came from.
+	observe func(port string, frame []byte)
 }
 
 type swPort struct {
@@ -43,6 +57,8 @@ type swPort struct {
 	conn   *net.UnixConn
 	path   string // switch-side socket, removed on Close
 	remote *net.UnixAddr
+	mac    net.HardwareAddr // the NIC's MAC; nil for a router port
+	router bool
 }
 
 // NewSwitch creates a switch whose sockets live in dir. dir must be short
@@ -64,12 +80,16 @@ func NewSwitch(dir string, subnet netip.Prefix) (*Switch, error) {
 		subnet: subnet,
 		addr:   addr,
 		// Locally administered, so it cannot collide with QEMU's 52:54:00 MACs.
-		mac:    net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01},
-		table:  map[[6]byte]*swPort{},
-		leases: map[string]netip.Addr{},
-		next:   next,
+		mac:      net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01},
+		table:    map[[6]byte]*swPort{},
+		leases:   map[string]netip.Addr{},
+		reserved: map[string]netip.Addr{},
+		next:     next,
 	}, nil
 }
+
+// Subnet is the switch's network.
+func (s *Switch) Subnet() netip.Prefix { return s.subnet }
 
 // Addr returns the switch's own address (the guests' router and DNS).
 func (s *Switch) Addr() netip.Addr { return s.addr }
@@ -78,8 +98,45 @@ func (s *Switch) Addr() netip.Addr { return s.addr }
 // arguments that attach the node's NIC to it (append them to ExtraArgs and
 // set NoNetwork). Each port gets a unique MAC, so Leases can be mapped back
 // to nodes. QEMU binds the node-side path itself; until it does, frames to
-// that node are dropped, as on an unplugged cable.
+// that node are dropped, as on an unplugged cable. The port's address is
+// reserved now (PortAddr); a switch whose subnet is used up refuses the
+// port. The same arguments serve every later launch of the node.
 func (s *Switch) Port(name string) (qemuArgs []string, err error) {
+	p, err := s.addPort(name, false)
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"-netdev", fmt.Sprintf("dgram,id=lan0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s",
+			qemuOpt(p.remote.Name), qemuOpt(p.path)),
+		"-device", "virtio-net-pci,netdev=lan0,mac=" + p.mac.String(),
+	}, nil
+}
+
+// PortAddr is the address the switch's DHCP server gives the node on port
+// name (made by Port).
+func (s *Switch) PortAddr(name string) (netip.Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.ports {
+		if p.name == name && !p.router {
+			return s.reserved[p.mac.String()], nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("vmtest: switch has no node port %q", name)
+}
+
+// routerPort makes a port for a Router: no address, no DHCP. It returns
+// the QEMU-side socket path (to bind) and the switch-side one (to send to).
+func (s *Switch) routerPort(name string) (local, remote string, err error) {
+	p, err := s.addPort(name, true)
+	if err != nil {
+		return "", "", err
+	}
+	return p.remote.Name, p.path, nil
+}
+
+func (s *Switch) addPort(name string, router bool) (*swPort, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -89,22 +146,31 @@ func (s *Switch) Port(name string) (qemuArgs []string, err error) {
 	if n > 0xffff {
 		return nil, errors.New("vmtest: too many switch ports")
 	}
-	swPath := filepath.Join(s.dir, name+"-sw.sock")
-	nodePath := filepath.Join(s.dir, name+".sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: swPath, Net: "unixgram"})
+	p := &swPort{name: name, router: router, path: filepath.Join(s.dir, name+"-sw.sock"),
+		remote: &net.UnixAddr{Name: filepath.Join(s.dir, name+".sock"), Net: "unixgram"}}
+	var addr netip.Addr
+	if !router {
+		p.mac = net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, byte(n >> 8), byte(n)}
+		var ok bool
+		if addr, ok = s.allocLocked(); !ok {
+			return nil, fmt.Errorf("vmtest: switch port %s: no free address left in %v", name, s.subnet)
+		}
+	}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p.path, Net: "unixgram"})
 	if err != nil {
+		if addr.IsValid() {
+			s.next = addr // give the address back: nothing else took one since
+		}
 		return nil, fmt.Errorf("vmtest: switch port %s: %w", name, err)
 	}
-	p := &swPort{name: name, conn: conn, path: swPath, remote: &net.UnixAddr{Name: nodePath, Net: "unixgram"}}
+	p.conn = conn
+	if addr.IsValid() {
+		s.reserved[p.mac.String()] = addr
+	}
 	s.ports = append(s.ports, p)
 	s.wg.Add(1)
 	go s.serve(p)
-	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, byte(n >> 8), byte(n)}
-	return []string{
-		"-netdev", fmt.Sprintf("dgram,id=lan0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s",
-			qemuOpt(nodePath), qemuOpt(swPath)),
-		"-device", "virtio-net-pci,netdev=lan0,mac=" + mac.String(),
-	}, nil
+	return p, nil
 }
 
 // Leases returns a copy of the addresses handed out, keyed by MAC.
@@ -165,9 +231,22 @@ func (s *Switch) handle(in *swPort, f []byte) {
 	if src[0]&1 == 0 {
 		s.table[src] = in
 	}
+	observe := s.observe
 	s.mu.Unlock()
+	if observe != nil {
+		observe(in.name, f)
+	}
 	if payload, ok := dhcpPayload(f); ok {
-		s.dhcp(in, payload)
+		// Requests are answered here; one from the router (slirp never
+		// sends any) is dropped rather than answered.
+		if !in.router {
+			s.dhcp(in, payload)
+		}
+		return
+	}
+	isDHCP := dhcpReply(f)
+	if isDHCP && in.router {
+		// slirp's own DHCP server must never reach a node.
 		return
 	}
 	s.mu.Lock()
@@ -184,6 +263,9 @@ func (s *Switch) handle(in *swPort, f []byte) {
 		}
 	}
 	s.mu.Unlock()
+	if isDHCP {
+		out = slices.DeleteFunc(out, func(p *swPort) bool { return p.router })
+	}
 	for _, p := range out {
 		// Errors mean the node is not (yet, or any more) listening: drop,
 		// as a real switch does for a dead link.
@@ -193,16 +275,8 @@ func (s *Switch) handle(in *swPort, f []byte) {
 
 // dhcpPayload returns the UDP payload of an IPv4 UDP frame to port 67.
 func dhcpPayload(f []byte) ([]byte, bool) {
-	if binary.BigEndian.Uint16(f[12:14]) != 0x0800 || len(f) < 14+20 {
-		return nil, false
-	}
-	ip := f[14:]
-	ihl := int(ip[0]&0x0f) * 4
-	if ip[0]>>4 != 4 || ihl < 20 || ip[9] != 17 || len(ip) < ihl+8 {
-		return nil, false
-	}
-	udp := ip[ihl:]
-	if binary.BigEndian.Uint16(udp[2:4]) != 67 {
+	udp, ok := udpSegment(f)
+	if !ok || binary.BigEndian.Uint16(udp[2:4]) != 67 {
 		return nil, false
 	}
 	ulen := int(binary.BigEndian.Uint16(udp[4:6]))
@@ -210,6 +284,26 @@ func dhcpPayload(f []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return udp[8:ulen], true
+}
+
+// dhcpReply reports whether f is an IPv4 UDP frame to the DHCP client port
+// (a DHCP server's answer).
+func dhcpReply(f []byte) bool {
+	udp, ok := udpSegment(f)
+	return ok && binary.BigEndian.Uint16(udp[2:4]) == 68
+}
+
+// udpSegment returns the UDP header and payload of an IPv4 UDP frame.
+func udpSegment(f []byte) ([]byte, bool) {
+	if len(f) < 14+20 || binary.BigEndian.Uint16(f[12:14]) != 0x0800 {
+		return nil, false
+	}
+	ip := f[14:]
+	ihl := int(ip[0]&0x0f) * 4
+	if ip[0]>>4 != 4 || ihl < 20 || ip[9] != 17 || len(ip) < ihl+8 {
+		return nil, false
+	}
+	return ip[ihl:], true
 }
 
 func (s *Switch) dhcp(in *swPort, payload []byte) {
@@ -254,8 +348,10 @@ func (s *Switch) dhcp(in *swPort, payload []byte) {
 	_, _ = in.conn.WriteToUnix(f, in.remote)
 }
 
-// lease returns the address for mac, allocating the next free one the first
-// time so that a node keeps its address across DHCP renewals and reboots.
+// lease returns the address for mac: the port's reserved one, or for a MAC
+// that is not a port's (a guest that changed its MAC) the next free one,
+// allocated the first time so that a node keeps its address across DHCP
+// renewals and reboots.
 func (s *Switch) lease(mac net.HardwareAddr) (netip.Addr, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,13 +359,24 @@ func (s *Switch) lease(mac net.HardwareAddr) (netip.Addr, bool) {
 	if a, ok := s.leases[key]; ok {
 		return a, true
 	}
+	a, ok := s.reserved[key]
+	if !ok {
+		if a, ok = s.allocLocked(); !ok {
+			return netip.Addr{}, false
+		}
+	}
+	s.leases[key] = a
+	return a, true
+}
+
+// allocLocked takes the next free address.
+func (s *Switch) allocLocked() (netip.Addr, bool) {
 	a := s.next
 	// The last address of the subnet is its broadcast address.
 	if !s.subnet.Contains(a.Next()) {
 		return netip.Addr{}, false
 	}
 	s.next = a.Next()
-	s.leases[key] = a
 	return a, true
 }
 

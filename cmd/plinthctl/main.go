@@ -2,6 +2,19 @@
 //
 //	plinthctl build  [-board B] -kernel-package DEB -init BIN [-out DIR]
 //	plinthctl run    [-image DIR] [-state DIR]      boot one node in QEMU with swtpm
+//	plinthctl params -o FILE -bootstrap|-register   write node parameters
+//	plinthctl launch [-nodes N] [-dir DIR]          local test cluster (vmtest)
+//
+// Cluster commands (as its owner; -config DIR, default $PLINTH_CONFIG or
+// ~/.config/plinth):
+//
+//	plinthctl takeownership -endpoint HOST:PORT [-owner-key FILE]
+//	plinthctl nodes list|describe [-o json] [NODE]
+//	plinthctl approve [PUBKEY|NODE...]
+//	plinthctl roles add|remove NODE ROLE...
+//	plinthctl ticket
+//	plinthctl logs [-f] NODE
+//	plinthctl reboot NODE
 package main
 
 import (
@@ -45,6 +58,6 @@ func usage() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(os.Stderr, "  %-14s %s\n", n, commands[n].summary)
 	}
 }

@@ -56,7 +56,10 @@ func runParams(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("params", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: plinthctl params -o FILE (-bootstrap [-owner-key PUB] | -register -ca CERT.der -ticket T -curator HOST:PORT...) [flags]
+		fmt.Fprint(stderr, `usage: plinthctl params -o FILE (-bootstrap [-owner-key PUB] | -register [-ca CERT.der -ticket T -curator HOST:PORT...]) [flags]
+
+With -register alone, the CA, ticket and curators come from the cluster
+(Management, as its owner: see -config).
 
 Writes a node parameters document. Give it to a node as QEMU
 -fw_cfg name=`+parameters.FwCfgName+`,file=FILE, as `+parameters.ESPPath+` on the
@@ -73,6 +76,8 @@ ESP, or as a kernel argument (-print-cmdline).
 	register := fs.Bool("register", false, "register with an existing cluster")
 	caFile := fs.String("ca", "", "register: cluster CA certificate `file` (DER or PEM)")
 	ticket := fs.String("ticket", "", "register: registration ticket")
+	ticketB64 := fs.String("ticket-base64", "", "register: registration ticket in base64 (as plinthctl ticket prints it)")
+	configDir := configFlag(fs)
 	var curators paramsListFlag
 	fs.Var(&curators, "curator", "register: curator `host:port` (repeat or comma-separate)")
 	tpm := fs.String("tpm", "", "required|disabled (disabled is for development only; default required)")
@@ -114,7 +119,7 @@ ESP, or as a kernel argument (-print-cmdline).
 	if err := only("-bootstrap", "owner-key", "policy-tpm-required", "policy-storage"); *register && err != nil {
 		return err
 	}
-	if err := only("-register", "ca", "ticket", "curator"); *bootstrap && err != nil {
+	if err := only("-register", "ca", "ticket", "ticket-base64", "curator", "config"); *bootstrap && err != nil {
 		return err
 	}
 	if err := only("-static-address", "interface", "gateway", "dns"); *staticAddr == "" && err != nil {
@@ -153,10 +158,25 @@ ESP, or as a kernel argument (-print-cmdline).
 		p.Cluster = &nodepb.Parameters_Bootstrap{Bootstrap: b}
 	} else {
 		r := &nodepb.Register{RegisterTicket: []byte(*ticket), CuratorEndpoints: curators}
+		if set["ticket"] && set["ticket-base64"] {
+			return errors.New("give -ticket or -ticket-base64, not both")
+		}
+		if *ticketB64 != "" {
+			var err error
+			if r.RegisterTicket, err = base64.StdEncoding.DecodeString(*ticketB64); err != nil {
+				return fmt.Errorf("-ticket-base64: %w", err)
+			}
+		}
 		if *caFile != "" {
 			var err error
 			if r.ClusterCaCertificate, err = readCert(*caFile); err != nil {
 				return fmt.Errorf("-ca: %w", err)
+			}
+		}
+		if !set["ca"] && !set["ticket"] && !set["ticket-base64"] && !set["curator"] {
+			var err error
+			if r, err = fetchRegister(*configDir); err != nil {
+				return fmt.Errorf("fetching the register parameters from the cluster (or give -ca, -ticket and -curator): %w", err)
 			}
 		}
 		p.Cluster = &nodepb.Parameters_Register{Register: r}
@@ -229,6 +249,19 @@ ESP, or as a kernel argument (-print-cmdline).
 		fmt.Fprintln(stdout, arg)
 	}
 	return nil
+}
+
+// fetchRegister asks the cluster for a new node's register parameters
+// with the owner configuration in dir. A variable so tests can stand in.
+var fetchRegister = func(dir string) (*nodepb.Register, error) {
+	c, err := dialOwner(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	return c.RegisterParameters(ctx)
 }
 
 func parseStorage(s string) (nodepb.StorageSecurity, error) {

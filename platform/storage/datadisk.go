@@ -38,10 +38,15 @@ type Config struct {
 	Filesystem string // "ext4" or "xfs"
 	MountPoint string
 	Keys       KeyProtector
-	// ClusterUnlockKey is mixed into the volume key on worker nodes; nil
-	// on consensus members and before the node joined a cluster.
+	// ClusterUnlockKey is mixed into the volume key on nodes that
+	// registered with a cluster (key policy "tpm+cluster"); nil on the
+	// node that bootstrapped the cluster, whose volume must open on a
+	// cold start with no cluster to ask.
 	ClusterUnlockKey []byte
-	Log              *slog.Logger
+	// Enrolment is stored in the header at first-time setup (see
+	// Header.Enrolment); ignored for a disk that is already set up.
+	Enrolment []byte
+	Log       *slog.Logger
 }
 
 // MappedName is the device-mapper name of the opened data volume.
@@ -223,6 +228,36 @@ func (o *opener) readLayout() (*Header, error) {
 	return h, nil
 }
 
+// Peek reads the data partition's header without changing anything: nil
+// for a blank disk or one whose setup never began. disk "" picks the
+// first disk, as Open does.
+func Peek(disk string) (*Header, error) {
+	o := &opener{Config: Config{Disk: disk, Log: slog.New(slog.DiscardHandler)}, res: &Result{}}
+	if err := o.findDisk(); err != nil {
+		return nil, err
+	}
+	return o.readLayout()
+}
+
+// UpdateEnrolment replaces the enrolment blob in the header of a disk
+// that is set up (e.g. when the cluster's curators moved). The header is
+// rewritten with the two-slot protocol, so a power cut keeps one copy.
+func UpdateEnrolment(disk string, enrolment []byte) error {
+	o := &opener{Config: Config{Disk: disk, Log: slog.New(slog.DiscardHandler)}, res: &Result{}}
+	if err := o.findDisk(); err != nil {
+		return err
+	}
+	h, err := o.readLayout()
+	if err != nil {
+		return err
+	}
+	if h == nil || h.State != StateReady {
+		return fmt.Errorf("%w: the data disk is not set up", ErrRefused)
+	}
+	h.Enrolment = enrolment
+	return o.writeHeader(h)
+}
+
 func findPartition(t *gpt.Table) (gpt.Partition, int, bool) {
 	for i, p := range t.Partitions {
 		if p.Type == DataPartitionType {
@@ -232,9 +267,21 @@ func findPartition(t *gpt.Table) (gpt.Partition, int, bool) {
 	return gpt.Partition{}, 0, false
 }
 
+// policy is the key policy recorded in the header: the key protector's,
+// marked when the cluster unlock key is mixed in.
+func (o *opener) policy() string {
+	if o.ClusterUnlockKey != nil {
+		return o.Keys.Policy() + "+cluster"
+	}
+	return o.Keys.Policy()
+}
+
 func (o *opener) unlock(h *Header) ([]byte, error) {
-	if h.KeyPolicy != o.Keys.Policy() {
-		return nil, fmt.Errorf("%w: the disk's key is protected by %q but this node runs with %q", ErrRefused, h.KeyPolicy, o.Keys.Policy())
+	if h.KeyPolicy != o.policy() {
+		if strings.HasSuffix(h.KeyPolicy, "+cluster") && o.ClusterUnlockKey == nil {
+			return nil, fmt.Errorf("%w: the disk's key needs the cluster unlock key, which this boot does not have", ErrRefused)
+		}
+		return nil, fmt.Errorf("%w: the disk's key is protected by %q but this node runs with %q", ErrRefused, h.KeyPolicy, o.policy())
 	}
 	key, err := o.Keys.Unseal(h.SealedKey)
 	if err != nil {
@@ -260,7 +307,8 @@ func (o *opener) setup(ctx context.Context, previous *Header) error {
 			return err
 		}
 		h = &Header{Version: HeaderVersion, State: StateInitialising, Mode: o.Mode, Filesystem: o.Filesystem,
-			PartitionID: o.part.ID, SealedKey: blob, KeyPolicy: o.Keys.Policy(), Created: uint64(time.Now().Unix())}
+			PartitionID: o.part.ID, SealedKey: blob, KeyPolicy: o.policy(), Created: uint64(time.Now().Unix()),
+			Enrolment: o.Enrolment}
 		if previous != nil {
 			h.Sequence = previous.Sequence
 		}

@@ -188,6 +188,12 @@ type Header struct {
 	// Sequence orders the copies in the two slots. WriteHeader sets it;
 	// pass back the header ReadHeader returned so it keeps increasing.
 	Sequence uint64
+	// Enrolment is an opaque blob the node keeps outside its encrypted
+	// volume: on a node whose volume key needs the cluster unlock key it
+	// holds the TPM-sealed join key and where to find the cluster, which
+	// the node needs before it can open the volume. Empty otherwise.
+	// Encoded after SealedKey so headers without it stay valid.
+	Enrolment []byte
 }
 
 var (
@@ -259,6 +265,14 @@ func (h *Header) Encode() ([]byte, error) {
 	}
 	body = binary.LittleEndian.AppendUint16(body, uint16(len(h.SealedKey)))
 	body = append(body, h.SealedKey...)
+	if len(h.Enrolment) > 0 {
+		if len(body)+2+len(h.Enrolment) > maxBody {
+			return nil, fmt.Errorf("%w: enrolment data of %d bytes, at most %d fit", ErrHeaderTooLarge,
+				len(h.Enrolment), maxBody-len(body)-2)
+		}
+		body = binary.LittleEndian.AppendUint16(body, uint16(len(h.Enrolment)))
+		body = append(body, h.Enrolment...)
+	}
 
 	b := make([]byte, SlotSize)
 	copy(b, magic)
@@ -344,6 +358,13 @@ func decodeBody(body []byte) (*Header, error) {
 	h.KeyPolicy = string(d.bytes(int(d.byte())))
 	if key := d.bytes(int(d.uint16())); len(key) > 0 {
 		h.SealedKey = append([]byte(nil), key...)
+	}
+	if len(d.b) > 0 && !d.short {
+		n := int(d.uint16())
+		if n == 0 {
+			return nil, errors.New("empty enrolment field")
+		}
+		h.Enrolment = append([]byte(nil), d.bytes(n)...)
 	}
 	if d.short {
 		return nil, errors.New("body ends inside a field")

@@ -626,3 +626,25 @@ func FuzzReadHeader(f *testing.F) {
 		}
 	})
 }
+
+func TestHeaderEnrolmentRoundTrip(t *testing.T) {
+	h := testHeader()
+	h.Enrolment = []byte("sealed join key and directory")
+	b, err := h.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Enrolment) != string(h.Enrolment) {
+		t.Fatalf("enrolment = %q, want %q", got.Enrolment, h.Enrolment)
+	}
+	// A header without the field decodes without it.
+	h.Enrolment = nil
+	b, _ = h.Encode()
+	if got, err = DecodeHeader(b); err != nil || got.Enrolment != nil {
+		t.Fatalf("without enrolment: %v, %q", err, got.Enrolment)
+	}
+}

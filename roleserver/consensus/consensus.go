@@ -166,7 +166,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	k := s.config.knobs.withDefaults(s.config.NodeID)
-	lg := newZapLogger(supervisor.Logger(ctx))
+	lg := newZapLogger(supervisor.Logger(ctx), ctx.Done())
 	d := newDisk(s.config.Data)
 
 	hasWAL, err := d.hasWAL()

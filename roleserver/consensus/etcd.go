@@ -166,7 +166,10 @@ func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k knobs, d disk
 	if err := os.MkdirAll(tmpData, 0o700); err != nil {
 		return err
 	}
-	cfg, err := s.baseConfig(lg, k, tmpData)
+	// The temporary member's shutdown is part of a bootstrap, not a
+	// fault: its listener complaints are demoted like at node shutdown.
+	tmpStopping := make(chan struct{})
+	cfg, err := s.baseConfig(newZapLogger(log, ctx.Done(), tmpStopping), k, tmpData)
 	if err != nil {
 		return err
 	}
@@ -193,7 +196,7 @@ func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k knobs, d disk
 	}
 	// etcd must be gone before its directory moves, and a second Close of
 	// embed.Etcd is not safe.
-	stopEtcd := sync.OnceFunc(func() { closeEtcd(e) })
+	stopEtcd := sync.OnceFunc(func() { close(tmpStopping); closeEtcd(e) })
 	defer stopEtcd()
 	if err := waitReady(ctx, e, k.readyTimeout); err != nil {
 		return err

@@ -17,14 +17,34 @@ import (
 // Fatal entries panic instead of calling os.Exit: in this process etcd runs
 // inside PID 1, and a corrupted data directory must become an error of the
 // consensus runnable, not a reboot loop of the whole node.
-func newZapLogger(sl *slog.Logger) *zap.Logger {
-	return zap.New(&slogCore{sl: sl}, zap.WithFatalHook(zapcore.WriteThenPanic))
+//
+// Once stopping is done (the runnable's context ended), etcd's complaints
+// about its own listeners closing are the expected sound of a shutdown,
+// not faults: they are logged at info level so that a clean power-off
+// shows no errors.
+func newZapLogger(sl *slog.Logger, stopping ...<-chan struct{}) *zap.Logger {
+	return zap.New(&slogCore{sl: sl, stopping: stopping}, zap.WithFatalHook(zapcore.WriteThenPanic))
 }
 
 // slogCore is a zapcore.Core writing to an slog.Logger.
 type slogCore struct {
-	sl     *slog.Logger
-	fields []zapcore.Field
+	sl       *slog.Logger
+	stopping []<-chan struct{}
+	fields   []zapcore.Field
+}
+
+func (c *slogCore) level(l zapcore.Level) slog.Level {
+	sl := zapToSlogLevel(l)
+	if sl > slog.LevelInfo {
+		for _, ch := range c.stopping {
+			select {
+			case <-ch:
+				return slog.LevelInfo
+			default:
+			}
+		}
+	}
+	return sl
 }
 
 func zapToSlogLevel(l zapcore.Level) slog.Level {
@@ -47,7 +67,7 @@ func (c *slogCore) Enabled(l zapcore.Level) bool {
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
 	all := make([]zapcore.Field, 0, len(c.fields)+len(fields))
 	all = append(append(all, c.fields...), fields...)
-	return &slogCore{sl: c.sl, fields: all}
+	return &slogCore{sl: c.sl, stopping: c.stopping, fields: all}
 }
 
 func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -78,7 +98,7 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, k := range keys {
 		attrs = append(attrs, slog.Any(k, flatten(enc.Fields[k])))
 	}
-	c.sl.LogAttrs(context.Background(), zapToSlogLevel(e.Level), e.Message, attrs...)
+	c.sl.LogAttrs(context.Background(), c.level(e.Level), e.Message, attrs...)
 	return nil
 }
 

@@ -8,7 +8,7 @@
 //	│   ├── etcd/             DataEtcdDirectory: peer-pki/, data/
 //	│   ├── kubernetes/       DataKubernetesDirectory: pki/, kubelet/
 //	│   ├── containerd/
-//	│   └── node/             DataNodeDirectory: boot-count, credentials/
+//	│   └── node/             DataNodeDirectory: boot-count, credentials/, roles, hosts
 //	└── ephemeral/            EphemeralDirectory (tmpfs, lost at reboot)
 //	    ├── consensus/        EphemeralConsensusDirectory: client.sock
 //	    ├── containerd/
@@ -106,6 +106,13 @@ type DataNodeDirectory struct {
 	Directory
 	BootCount   File      `file:"boot-count"`
 	Credentials Directory `dir:"credentials"`
+	// Roles is the node's last known roles (clusterpb.NodeRoles, binary),
+	// so a consensus member starts its etcd on a cold start before it can
+	// reach any curator.
+	Roles File `file:"roles"`
+	// Hosts caches the node ID → address map of the cluster (hosts file
+	// format), restored at boot so etcd peers named <node ID> resolve.
+	Hosts File `file:"hosts"`
 }
 
 // EphemeralDirectory is a tmpfs: gone at reboot.

@@ -1,0 +1,203 @@
+package curator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/consensus/client"
+	"plinth.dev/plinth/roleserver/identity"
+)
+
+// HeartbeatInterval is how often nodes send a heartbeat.
+const HeartbeatInterval = 3 * time.Second
+
+// Defaults of Config.
+const (
+	defaultLeaderTTL        = 10 * time.Second
+	defaultHeartbeatTimeout = 15 * time.Second
+)
+
+// Config configures a curator.
+type Config struct {
+	// Credentials are this node's; the server serves TLS with them and
+	// trusts their CA to classify callers.
+	Credentials *identity.Credentials
+	// Consensus is the local consensus member: its Status gives the
+	// curator's namespaced etcd client and AddNode/RemoveNode.
+	Consensus consensus.ServiceHandle
+	// ListenAddress of the gRPC server; default ":7835".
+	ListenAddress string
+	// AdvertisePort is the curator port sent in GetCurrentLeader; default
+	// identity.CuratorPort.
+	AdvertisePort int
+	// LeaderTTL is the lease TTL of the leadership key (rounded up to whole
+	// seconds); default 10s.
+	LeaderTTL time.Duration
+	// HeartbeatTimeout is how long a node may go without heartbeat before
+	// it is HEARTBEAT_TIMEOUT; default 15s.
+	HeartbeatTimeout time.Duration
+	// AddNodeOptions are passed to consensus AddNode (tests only).
+	AddNodeOptions func(nodeID string) []*consensus.AddNodeOption
+	// ServerOptions are added to the gRPC server's options (after the TLS
+	// credentials), e.g. the permission interceptors of roleserver/rpc.
+	ServerOptions []grpc.ServerOption
+}
+
+// Service is one curator. See the package documentation.
+type Service struct {
+	cfg    Config
+	nodeID string
+
+	mu      sync.Mutex
+	kv      client.Namespaced // nil while not running
+	cstatus *consensus.Status // the consensus status kv came from
+	term    *term             // non-nil while this curator leads
+
+	// leader is who leads, as this curator last saw it (nil: unknown).
+	leader    memory.Value[*leaderInfo]
+	leaderNow *leaderInfo // guarded by mu, the value last Set
+
+	hbMu sync.Mutex
+	hb   map[string]*heartbeatState
+}
+
+// New creates a curator; nothing happens until Run.
+func New(cfg Config) *Service {
+	if cfg.ListenAddress == "" {
+		cfg.ListenAddress = fmt.Sprintf(":%d", identity.CuratorPort)
+	}
+	if cfg.AdvertisePort == 0 {
+		cfg.AdvertisePort = identity.CuratorPort
+	}
+	if cfg.LeaderTTL <= 0 {
+		cfg.LeaderTTL = defaultLeaderTTL
+	}
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = defaultHeartbeatTimeout
+	}
+	s := &Service{cfg: cfg, hb: map[string]*heartbeatState{}}
+	if cfg.Credentials != nil {
+		s.nodeID = identity.NodeID(cfg.Credentials.PublicKey())
+	}
+	return s
+}
+
+// Run is a supervisor runnable: it waits for the local consensus member,
+// serves Curator, Management and AAA, and takes part in leader election.
+// It fails (to be restarted) when the consensus member stops or changes.
+func (s *Service) Run(ctx context.Context) error {
+	if s.cfg.Credentials == nil || s.cfg.Consensus == nil {
+		return errors.New("curator: Config.Credentials and Config.Consensus are required")
+	}
+	log := supervisor.Logger(ctx)
+	w := s.cfg.Consensus.Watch()
+	defer w.Close()
+	st, err := w.Get(ctx, consensus.FilterRunning)
+	if err != nil {
+		return err
+	}
+	kv, err := st.CuratorClient()
+	if err != nil {
+		return fmt.Errorf("curator: etcd client: %w", err)
+	}
+	defer kv.Close()
+	if v, _, err := getValue(ctx, kv, keyCACert); err != nil {
+		return fmt.Errorf("curator: reading cluster state: %w", err)
+	} else if v == nil {
+		return errors.New("curator: no cluster state in etcd (Bootstrap was not run)")
+	}
+
+	lis, err := net.Listen("tcp", s.cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("curator: %w", err)
+	}
+	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.cfg.Credentials.ServerTLSConfig()))}, s.cfg.ServerOptions...)
+	srv := grpc.NewServer(opts...)
+	clusterpb.RegisterCuratorServer(srv, curatorServer{Service: s})
+	clusterpb.RegisterManagementServer(srv, managementServer{Service: s})
+	clusterpb.RegisterAAAServer(srv, aaaServer{Service: s})
+
+	s.mu.Lock()
+	s.kv, s.cstatus = kv, st
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.kv, s.cstatus = nil, nil
+		s.mu.Unlock()
+		s.setLeader(nil)
+	}()
+
+	inner, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(lis); err != nil {
+			errc <- fmt.Errorf("curator: gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		s.elect(inner, kv, log)
+	}()
+	go func() {
+		defer wg.Done()
+		// Any new consensus status means the client above is stale.
+		if _, err := w.Get(inner); err == nil {
+			errc <- errors.New("curator: consensus member stopped or restarted")
+		}
+	}()
+	log.Info("curator serving", "address", lis.Addr().String(), "node", s.nodeID)
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+	case err = <-errc:
+	}
+	cancel()
+	srv.Stop()
+	w.Close()
+	wg.Wait()
+	return err
+}
+
+// backend is the etcd client and consensus status while running.
+func (s *Service) backend() (client.Namespaced, *consensus.Status, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kv == nil {
+		return nil, nil, errUnavailable("curator is not connected to its consensus member")
+	}
+	return s.kv, s.cstatus, nil
+}
+
+// curatorServer, managementServer and aaaServer are the three gRPC
+// services of one Service.
+// Every method is implemented; the embedded Unimplemented types only
+// satisfy the generated interfaces.
+type curatorServer struct {
+	clusterpb.UnimplementedCuratorServer
+	*Service
+}
+type managementServer struct {
+	clusterpb.UnimplementedManagementServer
+	*Service
+}
+type aaaServer struct {
+	clusterpb.UnimplementedAAAServer
+	*Service
+}

@@ -1,0 +1,49 @@
+// Package curator keeps the cluster's state (nodes, roles, keys, policy)
+// in etcd and serves it to nodes (Curator), to the owner (Management) and
+// for the ownership hand-over (AAA). A curator runs next to every
+// consensus member; one of them is the leader.
+//
+//	             ┌─────────────── curator on every consensus member ───────────────┐
+//	node ──mTLS──► Curator     RegisterNode CommitNode JoinNode Watch              │
+//	             │             UpdateNodeStatus Heartbeat IssueCertificate         │
+//	             │               (leader only; followers: UNAVAILABLE "leader is X")│
+//	             │             GetCurrentLeader (every member, streams changes)    │
+//	owner ───────► Management  GetRegisterTicket GetClusterInfo GetNodes           │
+//	             │             ApproveNode UpdateNodeRoles DecommissionNode (any)  │
+//	plinthctl ───► AAA         Escrow: owner key → owner certificate (any)         │
+//	             └───────┬──────────────────────────────────────┬──────────────────┘
+//	                     │ namespaced etcd client               │ AddNode/RemoveNode
+//	                     ▼                                      ▼
+//	   /cluster/{ca.pem,ca-key.pem,owner-key,ticket,configuration}   consensus
+//	   /nodes/<id>                clusterpb.Node (no health)
+//	   /join-keys/<hex key>       node ID
+//	   /cluster-unlock-keys/<id>  32 bytes
+//	   /heartbeats/<id>           unix nanos, written by the leader
+//	   /kubernetes-ca/{ca.pem,ca-key.pem}
+//	   /leader, /leader-since     leased: GetCurrentLeaderResponse{id, port}
+//
+// Leader election: each curator grants a lease (Config.LeaderTTL) and
+// creates /leader with it if it does not exist; the winner keeps the lease
+// alive, the others watch /leader and try again when it is deleted. Every
+// write of a leader-only RPC is a transaction conditioned on /leader still
+// having the creation revision of this leader's term, so a leader that
+// lost its lease without noticing yet cannot write.
+//
+// Node lifecycle:
+//
+//	RegisterNode (ticket, TPM policy) → NEW → ApproveNode (owner) → STANDBY
+//	  → CommitNode (join key proof; certificate + cluster unlock key) → UP
+//	  → DecommissionNode → DECOMMISSIONED (key refused forever)
+//	JoinNode (join key + session proof) → cluster unlock key, UP nodes only
+//
+// Health is derived by the leader from heartbeats: HEALTHY within
+// HeartbeatTimeout of the last one, UNKNOWN while the leader is younger
+// than the timeout and has not heard from the node, else
+// HEARTBEAT_TIMEOUT. Heartbeats are written to etcd at most once per
+// HeartbeatInterval per node so that every member computes the same.
+//
+// Callers are classified with identity.PeerFromContext in every handler,
+// in addition to the permission interceptor passed in
+// Config.ServerOptions; handlers also check what depends on data (the
+// node named is the caller, the key is the owner's, the ticket is valid).
+package curator

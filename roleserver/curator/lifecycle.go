@@ -1,0 +1,403 @@
+package curator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/subtle"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/roleserver/identity"
+)
+
+// checkTPMPolicy refuses a node the cluster configuration forbids.
+// Unspecified counts as "no TPM" so a broken node cannot pass as
+// TPM-protected.
+func checkTPMPolicy(cfg *clusterpb.ClusterConfiguration, usage clusterpb.NodeTPMUsage) error {
+	if usage == clusterpb.NodeTPMUsage_NODE_TPM_USAGE_USED || cfg.GetAllowNodesWithoutTpm() {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"cluster policy requires nodes to seal their secrets in a TPM (allow_nodes_without_tpm is false), node reports tpm_usage %s", usage)
+}
+
+func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.RegisterNodeRequest) (*clusterpb.RegisterNodeResponse, error) {
+	const method = "RegisterNode"
+	p, err := c.caller(ctx, method, identity.KindEphemeral)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.leaderTerm()
+	if err != nil {
+		return nil, err
+	}
+	kv, _, err := c.backend()
+	if err != nil {
+		return nil, err
+	}
+	ticket, _, err := getValue(ctx, kv, keyTicket)
+	if err != nil {
+		return nil, etcdErr(method, err)
+	}
+	if len(ticket) == 0 || subtle.ConstantTimeCompare(ticket, req.RegisterTicket) != 1 {
+		return nil, status.Error(codes.PermissionDenied, "register ticket is not valid for this cluster")
+	}
+	cfg, err := loadConfiguration(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTPMPolicy(cfg, req.TpmUsage); err != nil {
+		return nil, err
+	}
+	id := identity.NodeID(p.PublicKey)
+	for attempt := 0; attempt < 5; attempt++ {
+		n, _, err := getNode(ctx, kv, id)
+		if err != nil {
+			return nil, etcdErr(method, err)
+		}
+		if n != nil {
+			if n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+				return nil, status.Errorf(codes.PermissionDenied, "node %s was decommissioned: its key can never register again", id)
+			}
+			// NEW, STANDBY or UP: registered already, nothing changes.
+			return &clusterpb.RegisterNodeResponse{}, nil
+		}
+		created, err := createNode(ctx, kv, t, &clusterpb.Node{
+			Id:        id,
+			PublicKey: p.PublicKey,
+			State:     clusterpb.NodeState_NODE_STATE_NEW,
+			Status:    req.Status,
+			TpmUsage:  req.TpmUsage,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			return &clusterpb.RegisterNodeResponse{}, nil
+		}
+	}
+	return nil, status.Errorf(codes.Aborted, "node %s kept changing while registering; retry", id)
+}
+
+// createNode writes a new node record if none exists; false if one
+// appeared meanwhile.
+func createNode(ctx context.Context, kv clientv3.KV, g guard, n *clusterpb.Node) (bool, error) {
+	val, err := marshalNode(n)
+	if err != nil {
+		return false, internalErr("encoding node", err)
+	}
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nodeKey(n.Id)), "=", 0)}, g.cmps()...)
+	resp, err := kv.Txn(ctx).If(cmps...).Then(clientv3.OpPut(nodeKey(n.Id), val)).Commit()
+	if err != nil {
+		return false, etcdErr("writing node "+n.Id, err)
+	}
+	if !resp.Succeeded {
+		return false, g.lost()
+	}
+	return true, nil
+}
+func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNodeRequest) (*clusterpb.CommitNodeResponse, error) {
+	const method = "CommitNode"
+	p, err := c.caller(ctx, method, identity.KindEphemeral)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.leaderTerm()
+	if err != nil {
+		return nil, err
+	}
+	kv, _, err := c.backend()
+	if err != nil {
+		return nil, err
+	}
+	joinPub := ed25519.PublicKey(req.JoinPublicKey)
+	if len(joinPub) != ed25519.PublicKeySize {
+		return nil, status.Errorf(codes.InvalidArgument, "join_public_key has %d bytes, want %d", len(joinPub), ed25519.PublicKeySize)
+	}
+	if err := identity.VerifySessionProof(joinPub, p.TLS, identity.ExporterCommitNode, req.JoinKeyProof); err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "join_key_proof does not prove possession of the join key on this connection: %v", err)
+	}
+	ca, err := loadCA(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	id := identity.NodeID(p.PublicKey)
+	cuk := make([]byte, 32)
+	if _, err := rand.Read(cuk); err != nil {
+		return nil, internalErr("generating cluster unlock key", err)
+	}
+	cert, err := identity.IssueNodeCertificate(ca, p.PublicKey)
+	if err != nil {
+		return nil, internalErr("issuing node certificate", err)
+	}
+	if owner, err := ownerKeyIs(ctx, kv, joinPub); err != nil {
+		return nil, err
+	} else if owner {
+		return nil, status.Error(codes.InvalidArgument, "join_public_key is the owner key")
+	}
+	_, err = updateNode(ctx, kv, t, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+		if n == nil {
+			return nil, status.Errorf(codes.NotFound, "node %s is not registered (call RegisterNode first)", id)
+		}
+		switch n.State {
+		case clusterpb.NodeState_NODE_STATE_NEW:
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not approved yet (state NEW): the owner must approve it first", id)
+		case clusterpb.NodeState_NODE_STATE_UP:
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s already committed (state UP): credentials are handed out only once", id)
+		case clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
+			return nil, status.Errorf(codes.PermissionDenied, "node %s is decommissioned", id)
+		case clusterpb.NodeState_NODE_STATE_STANDBY:
+		default:
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is in state %s", id, n.State)
+		}
+		if other, _, err := getValue(ctx, kv, joinKeyKey(joinPub)); err != nil {
+			return nil, etcdErr(method, err)
+		} else if other != nil {
+			return nil, status.Errorf(codes.AlreadyExists, "join_public_key is already the join key of node %s", other)
+		}
+		n.State = clusterpb.NodeState_NODE_STATE_UP
+		return []clientv3.Op{
+			clientv3.OpPut(joinKeyKey(joinPub), id),
+			clientv3.OpPut(unlockKeyKey(id), string(cuk)),
+		}, nil
+	}, clientv3.Compare(clientv3.CreateRevision(joinKeyKey(joinPub)), "=", 0))
+	if err != nil {
+		return nil, err
+	}
+	return &clusterpb.CommitNodeResponse{
+		CaCertificate:    ca.Certificate.Raw,
+		NodeCertificate:  cert.Raw,
+		ClusterUnlockKey: cuk,
+	}, nil
+}
+
+// ownerKeyIs reports whether pub is the owner key.
+func ownerKeyIs(ctx context.Context, kv clientv3.KV, pub ed25519.PublicKey) (bool, error) {
+	owner, _, err := getValue(ctx, kv, keyOwnerKey)
+	if err != nil {
+		return false, etcdErr("reading owner key", err)
+	}
+	return len(owner) == ed25519.PublicKeySize && ed25519.PublicKey(owner).Equal(pub), nil
+}
+
+func (c curatorServer) JoinNode(ctx context.Context, req *clusterpb.JoinNodeRequest) (*clusterpb.JoinNodeResponse, error) {
+	const method = "JoinNode"
+	p, err := c.caller(ctx, method, identity.KindEphemeral)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.leaderTerm(); err != nil {
+		return nil, err
+	}
+	kv, _, err := c.backend()
+	if err != nil {
+		return nil, err
+	}
+	idb, _, err := getValue(ctx, kv, joinKeyKey(p.PublicKey))
+	if err != nil {
+		return nil, etcdErr(method, err)
+	}
+	if idb == nil {
+		return nil, status.Error(codes.NotFound, "the caller's key is not the join key of any node")
+	}
+	id := string(idb)
+	n, _, err := getNode(ctx, kv, id)
+	if err != nil {
+		return nil, etcdErr(method, err)
+	}
+	switch {
+	case n == nil:
+		return nil, status.Errorf(codes.NotFound, "node %s of this join key is unknown", id)
+	case n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
+		return nil, status.Errorf(codes.PermissionDenied, "node %s is decommissioned and may not rejoin", id)
+	case n.State != clusterpb.NodeState_NODE_STATE_UP:
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s, not UP", id, n.State)
+	}
+	if err := identity.VerifySessionProof(p.PublicKey, p.TLS, identity.ExporterJoinNode, req.UsageProof); err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "usage_proof is not valid for this connection: %v", err)
+	}
+	cuk, _, err := getValue(ctx, kv, unlockKeyKey(id))
+	if err != nil {
+		return nil, etcdErr(method, err)
+	}
+	if cuk == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "no cluster unlock key is kept for node %s (the bootstrap node's disk is not tied to the cluster)", id)
+	}
+	return &clusterpb.JoinNodeResponse{ClusterUnlockKey: cuk}, nil
+}
+
+func (c curatorServer) UpdateNodeStatus(ctx context.Context, req *clusterpb.UpdateNodeStatusRequest) (*clusterpb.UpdateNodeStatusResponse, error) {
+	const method = "UpdateNodeStatus"
+	p, err := c.caller(ctx, method, identity.KindNode)
+	if err != nil {
+		return nil, err
+	}
+	if req.NodeId != p.NodeID {
+		return nil, status.Errorf(codes.PermissionDenied, "%s: node %s may only update its own status, not that of %q", method, p.NodeID, req.NodeId)
+	}
+	t, err := c.leaderTerm()
+	if err != nil {
+		return nil, err
+	}
+	kv, _, err := c.backend()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.callerNode(ctx, kv, method, p); err != nil {
+		return nil, err
+	}
+	_, err = updateNode(ctx, kv, t, p.NodeID, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+		if n == nil || n.State != clusterpb.NodeState_NODE_STATE_UP {
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not UP", p.NodeID)
+		}
+		n.Status = req.Status
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterpb.UpdateNodeStatusResponse{}, nil
+}
+
+func (c curatorServer) Heartbeat(srv clusterpb.Curator_HeartbeatServer) error {
+	const method = "Heartbeat"
+	ctx := srv.Context()
+	p, err := c.caller(ctx, method, identity.KindNode)
+	if err != nil {
+		return err
+	}
+	t, err := c.leaderTerm()
+	if err != nil {
+		return err
+	}
+	kv, _, err := c.backend()
+	if err != nil {
+		return err
+	}
+	if _, err := c.callerNode(ctx, kv, method, p); err != nil {
+		return err
+	}
+	reqs := make(chan error)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			_, err := srv.Recv()
+			select {
+			case reqs <- err:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return errUnavailable("not the leader any more")
+		case err := <-reqs:
+			if err != nil {
+				return nil // the node closed the stream or went away
+			}
+		}
+		if err := c.heartbeat(ctx, kv, t, p.NodeID); err != nil {
+			return err
+		}
+		if err := srv.Send(&clusterpb.HeartbeatResponse{}); err != nil {
+			return err
+		}
+	}
+}
+
+// heartbeat records one heartbeat, writing it to etcd at most once per
+// heartbeatWriteInterval.
+func (s *Service) heartbeat(ctx context.Context, kv clientv3.KV, t *term, id string) error {
+	now := time.Now()
+	s.hbMu.Lock()
+	h := s.hb[id]
+	if h == nil {
+		h = &heartbeatState{}
+		s.hb[id] = h
+	}
+	h.seen = now
+	write := now.Sub(h.written) >= s.heartbeatWriteInterval()
+	if write {
+		h.written = now
+	}
+	s.hbMu.Unlock()
+	if !write {
+		return nil
+	}
+	resp, err := kv.Txn(ctx).If(t.cmps()...).Then(clientv3.OpPut(heartbeatKey(id), formatNanos(now.UnixNano()))).Commit()
+	if err != nil {
+		return etcdErr("storing heartbeat", err)
+	}
+	if !resp.Succeeded {
+		return errUnavailable("not the leader any more")
+	}
+	return nil
+}
+
+func (c curatorServer) GetCurrentLeader(req *clusterpb.GetCurrentLeaderRequest, srv clusterpb.Curator_GetCurrentLeaderServer) error {
+	const method = "GetCurrentLeader"
+	ctx := srv.Context()
+	if _, err := c.caller(ctx, method, identity.KindNode, identity.KindOwner); err != nil {
+		return err
+	}
+	w := c.leader.Watch()
+	defer w.Close()
+	var last *clusterpb.GetCurrentLeaderResponse
+	var li *leaderInfo
+	for {
+		// Re-checked now and then even without a leader change, so that a
+		// leader's new address reaches followers of this stream.
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		next, err := w.Get(gctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil:
+			li = next
+		}
+		if li == nil {
+			continue
+		}
+		resp, err := c.leaderResponse(ctx, li)
+		if err != nil {
+			return err
+		}
+		if last == nil || !proto.Equal(resp, last) {
+			if err := srv.Send(resp); err != nil {
+				return err
+			}
+			last = resp
+		}
+	}
+}
+
+func (s *Service) leaderResponse(ctx context.Context, li *leaderInfo) (*clusterpb.GetCurrentLeaderResponse, error) {
+	kv, _, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	resp := &clusterpb.GetCurrentLeaderResponse{Id: li.ID, Port: li.Port}
+	if n, _, err := getNode(ctx, kv, li.ID); err != nil {
+		return nil, etcdErr("reading leader's node", err)
+	} else if n != nil && len(n.GetStatus().GetAddresses()) > 0 {
+		resp.Host = n.Status.Addresses[0]
+	}
+	if li.ID == s.nodeID {
+		_, err := s.leaderTerm()
+		resp.ThisIsLeader = err == nil
+	}
+	return resp, nil
+}

@@ -1,0 +1,391 @@
+package curator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/identity"
+)
+
+// Management is served by every member: it reads and writes etcd
+// directly, with a compare-and-swap on each node record.
+
+func (m managementServer) GetRegisterTicket(ctx context.Context, _ *clusterpb.GetRegisterTicketRequest) (*clusterpb.GetRegisterTicketResponse, error) {
+	const method = "GetRegisterTicket"
+	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
+		return nil, err
+	}
+	kv, _, err := m.backend()
+	if err != nil {
+		return nil, err
+	}
+	ticket, _, err := getValue(ctx, kv, keyTicket)
+	if err != nil {
+		return nil, etcdErr(method, err)
+	}
+	if ticket == nil {
+		return nil, status.Error(codes.FailedPrecondition, "no register ticket: cluster not bootstrapped")
+	}
+	return &clusterpb.GetRegisterTicketResponse{Ticket: ticket}, nil
+}
+
+func (m managementServer) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInfoRequest) (*clusterpb.GetClusterInfoResponse, error) {
+	const method = "GetClusterInfo"
+	if _, err := m.caller(ctx, method, identity.KindOwner, identity.KindNode); err != nil {
+		return nil, err
+	}
+	kv, _, err := m.backend()
+	if err != nil {
+		return nil, err
+	}
+	nodes, _, err := listNodes(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := loadConfiguration(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	return &clusterpb.GetClusterInfoResponse{
+		Directory:     directory(nodes),
+		CaCertificate: m.cfg.Credentials.CA.Raw,
+		Configuration: cfg,
+	}, nil
+}
+
+// directory lists the UP consensus members, i.e. the nodes running a
+// curator.
+func directory(nodes []*clusterpb.Node) *clusterpb.ClusterDirectory {
+	dir := &clusterpb.ClusterDirectory{}
+	for _, n := range nodes {
+		if n.State != clusterpb.NodeState_NODE_STATE_UP || n.GetRoles().GetConsensusMember() == nil {
+			continue
+		}
+		dir.Nodes = append(dir.Nodes, &clusterpb.DirectoryNode{
+			Id:        n.Id,
+			PublicKey: n.PublicKey,
+			Addresses: n.GetStatus().GetAddresses(),
+		})
+	}
+	return dir
+}
+
+func (m managementServer) GetNodes(req *clusterpb.GetNodesRequest, srv clusterpb.Management_GetNodesServer) error {
+	const method = "GetNodes"
+	ctx := srv.Context()
+	if _, err := m.caller(ctx, method, identity.KindOwner, identity.KindNode); err != nil {
+		return err
+	}
+	filter, err := parseFilter(req.Filter)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "filter: %v", err)
+	}
+	kv, _, err := m.backend()
+	if err != nil {
+		return err
+	}
+	nodes, _, err := listNodes(ctx, kv)
+	if err != nil {
+		return err
+	}
+	if err := m.withHealth(ctx, kv, nodes); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if !filter(n) {
+			continue
+		}
+		if err := srv.Send(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m managementServer) ApproveNode(ctx context.Context, req *clusterpb.ApproveNodeRequest) (*clusterpb.ApproveNodeResponse, error) {
+	const method = "ApproveNode"
+	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
+		return nil, err
+	}
+	if len(req.PublicKey) != ed25519.PublicKeySize {
+		return nil, status.Errorf(codes.InvalidArgument, "public_key has %d bytes, want %d", len(req.PublicKey), ed25519.PublicKeySize)
+	}
+	kv, _, err := m.backend()
+	if err != nil {
+		return nil, err
+	}
+	id := identity.NodeID(req.PublicKey)
+	_, err = updateNode(ctx, kv, nil, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+		if n == nil {
+			return nil, status.Errorf(codes.NotFound, "no node registered with this key (node %s)", id)
+		}
+		switch n.State {
+		case clusterpb.NodeState_NODE_STATE_NEW:
+			n.State = clusterpb.NodeState_NODE_STATE_STANDBY
+			return nil, nil
+		case clusterpb.NodeState_NODE_STATE_STANDBY, clusterpb.NodeState_NODE_STATE_UP:
+			return nil, errNoChange // approved already: a retry is harmless
+		case clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is decommissioned and cannot be approved", id)
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s is in state %s", id, n.State)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterpb.ApproveNodeResponse{}, nil
+}
+
+func (m managementServer) DecommissionNode(ctx context.Context, req *clusterpb.DecommissionNodeRequest) (*clusterpb.DecommissionNodeResponse, error) {
+	const method = "DecommissionNode"
+	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
+		return nil, err
+	}
+	kv, st, err := m.backend()
+	if err != nil {
+		return nil, err
+	}
+	n, _, err := getNode(ctx, kv, req.Id)
+	if err != nil {
+		return nil, etcdErr(method, err)
+	}
+	if n == nil {
+		return nil, status.Errorf(codes.NotFound, "no node %q", req.Id)
+	}
+	if n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+		return &clusterpb.DecommissionNodeResponse{}, nil
+	}
+	if n.GetRoles().GetConsensusMember() != nil {
+		if err := m.removeConsensusMember(ctx, kv, st, n.Id); err != nil {
+			return nil, err
+		}
+	}
+	_, err = updateNode(ctx, kv, nil, req.Id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+		if n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+			return nil, errNoChange
+		}
+		n.State = clusterpb.NodeState_NODE_STATE_DECOMMISSIONED
+		n.Roles = &clusterpb.NodeRoles{}
+		// The join key index stays, so that JoinNode can say why it
+		// refuses; the unlock key goes, which locks the node out of its
+		// own disk.
+		return []clientv3.Op{clientv3.OpDelete(unlockKeyKey(n.Id)), clientv3.OpDelete(heartbeatKey(n.Id))}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterpb.DecommissionNodeResponse{}, nil
+}
+
+// removeConsensusMember removes a node's etcd member, refusing to remove
+// the last one.
+func (s *Service) removeConsensusMember(ctx context.Context, kv clientv3.KV, st *consensus.Status, id string) error {
+	nodes, _, err := listNodes(ctx, kv)
+	if err != nil {
+		return err
+	}
+	others := 0
+	for _, n := range nodes {
+		if n.Id != id && n.State == clusterpb.NodeState_NODE_STATE_UP && n.GetRoles().GetConsensusMember() != nil {
+			others++
+		}
+	}
+	if others == 0 {
+		return status.Errorf(codes.FailedPrecondition, "node %s is the last consensus member: removing it would destroy the cluster", id)
+	}
+	if err := st.RemoveNode(ctx, id); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "removing the consensus member of %s: %v", id, err)
+	}
+	return nil
+}
+
+func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.UpdateNodeRolesRequest) (*clusterpb.UpdateNodeRolesResponse, error) {
+	const method = "UpdateNodeRoles"
+	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
+		return nil, err
+	}
+	var id string
+	switch n := req.Node.(type) {
+	case *clusterpb.UpdateNodeRolesRequest_Id:
+		id = n.Id
+	case *clusterpb.UpdateNodeRolesRequest_PublicKey:
+		if len(n.PublicKey) != ed25519.PublicKeySize {
+			return nil, status.Errorf(codes.InvalidArgument, "public_key has %d bytes, want %d", len(n.PublicKey), ed25519.PublicKeySize)
+		}
+		id = identity.NodeID(n.PublicKey)
+	}
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "no node given (id or public_key)")
+	}
+	kv, st, err := m.backend()
+	if err != nil {
+		return nil, err
+	}
+	n, _, err := getNode(ctx, kv, id)
+	if err != nil {
+		return nil, etcdErr(method, err)
+	}
+	if n == nil {
+		return nil, status.Errorf(codes.NotFound, "no node %q", id)
+	}
+	if n.State != clusterpb.NodeState_NODE_STATE_UP {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s: roles can only be given to UP nodes", id, n.State)
+	}
+	was := n.GetRoles().GetConsensusMember() != nil
+	consensusOn := was
+	if req.ConsensusMember != nil {
+		consensusOn = *req.ConsensusMember
+	}
+	controllerOn := n.GetRoles().GetKubernetesController() != nil
+	if req.KubernetesController != nil {
+		controllerOn = *req.KubernetesController
+	}
+	if controllerOn && !consensusOn {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"the KubernetesController role needs the ConsensusMember role (the API server uses the local etcd member) on node %s", id)
+	}
+
+	// Consensus membership changes first: AddNode is idempotent, so a
+	// failure to record the role below is repaired by calling again.
+	var member *clusterpb.NodeRoles_ConsensusMember
+	switch {
+	case consensusOn && !was:
+		if member, err = m.addConsensusMember(ctx, st, n); err != nil {
+			return nil, err
+		}
+	case !consensusOn && was:
+		if err := m.removeConsensusMember(ctx, kv, st, id); err != nil {
+			return nil, err
+		}
+	}
+	_, err = updateNode(ctx, kv, nil, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+		if n.State != clusterpb.NodeState_NODE_STATE_UP {
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s: roles can only be given to UP nodes", id, n.State)
+		}
+		if n.Roles == nil {
+			n.Roles = &clusterpb.NodeRoles{}
+		}
+		switch {
+		case member != nil:
+			n.Roles.ConsensusMember = member
+		case !consensusOn:
+			n.Roles.ConsensusMember = nil
+		}
+		if req.KubernetesController != nil {
+			n.Roles.KubernetesController = nil
+			if *req.KubernetesController {
+				n.Roles.KubernetesController = &clusterpb.NodeRoles_KubernetesController{}
+			}
+		}
+		if req.KubernetesWorker != nil {
+			n.Roles.KubernetesWorker = nil
+			if *req.KubernetesWorker {
+				n.Roles.KubernetesWorker = &clusterpb.NodeRoles_KubernetesWorker{}
+			}
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterpb.UpdateNodeRolesResponse{}, nil
+}
+
+// addConsensusMember adds the node to etcd as a learner and returns what
+// it needs to join.
+func (s *Service) addConsensusMember(ctx context.Context, st *consensus.Status, n *clusterpb.Node) (*clusterpb.NodeRoles_ConsensusMember, error) {
+	var opts []*consensus.AddNodeOption
+	if s.cfg.AddNodeOptions != nil {
+		opts = s.cfg.AddNodeOptions(n.Id)
+	}
+	jc, err := st.AddNode(ctx, n.Id, n.PublicKey, opts...)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "adding %s to consensus: %v", n.Id, err)
+	}
+	self, err := memberPeerURL(ctx, st, n.Id, jc)
+	if err != nil {
+		return nil, err
+	}
+	return consensusMemberRole(jc, n.Id, self), nil
+}
+
+// memberPeerURL finds the peer URL AddNode gave the new member: the member
+// named after the node (by name or by its default peer URL), or else the
+// one member that AddNode did not list as existing.
+func memberPeerURL(ctx context.Context, st *consensus.Status, id string, jc *consensus.JoinCluster) (string, error) {
+	ml, err := st.ClusterClient().MemberList(ctx)
+	if err != nil {
+		return "", status.Errorf(codes.Unavailable, "listing consensus members: %v", err)
+	}
+	existing := map[string]bool{}
+	for _, e := range jc.ExistingNodes {
+		existing[e.URL] = true
+	}
+	var unknown []string
+	for _, m := range ml.Members {
+		if len(m.PeerURLs) == 0 {
+			continue
+		}
+		if consensus.GetEtcdMemberNodeId(m) == id {
+			return m.PeerURLs[0], nil
+		}
+		if !existing[m.PeerURLs[0]] {
+			unknown = append(unknown, m.PeerURLs[0])
+		}
+	}
+	if len(unknown) == 1 {
+		return unknown[0], nil
+	}
+	return "", status.Errorf(codes.Unavailable, "cannot tell the peer URL of new member %s among %v (membership changed meanwhile?); retry", id, unknown)
+}
+
+// consensusMemberRole is a JoinCluster as stored in NodeRoles. peers
+// include the new member itself, as the proto asks.
+func consensusMemberRole(jc *consensus.JoinCluster, id, selfURL string) *clusterpb.NodeRoles_ConsensusMember {
+	r := &clusterpb.NodeRoles_ConsensusMember{
+		CaCertificate:   jc.CACertificate.Raw,
+		NodeCertificate: jc.NodeCertificate.Raw,
+	}
+	if jc.InitialCRL != nil {
+		r.InitialCrl = jc.InitialCRL.Raw
+	}
+	for _, e := range jc.ExistingNodes {
+		r.Peers = append(r.Peers, &clusterpb.NodeRoles_ConsensusMember_Peer{Name: e.Name, Url: e.URL})
+	}
+	r.Peers = append(r.Peers, &clusterpb.NodeRoles_ConsensusMember_Peer{Name: id, Url: selfURL})
+	return r
+}
+
+// JoinClusterFromRole turns the ConsensusMember role the curator stored
+// back into what consensus.Config.JoinCluster needs. It returns nil, nil
+// for a role without join data (the bootstrap node's).
+func JoinClusterFromRole(r *clusterpb.NodeRoles_ConsensusMember) (*consensus.JoinCluster, error) {
+	if r == nil || len(r.NodeCertificate) == 0 {
+		return nil, nil
+	}
+	ca, err := parseCert(r.CaCertificate)
+	if err != nil {
+		return nil, fmt.Errorf("curator: consensus CA certificate: %w", err)
+	}
+	cert, err := parseCert(r.NodeCertificate)
+	if err != nil {
+		return nil, fmt.Errorf("curator: consensus node certificate: %w", err)
+	}
+	jc := &consensus.JoinCluster{CACertificate: ca, NodeCertificate: cert}
+	if len(r.InitialCrl) > 0 {
+		if jc.InitialCRL, err = parseCRL(r.InitialCrl, ca); err != nil {
+			return nil, fmt.Errorf("curator: consensus CRL: %w", err)
+		}
+	}
+	for _, p := range r.Peers {
+		jc.ExistingNodes = append(jc.ExistingNodes, consensus.ExistingNode{Name: p.Name, URL: p.Url})
+	}
+	return jc, nil
+}

@@ -1,0 +1,171 @@
+// Package enrolment decides how this node becomes part of a cluster and
+// hands the result to the Role Server ("Cluster Enrolment" in the seed).
+//
+//	node parameters          data disk header          → what happens
+//	────────────────────────────────────────────────────────────────────────
+//	bootstrap                /data has credentials     restart as a member
+//	bootstrap                /data has none            bootstrap a new cluster
+//	register                 no header / not ready     register: ticket → NEW
+//	                                                   → owner approves → commit
+//	                                                   → credentials + cluster
+//	                                                   unlock key → set up /data
+//	register                 ready, enrolment blob     join: join key → cluster
+//	                                                   unlock key → open /data
+//
+// The node that bootstraps the cluster keeps its volume key TPM-sealed
+// only, so that a whole cluster can cold-start from it. A registered node
+// mixes the cluster unlock key (held by the curator) into its volume key,
+// so its disk and TPM together are still not enough: the cluster must
+// agree (and refuses a decommissioned node). Such a node cannot read its
+// node key before its volume is open, so it rejoins with a separate join
+// key, sealed in the TPM together with the cluster CA and the curator
+// directory, in the data disk header (storage.Header.Enrolment).
+package enrolment
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/network"
+	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver"
+	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// Config is what enrolment needs from the boot.
+type Config struct {
+	Parameters *nodepb.Parameters
+	Root       *localstorage.Root
+	// Keys seal the join state (the TPM, or the development stand-in).
+	Keys     storage.KeyProtector
+	TPMUsage clusterpb.NodeTPMUsage
+	// Disk opens the data volume of a registering node; enrolment fills
+	// in ClusterUnlockKey and Enrolment. Unused with bootstrap parameters,
+	// whose volume init opened before the network came up.
+	Disk storage.Config
+	// VolumeOpened runs once enrolment opened the data volume: it locks
+	// the sealed keys and counts the boot, as init does for a bootstrap
+	// node.
+	VolumeOpened func(*storage.Result) error
+	Network      *network.Service
+	RoleServer   *roleserver.Service
+	Version      string
+	BootTime     time.Time
+
+	// curatorPort replaces identity.CuratorPort in tests.
+	curatorPort int
+}
+
+// Run is the enrolment runnable. It returns nil (done) once the Role
+// Server has its data; errors are retried by the supervisor.
+func (c Config) Run(ctx context.Context) error {
+	l := supervisor.Logger(ctx)
+	var err error
+	switch {
+	case c.Parameters.GetBootstrap() != nil:
+		err = c.bootstrapOrRestart(ctx, l)
+	case c.Parameters.GetRegister() != nil:
+		err = c.registerOrJoin(ctx, l)
+	default:
+		return errors.New("node parameters say neither bootstrap nor register")
+	}
+	if err != nil {
+		return err
+	}
+	supervisor.Signal(ctx, supervisor.SignalDone)
+	return nil
+}
+
+// bootstrapOrRestart: the volume is open (init opened it).
+func (c Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
+	dir := c.Root.Data.Node.Credentials.Path()
+	creds, err := identity.Load(dir)
+	if err == nil {
+		l.Info("node credentials found: rejoining the cluster as a consensus member", "node", creds.ID())
+		c.RoleServer.ProvideJoinData(creds, nil)
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("node credentials in %s are unusable (nothing is overwritten): %w", dir, err)
+	}
+	// The node key is written before anything else, so a bootstrap cut
+	// short resumes with the same identity (the curator's bootstrap is
+	// idempotent for one node key) instead of founding a second cluster.
+	key, err := loadOrCreateKey(filepath.Join(dir, "key.pem"))
+	if err != nil {
+		return err
+	}
+	owner := ed25519.PublicKey(c.Parameters.GetBootstrap().GetOwnerPublicKey())
+	_, join, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	policy := c.Parameters.GetBootstrap().GetInitialPolicy()
+	l.Info("bootstrapping a new cluster", "node", identity.NodeID(key.Public().(ed25519.PublicKey)),
+		"allow_nodes_without_tpm", policy.GetAllowNodesWithoutTpm())
+	c.RoleServer.ProvideBootstrapData(roleserver.BootstrapData{
+		NodeKey:  key,
+		JoinKey:  join.Public().(ed25519.PublicKey),
+		OwnerKey: owner,
+		Configuration: &clusterpb.ClusterConfiguration{
+			AllowNodesWithoutTpm:   policy.GetAllowNodesWithoutTpm(),
+			MinimumStorageSecurity: clusterpb.StorageSecurity(policy.GetStorageSecurity()),
+		},
+		TPMUsage: c.TPMUsage,
+	})
+	return nil
+}
+
+func loadOrCreateKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return pki.ParsePrivateKeyPEM(b)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := pki.PrivateKeyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	return key, writeSync(path, pem)
+}
+
+func writeSync(path string, data []byte) error {
+	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}

@@ -1,0 +1,344 @@
+package enrolment
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/roleserver/identity"
+)
+
+// Retry pacing: a refusal needs a person to act, so it is retried
+// slowly; an unreachable or busy cluster is retried briskly.
+const (
+	retryUnavailable = 2 * time.Second
+	retryRefused     = 30 * time.Second
+	approvalPoll     = 2 * time.Second
+	approvalReminder = 30 * time.Second
+)
+
+func (c Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
+	h, err := storage.Peek(c.Disk.Disk)
+	if err != nil {
+		return fmt.Errorf("reading the data disk header: %w", err)
+	}
+	l.Info("waiting for the network")
+	st, err := c.Network.WaitAddress(ctx)
+	if err != nil {
+		return err
+	}
+	l.Info("network up", "address", st.Address.String())
+	if h != nil && h.State == storage.StateReady {
+		if len(h.Enrolment) == 0 {
+			return fmt.Errorf("%w: the data disk was set up without cluster enrolment data, so it cannot be unlocked through the cluster (was it a bootstrap node's disk?)", storage.ErrRefused)
+		}
+		return c.join(ctx, l, h)
+	}
+	return c.register(ctx, l)
+}
+
+func (c Config) nodeStatus() *clusterpb.NodeStatus {
+	s := &clusterpb.NodeStatus{Version: c.Version, BootTimeUnixNanos: c.BootTime.UnixNano()}
+	if st, ok := c.Network.Status(); ok && st.Address.IsValid() {
+		s.Addresses = []string{st.Address.Addr().String()}
+	}
+	return s
+}
+
+func (c Config) port() int {
+	if c.curatorPort != 0 {
+		return c.curatorPort
+	}
+	return identity.CuratorPort
+}
+
+// endpoints are the curators to try: the directory's first (it is newer),
+// then those in the node parameters.
+func (c Config) endpoints(dir *clusterpb.ClusterDirectory) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(e string) {
+		if !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
+	}
+	for _, n := range dir.GetNodes() {
+		for _, a := range n.GetAddresses() {
+			add(net.JoinHostPort(a, strconv.Itoa(c.port())))
+		}
+	}
+	for _, e := range c.Parameters.GetRegister().GetCuratorEndpoints() {
+		add(e)
+	}
+	return out
+}
+
+// register: ticket → NEW → (owner approves) → commit → credentials and the
+// cluster unlock key → set up the data volume.
+func (c Config) register(ctx context.Context, l *slog.Logger) error {
+	reg := c.Parameters.GetRegister()
+	ca, err := x509.ParseCertificate(reg.GetClusterCaCertificate())
+	if err != nil {
+		return fmt.Errorf("cluster CA certificate in the node parameters: %w", err)
+	}
+	_, nodeKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	_, joinKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	id := identity.NodeID(nodeKey.Public().(ed25519.PublicKey))
+	eph, err := identity.EphemeralCertificate(nodeKey)
+	if err != nil {
+		return err
+	}
+	tlsCfg := identity.ClientTLSConfig(ca, eph)
+	endpoints := c.endpoints(nil)
+	l.Info("registering with the cluster", "node", id, "curators", endpoints, "tpm", c.TPMUsage.String())
+
+	err = c.untilAccepted(ctx, l, "registration", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, _ tls.ConnectionState) error {
+		_, err := clusterpb.NewCuratorClient(cc).RegisterNode(ctx, &clusterpb.RegisterNodeRequest{
+			RegisterTicket: reg.GetRegisterTicket(), Status: c.nodeStatus(), TpmUsage: c.TPMUsage,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l.Info("registered: waiting for the owner to approve this node", "node", id, "approve_with", "plinthctl approve "+id)
+
+	var commit *clusterpb.CommitNodeResponse
+	lastReminder := time.Now()
+	for commit == nil {
+		err = c.untilAccepted(ctx, l, "commit", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
+			proof, err := identity.SessionProof(joinKey, st, identity.ExporterCommitNode)
+			if err != nil {
+				return err
+			}
+			commit, err = clusterpb.NewCuratorClient(cc).CommitNode(ctx, &clusterpb.CommitNodeRequest{
+				JoinPublicKey: joinKey.Public().(ed25519.PublicKey), JoinKeyProof: proof,
+			})
+			if status.Code(err) == codes.FailedPrecondition {
+				// Not approved yet: expected, not a refusal.
+				return errNotYet
+			}
+			return err
+		})
+		if errors.Is(err, errNotYet) {
+			if time.Since(lastReminder) > approvalReminder {
+				l.Info("still waiting for approval", "node", id)
+				lastReminder = time.Now()
+			}
+			if err := sleep(ctx, approvalPoll); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	creds, err := identity.NewCredentials(nodeKey, commit.GetNodeCertificate(), commit.GetCaCertificate())
+	if err != nil {
+		return fmt.Errorf("credentials from the curator: %w", err)
+	}
+	l.Info("approved and committed: node certificate received", "node", id)
+	dir := c.clusterDirectory(ctx, l, creds, endpoints)
+
+	blob, err := (&joinState{JoinKey: joinKey, CA: creds.CA, Directory: dir}).seal(c.Keys)
+	if err != nil {
+		return err
+	}
+	// The curator hands the cluster unlock key out only once, so a failure
+	// from here on is retried in this process rather than by returning.
+	return c.retryLocal(ctx, l, "set up the data volume", func() error {
+		if err := c.openVolume(ctx, commit.GetClusterUnlockKey(), blob); err != nil {
+			return err
+		}
+		if err := creds.Save(c.Root.Data.Node.Credentials.Path()); err != nil {
+			return err
+		}
+		c.RoleServer.ProvideRegisterData(creds, dir)
+		return nil
+	})
+}
+
+// join: a node set up before comes back: join key → cluster unlock key →
+// open the data volume → its saved credentials.
+func (c Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) error {
+	js, err := unsealJoinState(c.Keys, h.Enrolment)
+	if err != nil {
+		return fmt.Errorf("%w: %v", storage.ErrRefused, err)
+	}
+	eph, err := identity.EphemeralCertificate(js.JoinKey)
+	if err != nil {
+		return err
+	}
+	endpoints := c.endpoints(js.Directory)
+	l.Info("rejoining the cluster with the sealed join key", "curators", endpoints)
+	var cuk []byte
+	err = c.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(js.CA, eph), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
+		proof, err := identity.SessionProof(js.JoinKey, st, identity.ExporterJoinNode)
+		if err != nil {
+			return err
+		}
+		resp, err := clusterpb.NewCuratorClient(cc).JoinNode(ctx, &clusterpb.JoinNodeRequest{UsageProof: proof})
+		if err == nil {
+			cuk = resp.GetClusterUnlockKey()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l.Info("cluster unlock key received")
+	return c.retryLocal(ctx, l, "open the data volume", func() error {
+		if err := c.openVolume(ctx, cuk, nil); err != nil {
+			return err
+		}
+		creds, err := identity.Load(c.Root.Data.Node.Credentials.Path())
+		if err != nil {
+			return fmt.Errorf("node credentials on the data volume: %w", err)
+		}
+		l.Info("node credentials loaded", "node", creds.ID())
+		c.RoleServer.ProvideJoinData(creds, js.Directory)
+		return nil
+	})
+}
+
+func (c Config) openVolume(ctx context.Context, cuk, enrolment []byte) error {
+	cfg := c.Disk
+	cfg.ClusterUnlockKey, cfg.Enrolment = cuk, enrolment
+	r, err := storage.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return c.VolumeOpened(r)
+}
+
+// clusterDirectory asks the cluster where its curators are, now that the
+// node has credentials; without an answer the parameters' endpoints stay
+// the only way back after a reboot.
+func (c Config) clusterDirectory(ctx context.Context, l *slog.Logger, creds *identity.Credentials, endpoints []string) *clusterpb.ClusterDirectory {
+	var dir *clusterpb.ClusterDirectory
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := c.untilAccepted(cctx, l, "cluster directory", endpoints, creds.ClientTLSConfig(), func(ctx context.Context, cc *grpc.ClientConn, _ tls.ConnectionState) error {
+		info, err := clusterpb.NewManagementClient(cc).GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
+		if err == nil {
+			dir = info.GetDirectory()
+		}
+		return err
+	})
+	if err != nil {
+		l.Warn("no cluster directory; the node parameters' curator endpoints are used to rejoin", "err", err)
+		return &clusterpb.ClusterDirectory{}
+	}
+	return dir
+}
+
+var errNotYet = errors.New("not yet")
+
+// untilAccepted calls fn on one curator after another until one accepts.
+// Unreachable curators and followers (UNAVAILABLE) are skipped; a refusal
+// is logged with the cluster's reason and retried slowly, since only a
+// person can change it (a new ticket, an approval, a policy).
+func (c Config) untilAccepted(ctx context.Context, l *slog.Logger, what string, endpoints []string, tlsCfg *tls.Config,
+	fn func(context.Context, *grpc.ClientConn, tls.ConnectionState) error) error {
+	if len(endpoints) == 0 {
+		return fmt.Errorf("%s: no curator endpoints known", what)
+	}
+	for attempt := 0; ; attempt++ {
+		var refused error
+		for _, ep := range endpoints {
+			err := callOnce(ctx, ep, tlsCfg, fn)
+			switch code := status.Code(err); {
+			case err == nil, errors.Is(err, errNotYet):
+				return err
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Canceled:
+				if attempt%15 == 0 {
+					l.Warn(what+": curator not reachable or not the leader", "curator", ep, "err", status.Convert(err).Message())
+				}
+			default:
+				refused = err
+				l.Error(what+" refused by the cluster", "curator", ep, "code", code.String(), "reason", status.Convert(err).Message())
+			}
+		}
+		wait := retryUnavailable
+		if refused != nil {
+			wait = retryRefused
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+func callOnce(ctx context.Context, endpoint string, tlsCfg *tls.Config, fn func(context.Context, *grpc.ClientConn, tls.ConnectionState) error) error {
+	creds := identity.NewCapturingCredentials(tlsCfg)
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	// Connect first: session-bound proofs need the TLS state before the
+	// request is built.
+	cc.Connect()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if s == connectivity.TransientFailure {
+			return status.Error(codes.Unavailable, "cannot connect to "+endpoint)
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return status.Error(codes.Unavailable, "timed out connecting to "+endpoint)
+		}
+	}
+	st, ok := creds.State()
+	if !ok {
+		return status.Error(codes.Unavailable, "no TLS session with "+endpoint)
+	}
+	return fn(ctx, cc, st)
+}
+
+func (c Config) retryLocal(ctx context.Context, l *slog.Logger, what string, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		l.Error(what+" failed; retrying", "err", err)
+		if err := sleep(ctx, retryRefused); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

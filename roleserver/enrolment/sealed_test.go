@@ -1,0 +1,80 @@
+package enrolment
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/measure"
+	"plinth.dev/plinth/platform/pki"
+)
+
+// xorKeys is a stand-in protector whose Unseal fails for a different key,
+// like a TPM after a PCR change.
+type xorKeys struct{ k byte }
+
+func (x xorKeys) Policy() string { return "test" }
+func (x xorKeys) Seal(key []byte) ([]byte, error) {
+	out := append([]byte{x.k}, key...)
+	for i := 1; i < len(out); i++ {
+		out[i] ^= x.k
+	}
+	return out, nil
+}
+func (x xorKeys) Unseal(b []byte) ([]byte, error) {
+	if b[0] != x.k {
+		return nil, errWrongKey
+	}
+	out := append([]byte(nil), b[1:]...)
+	for i := range out {
+		out[i] ^= x.k
+	}
+	return out, nil
+}
+
+type wrongKey struct{}
+
+func (wrongKey) Error() string { return "sealed to another state" }
+
+var errWrongKey = wrongKey{}
+
+func TestJoinStateRoundTrip(t *testing.T) {
+	ca, err := pki.NewCA("test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, jk, _ := ed25519.GenerateKey(rand.Reader)
+	dir := &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{{Id: "plinth-1", Addresses: []string{"10.42.0.10"}}}}
+	for _, keys := range []interface {
+		Policy() string
+		Seal([]byte) ([]byte, error)
+		Unseal([]byte) ([]byte, error)
+	}{xorKeys{7}, measure.InsecureKeys{}} {
+		blob, err := (&joinState{JoinKey: jk, CA: ca.Certificate, Directory: dir}).seal(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := unsealJoinState(keys, blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.JoinKey.Equal(jk) || !got.CA.Equal(ca.Certificate) || !proto.Equal(got.Directory, dir) {
+			t.Fatalf("%s: round trip changed the state", keys.Policy())
+		}
+		// Tampering with the ciphertext is detected.
+		blob[len(blob)-1] ^= 1
+		if _, err := unsealJoinState(keys, blob); err == nil {
+			t.Fatalf("%s: tampered join state accepted", keys.Policy())
+		}
+	}
+	blob, _ := (&joinState{JoinKey: jk, CA: ca.Certificate, Directory: dir}).seal(xorKeys{7})
+	if _, err := unsealJoinState(xorKeys{8}, blob); err == nil {
+		t.Fatal("join state opened by another protector")
+	}
+	if _, err := unsealJoinState(xorKeys{7}, blob[:5]); err == nil {
+		t.Fatal("truncated join state accepted")
+	}
+}

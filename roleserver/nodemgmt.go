@@ -1,0 +1,216 @@
+package roleserver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/rpc"
+)
+
+// runNodeManagement serves NodeManagement with this node's credentials.
+func (s *Service) runNodeManagement(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	creds, err := wait(ctx, &s.Credentials)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", s.listenAddress(s.nodeMgmtPort()))
+	if err != nil {
+		return fmt.Errorf("nodemgmt: %w", err)
+	}
+	srv := rpc.NewServer(creds)
+	clusterpb.RegisterNodeManagementServer(srv, &nodeManagement{s: s, log: log})
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	log.Info("serving NodeManagement", "address", lis.Addr().String())
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	select {
+	case <-ctx.Done():
+		srv.Stop()
+		return ctx.Err()
+	case err := <-errc:
+		return fmt.Errorf("nodemgmt: %w", err)
+	}
+}
+
+type nodeManagement struct {
+	clusterpb.UnimplementedNodeManagementServer
+	s   *Service
+	log *slog.Logger
+}
+
+// logsBatch is the most entries sent in one LogsResponse.
+const logsBatch = 128
+
+func (m *nodeManagement) Logs(req *clusterpb.LogsRequest, srv grpc.ServerStreamingServer[clusterpb.LogsResponse]) error {
+	lt := m.s.LogTree
+	if lt == nil {
+		return status.Error(codes.Unavailable, "this node keeps no logs")
+	}
+	if req.GetBacklog() < -1 {
+		return status.Error(codes.InvalidArgument, "backlog must be -1, 0 or positive")
+	}
+	match := logMatcher(req.GetDn(), req.GetRecursive())
+	prefix := req.GetDn()
+	ctx := srv.Context()
+
+	// Subscribe before reading the backlog so nothing logged in between is
+	// lost; entries seen in both are sent once.
+	var live <-chan logtree.Entry
+	if req.GetFollow() {
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		live = lt.Subscribe(sctx, prefix)
+	}
+	var backlog []logtree.Entry
+	// last is the newest entry of the backlog snapshot: live entries up to
+	// it were in the snapshot.
+	var last time.Time
+	if req.GetBacklog() != 0 {
+		snap := lt.Read(prefix, 0)
+		if len(snap) > 0 {
+			last = snap[len(snap)-1].Time
+		}
+		for _, e := range snap {
+			if match(e) {
+				backlog = append(backlog, e)
+			}
+		}
+		if n := req.GetBacklog(); n > 0 && int64(len(backlog)) > n {
+			backlog = backlog[int64(len(backlog))-n:]
+		}
+	}
+	for len(backlog) > 0 {
+		n := min(len(backlog), logsBatch)
+		if err := srv.Send(&clusterpb.LogsResponse{Entries: logEntries(backlog[:n])}); err != nil {
+			return err
+		}
+		backlog = backlog[n:]
+	}
+	if live == nil {
+		return nil
+	}
+	for {
+		var batch []logtree.Entry
+		select {
+		case e, ok := <-live:
+			if !ok {
+				return ctx.Err()
+			}
+			batch = append(batch, e)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	more:
+		for len(batch) < logsBatch {
+			select {
+			case e, ok := <-live:
+				if !ok {
+					break more
+				}
+				batch = append(batch, e)
+			default:
+				break more
+			}
+		}
+		var out []logtree.Entry
+		for _, e := range batch {
+			// Already sent as backlog.
+			if !last.IsZero() && !e.Time.After(last) {
+				continue
+			}
+			if match(e) {
+				out = append(out, e)
+			}
+		}
+		if len(out) > 0 {
+			if err := srv.Send(&clusterpb.LogsResponse{Entries: logEntries(out)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// logMatcher selects entries of dn ("" = the whole tree when recursive,
+// "root" otherwise), or below it when recursive.
+func logMatcher(dn string, recursive bool) func(logtree.Entry) bool {
+	if recursive {
+		return func(logtree.Entry) bool { return true } // Read/Subscribe filter by prefix
+	}
+	if dn == "" {
+		dn = "root"
+	}
+	return func(e logtree.Entry) bool { return e.DN == dn }
+}
+
+func logEntries(es []logtree.Entry) []*clusterpb.LogEntry {
+	out := make([]*clusterpb.LogEntry, len(es))
+	for i, e := range es {
+		out[i] = &clusterpb.LogEntry{
+			TimeUnixNanos: e.Time.UnixNano(),
+			Level:         levelName(e.Level),
+			Dn:            e.DN,
+			Message:       e.Message,
+			Attributes:    append([]string(nil), e.Attrs...),
+		}
+	}
+	return out
+}
+
+func levelName(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "ERROR"
+	case l >= slog.LevelWarn:
+		return "WARNING"
+	case l >= slog.LevelInfo:
+		return "INFO"
+	}
+	return "DEBUG"
+}
+
+func (m *nodeManagement) Status(context.Context, *clusterpb.StatusRequest) (*clusterpb.StatusResponse, error) {
+	resp := &clusterpb.StatusResponse{Status: m.s.status()}
+	if m.s.Runnables != nil {
+		for _, r := range m.s.Runnables() {
+			resp.Runnables = append(resp.Runnables, &clusterpb.RunnableStatus{
+				Dn: r.DN, State: string(r.State), Restarts: int32(r.Restarts), LastError: r.LastErr,
+			})
+		}
+	}
+	return resp, nil
+}
+
+// powerDelay lets the answer to Reboot/PowerOff reach the caller first.
+const powerDelay = 500 * time.Millisecond
+
+func (m *nodeManagement) power(ctx context.Context, reboot bool) error {
+	if m.s.Power == nil {
+		return status.Error(codes.Unimplemented, "this node cannot reboot or power off through the API")
+	}
+	what := "power off"
+	if reboot {
+		what = "reboot"
+	}
+	m.log.Warn(what+" requested through NodeManagement", "caller", rpc.PeerFrom(ctx).Kind.String())
+	time.AfterFunc(powerDelay, func() { m.s.Power(reboot) })
+	return nil
+}
+
+func (m *nodeManagement) Reboot(ctx context.Context, _ *clusterpb.RebootRequest) (*clusterpb.RebootResponse, error) {
+	return &clusterpb.RebootResponse{}, m.power(ctx, true)
+}
+
+func (m *nodeManagement) PowerOff(ctx context.Context, _ *clusterpb.PowerOffRequest) (*clusterpb.PowerOffResponse, error) {
+	return &clusterpb.PowerOffResponse{}, m.power(ctx, false)
+}

@@ -1,0 +1,489 @@
+package owner
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/curator/escrow"
+	"plinth.dev/plinth/roleserver/identity"
+)
+
+// fakeCluster is an in-process stand-in for a curator (AAA, Management)
+// and a node (NodeManagement) on one TLS gRPC server.
+type fakeCluster struct {
+	clusterpb.UnimplementedAAAServer
+	clusterpb.UnimplementedManagementServer
+	clusterpb.UnimplementedNodeManagementServer
+
+	node     *identity.Credentials // the server's certificate
+	issuer   *pki.CA               // signs owner certificates (a liar: not node.CA)
+	infoCA   *pki.CA               // what GetClusterInfo reports
+	ownerPub ed25519.PublicKey
+	// mgmtErr, if set, is returned by every Management call.
+	mgmtErr error
+
+	mu       sync.Mutex
+	approved [][]byte
+	calls    int
+	addr     string
+}
+
+func newCA(t *testing.T, name string) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA(name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func newKey(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// newFakeCluster serves a node of a cluster with CA ca (issuing owner
+// certificates from ca too, unless the test changes that).
+func newFakeCluster(t *testing.T, ca *pki.CA, ownerPub ed25519.PublicKey) *fakeCluster {
+	t.Helper()
+	nodeKey := newKey(t)
+	cert, err := identity.IssueNodeCertificate(ca, nodeKey.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := identity.NewCredentials(nodeKey, cert.Raw, ca.Certificate.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCluster{node: creds, issuer: ca, infoCA: ca, ownerPub: ownerPub}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.addr = lis.Addr().String()
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig())))
+	clusterpb.RegisterAAAServer(srv, f)
+	clusterpb.RegisterManagementServer(srv, f)
+	clusterpb.RegisterNodeManagementServer(srv, f)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return f
+}
+
+func (f *fakeCluster) Escrow(s grpc.BidiStreamingServer[clusterpb.EscrowFromClient, clusterpb.EscrowFromServer]) error {
+	p, err := identity.PeerFromContext(s.Context(), f.node.CA)
+	if err != nil || p.Kind != identity.KindEphemeral || !p.PublicKey.Equal(f.ownerPub) {
+		return status.Error(codes.PermissionDenied, "not the owner key")
+	}
+	m, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	params := m.GetParameters()
+	if params.GetRequestedIdentityName() != identity.OwnerName || !bytes.Equal(params.GetPublicKey(), f.ownerPub) {
+		return status.Errorf(codes.InvalidArgument, "bad parameters %v", params)
+	}
+	nonce := make([]byte, 32)
+	rand.Read(nonce)
+	if err := s.Send(&clusterpb.EscrowFromServer{Message: &clusterpb.EscrowFromServer_NeededProofs_{NeededProofs: &clusterpb.EscrowFromServer_NeededProofs{Nonce: nonce}}}); err != nil {
+		return err
+	}
+	m, err = s.Recv()
+	if err != nil {
+		return err
+	}
+	if err := escrow.VerifyEscrowProof(f.ownerPub, nonce, p.TLS, m.GetProof().GetSignature()); err != nil {
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	cert, err := identity.IssueOwnerCertificate(f.issuer, f.ownerPub)
+	if err != nil {
+		return err
+	}
+	return s.Send(&clusterpb.EscrowFromServer{Message: &clusterpb.EscrowFromServer_Fulfilled_{Fulfilled: &clusterpb.EscrowFromServer_Fulfilled{OwnerCertificate: cert.Raw}}})
+}
+
+// owner admits owner certificates from the CA the fake issues them from.
+func (f *fakeCluster) owner(ctx context.Context) error {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	if f.mgmtErr != nil {
+		return f.mgmtErr
+	}
+	p, err := identity.PeerFromContext(ctx, f.issuer.Certificate)
+	if err != nil || p.Kind != identity.KindOwner {
+		return status.Error(codes.PermissionDenied, "owner only")
+	}
+	return nil
+}
+
+func (f *fakeCluster) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInfoRequest) (*clusterpb.GetClusterInfoResponse, error) {
+	if err := f.owner(ctx); err != nil {
+		return nil, err
+	}
+	return &clusterpb.GetClusterInfoResponse{
+		CaCertificate: f.infoCA.Certificate.Raw,
+		Directory: &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{
+			{Id: f.node.ID(), PublicKey: f.node.PublicKey(), Addresses: []string{"10.42.0.10"}},
+		}},
+	}, nil
+}
+
+func (f *fakeCluster) GetRegisterTicket(ctx context.Context, _ *clusterpb.GetRegisterTicketRequest) (*clusterpb.GetRegisterTicketResponse, error) {
+	if err := f.owner(ctx); err != nil {
+		return nil, err
+	}
+	return &clusterpb.GetRegisterTicketResponse{Ticket: []byte("ticket")}, nil
+}
+
+func (f *fakeCluster) GetNodes(_ *clusterpb.GetNodesRequest, s grpc.ServerStreamingServer[clusterpb.Node]) error {
+	if err := f.owner(s.Context()); err != nil {
+		return err
+	}
+	for _, n := range []*clusterpb.Node{
+		{Id: f.node.ID(), PublicKey: f.node.PublicKey(), State: clusterpb.NodeState_NODE_STATE_UP},
+		{Id: "plinth-00000000000000aa", PublicKey: bytes.Repeat([]byte{0xaa}, 32), State: clusterpb.NodeState_NODE_STATE_NEW},
+	} {
+		if err := s.Send(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeCluster) ApproveNode(ctx context.Context, r *clusterpb.ApproveNodeRequest) (*clusterpb.ApproveNodeResponse, error) {
+	if err := f.owner(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.approved = append(f.approved, r.GetPublicKey())
+	f.mu.Unlock()
+	return &clusterpb.ApproveNodeResponse{}, nil
+}
+
+func (f *fakeCluster) Logs(r *clusterpb.LogsRequest, s grpc.ServerStreamingServer[clusterpb.LogsResponse]) error {
+	if err := f.owner(s.Context()); err != nil {
+		return err
+	}
+	return s.Send(&clusterpb.LogsResponse{Entries: []*clusterpb.LogEntry{{Dn: r.GetDn(), Message: "hello"}, {Dn: r.GetDn(), Message: "world"}}})
+}
+
+func (f *fakeCluster) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+func (f *fakeCluster) approvedKeys() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.approved)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestTakeOwnership(t *testing.T) {
+	ca := newCA(t, "cluster")
+	key := newKey(t)
+	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
+
+	creds, info, err := TakeOwnership(ctx(t), f.addr, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !creds.CA.Equal(ca.Certificate) || !identity.IsOwner(creds.Certificate) || !creds.PublicKey().Equal(key.Public()) {
+		t.Errorf("credentials: CA %v, cert %v", creds.CA.Subject, creds.Certificate.Subject)
+	}
+	if got := info.GetDirectory().GetNodes(); len(got) != 1 || got[0].GetId() != f.node.ID() {
+		t.Errorf("directory %v", got)
+	}
+
+	// Another key than the bootstrap owner's gets nothing.
+	if _, _, err := TakeOwnership(ctx(t), f.addr, newKey(t)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("escrow with a stranger's key: %v, want PermissionDenied", err)
+	}
+}
+
+// TestTakeOwnershipRejectsForeignCA: a server whose node certificate and
+// owner certificate do not come from the same CA is refused, whichever CA
+// it then claims is the cluster's.
+func TestTakeOwnershipRejectsForeignCA(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		infoIsIssuer bool
+		want         string
+	}{
+		// Reports the CA that signed its node certificate: the owner
+		// certificate does not chain to it.
+		{"owner cert from another CA", false, "owner certificate is not from the server's cluster CA"},
+		// Reports the CA that signed the owner certificate: the server's
+		// own certificate does not chain to it.
+		{"server cert from another CA", true, "does not belong to the cluster CA it reports"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := newKey(t)
+			f := newFakeCluster(t, newCA(t, "cluster"), key.Public().(ed25519.PublicKey))
+			f.issuer = newCA(t, "impostor")
+			if tc.infoIsIssuer {
+				f.infoCA = f.issuer
+			}
+			creds, _, err := TakeOwnership(ctx(t), f.addr, key)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, %v; want error containing %q", creds, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigRoundTrip(t *testing.T) {
+	ca := newCA(t, "cluster")
+	key := newKey(t)
+	cert, err := identity.IssueOwnerCertificate(ca, key.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := identity.NewCredentials(key, cert.Raw, ca.Certificate.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "plinth")
+	in := &Config{
+		Dir: dir, Key: key, Credentials: creds,
+		Curators:      []string{"127.0.0.1:4001", "[2001:db8::1]:7835", "curator.example:7835"},
+		NodeEndpoints: map[string]string{"plinth-a": "127.0.0.1:4002", "plinth-b": "127.0.0.1:4004"},
+	}
+	if err := in.Save(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, KeyFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("key file: %v, %v; want mode 0600", st, err)
+	}
+	out, err := LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Key.Equal(key) || !out.Credentials.Certificate.Equal(cert) || !out.Credentials.CA.Equal(ca.Certificate) {
+		t.Error("credentials changed in the round trip")
+	}
+	if !slices.Equal(out.Curators, in.Curators) {
+		t.Errorf("curators %v, want %v", out.Curators, in.Curators)
+	}
+	if len(out.NodeEndpoints) != 2 || out.NodeEndpoints["plinth-a"] != "127.0.0.1:4002" || out.NodeEndpoints["plinth-b"] != "127.0.0.1:4004" {
+		t.Errorf("node endpoints %v", out.NodeEndpoints)
+	}
+
+	// Before takeownership: only the key, as `plinthctl params` wrote it.
+	keyOnly := t.TempDir()
+	if err := os.WriteFile(filepath.Join(keyOnly, KeyFile), mustPEM(t, key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(keyOnly)
+	if err != nil || !c.Key.Equal(key) || c.Credentials != nil {
+		t.Errorf("key-only config: %+v, %v", c, err)
+	}
+	if _, err := Dial(c); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("Dial without certificate: %v", err)
+	}
+
+	// A certificate for another key is refused rather than half-loaded.
+	if err := os.WriteFile(filepath.Join(keyOnly, KeyFile), mustPEM(t, newKey(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{CertFile, CAFile} {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		os.WriteFile(filepath.Join(keyOnly, f), b, 0o600)
+	}
+	if _, err := LoadConfig(keyOnly); err == nil || !strings.Contains(err.Error(), "not for this key") {
+		t.Errorf("mismatched key and certificate: %v", err)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, EndpointsFile), []byte("curator nope\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(dir); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("bad endpoints file: %v", err)
+	}
+	if _, err := LoadConfig(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing dir: %v", err)
+	}
+}
+
+func mustPEM(t *testing.T, k ed25519.PrivateKey) []byte {
+	t.Helper()
+	b, err := pki.PrivateKeyPEM(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ownerClient takes ownership of f and returns a client for endpoints.
+func ownerClient(t *testing.T, f *fakeCluster, key ed25519.PrivateKey, endpoints ...string) *Client {
+	t.Helper()
+	creds, _, err := TakeOwnership(ctx(t), f.addr, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dial(&Config{Dir: t.TempDir(), Key: key, Credentials: creds, Curators: endpoints, NodeEndpoints: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestClientFailover: UNAVAILABLE (a dead endpoint, or a curator that
+// cannot serve) moves on to the next endpoint; other errors do not.
+func TestClientFailover(t *testing.T) {
+	ca := newCA(t, "cluster")
+	key := newKey(t)
+	pub := key.Public().(ed25519.PublicKey)
+	good := newFakeCluster(t, ca, pub)
+	busy := newFakeCluster(t, ca, pub)
+	busy.mgmtErr = status.Error(codes.Unavailable, "not the leader")
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+
+	// Accepts connections and never answers.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	old := connectTimeout
+	connectTimeout = 500 * time.Millisecond
+	t.Cleanup(func() { connectTimeout = old })
+
+	c := ownerClient(t, good, key, deadAddr, mute.Addr().String(), busy.addr, good.addr)
+	nodes, err := c.Nodes(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 2 || nodes[0].GetId() != good.node.ID() {
+		t.Fatalf("nodes %v", nodes)
+	}
+	if busy.callCount() != 1 {
+		t.Errorf("busy curator called %d times, want 1", busy.callCount())
+	}
+	// The endpoint that answered is asked first from then on.
+	n, err := c.FindNode(ctx(t), strings.Repeat("aa", 32))
+	if err != nil || n.GetState() != clusterpb.NodeState_NODE_STATE_NEW {
+		t.Fatalf("find by key: %v, %v", n, err)
+	}
+	if err := c.Approve(ctx(t), n.GetPublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	if approved := good.approvedKeys(); busy.callCount() != 1 || len(approved) != 1 || !bytes.Equal(approved[0], n.GetPublicKey()) {
+		t.Errorf("busy calls %d, approved %x", busy.callCount(), approved)
+	}
+	r, err := c.RegisterParameters(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r.GetRegisterTicket()) != "ticket" || !bytes.Equal(r.GetClusterCaCertificate(), ca.Certificate.Raw) ||
+		!slices.Equal(r.GetCuratorEndpoints(), []string{"10.42.0.10:7835"}) {
+		t.Errorf("register parameters %v", r)
+	}
+
+	// PermissionDenied is an answer, not an outage: no failover.
+	denied := newFakeCluster(t, ca, pub)
+	denied.mgmtErr = status.Error(codes.PermissionDenied, "no")
+	c2 := ownerClient(t, good, key, denied.addr, good.addr)
+	if _, err := c2.Nodes(ctx(t)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("got %v, want PermissionDenied from the first endpoint", err)
+	}
+
+	// Nothing answers: UNAVAILABLE naming every endpoint.
+	c3 := ownerClient(t, good, key, deadAddr, busy.addr)
+	if _, err := c3.Ticket(ctx(t)); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), deadAddr) || !strings.Contains(err.Error(), "not the leader") {
+		t.Errorf("all endpoints down: %v", err)
+	}
+}
+
+// TestNodeManagementChecksNode: NodeManagement calls go to the endpoint
+// override and only to a server holding that node's certificate.
+func TestNodeManagementChecksNode(t *testing.T) {
+	ca := newCA(t, "cluster")
+	key := newKey(t)
+	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
+	c := ownerClient(t, f, key, f.addr)
+	c.SetNodeEndpoint(f.node.ID(), f.addr)
+	var got []string
+	err := c.Logs(ctx(t), f.node.ID(), &clusterpb.LogsRequest{Dn: "root.x"}, func(e *clusterpb.LogEntry) error {
+		got = append(got, e.GetDn()+":"+e.GetMessage())
+		return nil
+	})
+	if err != nil || !slices.Equal(got, []string{"root.x:hello", "root.x:world"}) {
+		t.Fatalf("logs %v, %v", got, err)
+	}
+	// An override pointing at another node's server is caught by the TLS check.
+	c.SetNodeEndpoint("plinth-00000000000000aa", f.addr)
+	err = c.Logs(ctx(t), "plinth-00000000000000aa", &clusterpb.LogsRequest{}, func(*clusterpb.LogEntry) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "reached node "+f.node.ID()) {
+		t.Errorf("logs from the wrong node: %v", err)
+	}
+}
+
+// TestTakeOwnershipUnavailable: a curator that is not up yet (through a
+// vmtest router: the connection is accepted and closed at once) is
+// UNAVAILABLE, which LaunchCluster retries on.
+func TestTakeOwnershipUnavailable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, _, err = TakeOwnership(ctx(t), lis.Addr().String(), newKey(t))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("got %v (%v), want Unavailable", status.Code(err), err)
+	}
+}

@@ -1,0 +1,397 @@
+package roleserver
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event"
+	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/network"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/localstorage"
+	"plinth.dev/plinth/roleserver/rpc"
+)
+
+// Config is what the Role Server needs from the rest of the node.
+type Config struct {
+	// StorageRoot is the node's storage tree; /data must be mounted before
+	// any Provide*Data call.
+	StorageRoot *localstorage.Root
+	// Network gives the node's address (for its status, the hosts file and
+	// the bootstrap record). May be nil in tests.
+	Network *network.Service
+	// LogTree is the node's log tree, served by NodeManagement.Logs.
+	LogTree *logtree.Tree
+	// Version, BootCount and BootTime go into the node's status.
+	Version   string
+	BootCount int64
+	BootTime  time.Time
+	// HostsPath is where the node ID → address map is written; default
+	// "/run/hosts" (the system image links /etc/hosts there).
+	HostsPath string
+	// Power reboots (true) or powers off (false) the node, for
+	// NodeManagement.Reboot/PowerOff. nil: those RPCs fail.
+	Power func(reboot bool)
+	// Runnables returns the supervisor's state, for NodeManagement.Status
+	// (typically (*supervisor.Supervisor).Snapshot).
+	Runnables func() []supervisor.Status
+
+	// knobs are test seams; nil in production.
+	knobs *knobs
+}
+
+// knobs let an in-process test run Services on loopback ports.
+type knobs struct {
+	curatorPort, nodeMgmtPort, peerPort int
+	// listenHost is the host the servers bind ("" = all interfaces).
+	listenHost string
+	// addresses replace the network service's.
+	addresses []string
+	// newConsensus replaces consensus.New.
+	newConsensus func(consensus.Config) *consensus.Service
+	// curatorLeaderTTL and curatorHeartbeatTimeout shorten the curator's.
+	curatorLeaderTTL, curatorHeartbeatTimeout time.Duration
+}
+
+func (c *Config) curatorPort() int {
+	if c.knobs != nil && c.knobs.curatorPort != 0 {
+		return c.knobs.curatorPort
+	}
+	return identity.CuratorPort
+}
+
+func (c *Config) nodeMgmtPort() int {
+	if c.knobs != nil && c.knobs.nodeMgmtPort != 0 {
+		return c.knobs.nodeMgmtPort
+	}
+	return identity.NodeManagementPort
+}
+
+func (c *Config) listenAddress(port int) string {
+	host := ""
+	if c.knobs != nil {
+		host = c.knobs.listenHost
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// localCurator is how this node reaches its own curator.
+func (c *Config) localCurator() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.curatorPort()))
+}
+
+// BootstrapData is what enrolment hands over to bootstrap a new cluster.
+type BootstrapData struct {
+	// NodeKey is this node's private key.
+	NodeKey ed25519.PrivateKey
+	// JoinKey is the public join key (the node rejoins with it after a
+	// reboot); OwnerKey the owner's public key from the parameters.
+	JoinKey  ed25519.PublicKey
+	OwnerKey ed25519.PublicKey
+	// Configuration is the initial cluster policy.
+	Configuration *clusterpb.ClusterConfiguration
+	TPMUsage      clusterpb.NodeTPMUsage
+}
+
+// nodeData is the input of one Provide*Data call.
+type nodeData struct {
+	bootstrap *BootstrapData
+	// directory is the cluster's curators as known at enrolment (nil on
+	// bootstrap).
+	directory *clusterpb.ClusterDirectory
+	nodeID    string
+}
+
+// CuratorConnection is a connection to the curator leader, authenticated
+// with this node's credentials.
+type CuratorConnection struct {
+	Credentials *identity.Credentials
+	Resolver    *rpc.Resolver
+	Conn        *grpc.ClientConn
+}
+
+// Curator is a Curator client on the connection.
+func (c *CuratorConnection) Curator() clusterpb.CuratorClient {
+	return clusterpb.NewCuratorClient(c.Conn)
+}
+
+// ControlPlane is the state of the local consensus member and curator.
+type ControlPlane struct {
+	// Running says whether this node runs etcd and a curator.
+	Running bool
+	// Consensus is the local etcd member while Running.
+	Consensus *consensus.Service
+}
+
+// Service is the Role Server. See the package documentation.
+type Service struct {
+	Config
+
+	// Roles are this node's roles: from /data/node/roles at enrolment, then
+	// from the curator; nil before enrolment.
+	Roles memory.Value[*clusterpb.NodeRoles]
+	// Credentials are this node's cluster credentials; nil until known.
+	Credentials memory.Value[*identity.Credentials]
+	// CuratorConnection is set (non-nil) once the node has credentials.
+	CuratorConnection memory.Value[*CuratorConnection]
+	// ControlPlane reports the local consensus member and curator.
+	ControlPlane memory.Value[*ControlPlane]
+
+	node memory.Value[*nodeData]
+
+	hostsMu sync.Mutex
+	hosts   hostsState
+}
+
+// New makes a Role Server; nothing runs until Run and a Provide*Data call.
+func New(c Config) *Service {
+	if c.HostsPath == "" {
+		c.HostsPath = "/run/hosts"
+	}
+	s := &Service{Config: c}
+	// Every value starts set (to nil where unknown), so that get never
+	// blocks; wait filters for non-nil.
+	s.Roles.Set(nil)
+	s.Credentials.Set(nil)
+	s.CuratorConnection.Set(nil)
+	s.ControlPlane.Set(&ControlPlane{})
+	s.node.Set(nil)
+	return s
+}
+
+// ProvideBootstrapData starts a new cluster with this node as its first
+// member.
+func (s *Service) ProvideBootstrapData(d BootstrapData) {
+	s.loadRoles()
+	s.node.Set(&nodeData{bootstrap: &d, nodeID: identity.NodeID(d.NodeKey.Public().(ed25519.PublicKey))})
+}
+
+// ProvideRegisterData hands over the credentials of a node that has just
+// registered and committed.
+func (s *Service) ProvideRegisterData(creds *identity.Credentials, dir *clusterpb.ClusterDirectory) {
+	s.provide(creds, dir)
+}
+
+// ProvideJoinData hands over the credentials of a node that rejoined the
+// cluster after a reboot.
+func (s *Service) ProvideJoinData(creds *identity.Credentials, dir *clusterpb.ClusterDirectory) {
+	s.provide(creds, dir)
+}
+
+func (s *Service) provide(creds *identity.Credentials, dir *clusterpb.ClusterDirectory) {
+	s.loadRoles()
+	s.node.Set(&nodeData{directory: dir, nodeID: identity.NodeID(creds.PublicKey())})
+	s.Credentials.Set(creds)
+}
+
+// loadRoles sets Roles from /data/node/roles, once, unless something set
+// them already.
+func (s *Service) loadRoles() {
+	roles := &clusterpb.NodeRoles{}
+	if s.StorageRoot != nil {
+		if b, err := s.StorageRoot.Data.Node.Roles.Read(); err == nil {
+			if err := proto.Unmarshal(b, roles); err != nil {
+				// A damaged file must not take the node down; the curator
+				// tells us the roles again once reachable.
+				roles = &clusterpb.NodeRoles{}
+			}
+		}
+	}
+	if get(&s.Roles) == nil {
+		s.Roles.Set(roles)
+	}
+}
+
+// saveRoles persists roles to /data/node/roles.
+func (s *Service) saveRoles(roles *clusterpb.NodeRoles) error {
+	b, err := proto.Marshal(roles)
+	if err != nil {
+		return err
+	}
+	if err := localstorage.Create(&s.StorageRoot.Data.Node, 0o700); err != nil {
+		return err
+	}
+	return s.StorageRoot.Data.Node.Roles.Write(b, 0o600)
+}
+
+// Run is the Role Server's supervised runnable: it starts the workers,
+// then builds the curator connection once the node has credentials.
+func (s *Service) Run(ctx context.Context) error {
+	if s.StorageRoot == nil {
+		return errors.New("roleserver: Config.StorageRoot is required")
+	}
+	log := supervisor.Logger(ctx)
+	for _, w := range []struct {
+		name string
+		fn   supervisor.Runnable
+	}{
+		{"controlplane", s.runControlPlane},
+		{"nodemgmt", s.runNodeManagement},
+		{"rolefetch", s.runRoleFetch},
+		{"statuspush", s.runStatusPush},
+		{"heartbeat", s.runHeartbeat},
+		{"hosts", s.runHosts},
+	} {
+		if err := supervisor.Run(ctx, w.name, w.fn); err != nil {
+			return err
+		}
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+
+	if get(&s.node) == nil {
+		log.Info("waiting for cluster enrolment (bootstrap, register or join)")
+	}
+	nd, err := wait(ctx, &s.node)
+	if err != nil {
+		return err
+	}
+	log.Info("node identity known", "node", nd.nodeID)
+	creds, err := wait(ctx, &s.Credentials)
+	if err != nil {
+		return err
+	}
+	res := rpc.NewResolver(log, func() credentials.TransportCredentials {
+		return credentials.NewTLS(identity.ClientTLSConfig(creds.CA, creds.TLSCertificate()))
+	})
+	defer res.Close()
+	for _, n := range nd.directory.GetNodes() {
+		for _, a := range n.GetAddresses() {
+			res.AddEndpoint(net.JoinHostPort(a, strconv.Itoa(s.curatorPort())))
+		}
+	}
+	conn, err := res.Dial()
+	if err != nil {
+		return fmt.Errorf("roleserver: curator connection: %w", err)
+	}
+	defer conn.Close()
+	s.CuratorConnection.Set(&CuratorConnection{Credentials: creds, Resolver: res, Conn: conn})
+	defer s.CuratorConnection.Set(nil)
+
+	// The local curator is an endpoint while it runs.
+	w := s.ControlPlane.Watch()
+	defer w.Close()
+	var logged string
+	for {
+		cp, err := w.Get(ctx)
+		if err != nil {
+			return err
+		}
+		if cp != nil && cp.Running {
+			res.AddEndpoint(s.localCurator())
+		} else {
+			res.RemoveEndpoint(s.localCurator())
+		}
+		if eps := fmt.Sprint(res.Endpoints()); eps != logged {
+			log.Info("looking for the curator leader", "endpoints", eps)
+			logged = eps
+		}
+	}
+}
+
+// wait returns the first non-nil value of v.
+func wait[T any](ctx context.Context, v *memory.Value[*T]) (*T, error) {
+	w := v.Watch()
+	defer w.Close()
+	return w.Get(ctx, event.Filter(func(t *T) bool { return t != nil }))
+}
+
+// get returns the current value of v. New sets every value, so this
+// never blocks.
+func get[T any](v *memory.Value[*T]) *T {
+	w := v.Watch()
+	defer w.Close()
+	t, _ := w.Get(context.Background())
+	return t
+}
+
+// addresses are the node's current addresses, most preferred first.
+func (s *Service) addresses() []string {
+	if s.knobs != nil && s.knobs.addresses != nil {
+		return append([]string(nil), s.knobs.addresses...)
+	}
+	if s.Network == nil {
+		return nil
+	}
+	st, ok := s.Network.Status()
+	if !ok || !st.Address.IsValid() {
+		return nil
+	}
+	return []string{st.Address.Addr().String()}
+}
+
+// waitAddresses blocks until the node has an address.
+func (s *Service) waitAddresses(ctx context.Context) ([]string, error) {
+	if a := s.addresses(); len(a) > 0 || s.Network == nil {
+		return a, nil
+	}
+	supervisor.Logger(ctx).Info("waiting for a network address")
+	if _, err := s.Network.WaitAddress(ctx); err != nil {
+		return nil, err
+	}
+	return s.addresses(), nil
+}
+
+// status is the node's own status, as pushed to the curator.
+func (s *Service) status() *clusterpb.NodeStatus {
+	st := &clusterpb.NodeStatus{Addresses: s.addresses(), Version: s.Version, BootCount: s.bootCount()}
+	if !s.BootTime.IsZero() {
+		st.BootTimeUnixNanos = s.BootTime.UnixNano()
+	}
+	return st
+}
+
+// bootCount is Config.BootCount or, when that is unset, the counter init
+// keeps on the data volume (a registering node opens it only after the
+// Role Server started).
+func (s *Service) bootCount() int64 {
+	if s.BootCount != 0 || s.StorageRoot == nil {
+		return s.BootCount
+	}
+	b, err := s.StorageRoot.Data.Node.BootCount.Read()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// backoff is a retry delay doubling from 250ms up to 5s.
+type backoff time.Duration
+
+func (b *backoff) next() time.Duration {
+	d := time.Duration(*b)
+	if d == 0 {
+		d = 250 * time.Millisecond
+	}
+	*b = backoff(min(2*d, 5*time.Second))
+	return d
+}
+
+func (b *backoff) reset() { *b = 0 }

@@ -1,0 +1,451 @@
+package roleserver
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/curator/escrow"
+	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func genKey(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// testNode is one Role Server on loopback with its own storage tree, log
+// tree and supervisor.
+type testNode struct {
+	t     *testing.T
+	root  localstorage.Root
+	hosts string
+	lt    *logtree.Tree
+	old   []*logtree.Tree // of earlier runs, for the failure dump
+	knobs knobs
+
+	svc    *Service
+	sup    atomic.Pointer[supervisor.Supervisor]
+	cancel context.CancelFunc
+	power  chan bool
+}
+
+func newTestNode(t *testing.T) *testNode {
+	t.Helper()
+	// Short: the etcd client socket path is limited to ~107 bytes.
+	dir, err := os.MkdirTemp("", "rs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n := &testNode{t: t, lt: logtree.New(50000), hosts: dir + "/run-hosts", power: make(chan bool, 4)}
+	if err := localstorage.Place(&n.root, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := localstorage.Create(&n.root.Data.Node, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	peerPort := freePort(t)
+	n.knobs = knobs{
+		curatorPort:  freePort(t),
+		nodeMgmtPort: freePort(t),
+		peerPort:     peerPort,
+		listenHost:   "127.0.0.1",
+		addresses:    []string{"127.0.0.1"},
+		newConsensus: func(cfg consensus.Config) *consensus.Service {
+			return consensus.NewLoopbackForTest(cfg, peerPort)
+		},
+		curatorLeaderTTL: 2 * time.Second,
+	}
+	t.Cleanup(func() {
+		n.stop()
+		nlog, _ := strconv.Atoi(os.Getenv("ROLESERVER_TEST_LOGS"))
+		if t.Failed() {
+			nlog = max(nlog, 300)
+		}
+		if nlog > 0 {
+			for i, lt := range append(n.old, n.lt) {
+				t.Logf("--- logs of run %d", i+1)
+				for _, e := range lt.Read("", nlog) {
+					t.Log(e.String())
+				}
+			}
+		}
+	})
+	return n
+}
+
+func (n *testNode) start() {
+	n.t.Helper()
+	k := n.knobs
+	n.svc = New(Config{
+		StorageRoot: &n.root,
+		LogTree:     n.lt,
+		Version:     "v0.0.0-test",
+		BootCount:   3,
+		BootTime:    time.Unix(1700000000, 0),
+		HostsPath:   n.hosts,
+		Power:       func(reboot bool) { n.power <- reboot },
+		Runnables: func() []supervisor.Status {
+			if s := n.sup.Load(); s != nil {
+				return s.Snapshot()
+			}
+			return nil
+		},
+		knobs: &k,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.sup.Store(supervisor.New(ctx, n.lt, func(ctx context.Context) error {
+		if err := supervisor.Run(ctx, "roleserver", n.svc.Run); err != nil {
+			return err
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, supervisor.Options{InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}))
+}
+
+func (n *testNode) stop() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	n.sup.Load().Wait()
+	n.cancel = nil
+}
+
+func (n *testNode) curatorAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.knobs.curatorPort))
+}
+
+func (n *testNode) nodeMgmtAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.knobs.nodeMgmtPort))
+}
+
+// eventually retries fn until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = fn(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
+}
+
+func dialTLS(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// takeOwnership runs AAA.Escrow against the node's curator and returns
+// owner credentials.
+func takeOwnership(t *testing.T, addr string, caCreds *identity.Credentials, ownerKey ed25519.PrivateKey) *identity.Credentials {
+	t.Helper()
+	eph, err := identity.EphemeralCertificate(ownerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owner *identity.Credentials
+	eventually(t, 30*time.Second, "escrow", func() error {
+		capture := identity.NewCapturingCredentials(identity.ClientTLSConfig(caCreds.CA, eph))
+		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(capture))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cert, err := escrow.TakeOwnership(ctx, clusterpb.NewAAAClient(conn), capture, ownerKey)
+		if err != nil {
+			return err
+		}
+		owner = &identity.Credentials{PrivateKey: ownerKey, Certificate: cert, CA: caCreds.CA}
+		return nil
+	})
+	return owner
+}
+
+// ownNode returns this node's record as the curator's Management sees it.
+func ownNode(ctx context.Context, mgmt clusterpb.ManagementClient, id string) (*clusterpb.Node, error) {
+	s, err := mgmt.GetNodes(ctx, &clusterpb.GetNodesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		n, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("node not listed")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n.GetId() == id {
+			return n, nil
+		}
+	}
+}
+
+func waitHealthy(t *testing.T, mgmt clusterpb.ManagementClient, id string) *clusterpb.Node {
+	t.Helper()
+	var node *clusterpb.Node
+	eventually(t, 40*time.Second, "node HEALTHY at the curator", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n, err := ownNode(ctx, mgmt, id)
+		if err != nil {
+			return err
+		}
+		if n.GetHealth() != clusterpb.NodeHealth_NODE_HEALTH_HEALTHY {
+			return errors.New("health " + n.GetHealth().String())
+		}
+		if len(n.GetStatus().GetAddresses()) == 0 {
+			return errors.New("no status pushed yet")
+		}
+		node = n
+		return nil
+	})
+	return node
+}
+
+func logContains(lt *logtree.Tree, dnSuffix, msg string) bool {
+	for _, e := range lt.Read("", 0) {
+		if strings.HasSuffix(e.DN, dnSuffix) && strings.Contains(e.Message, msg) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBootstrap bootstraps a one-node cluster in-process (real etcd, real
+// curator, loopback), checks the node is HEALTHY at its own curator, uses
+// NodeManagement with the owner certificate, then restarts the node cold
+// from what it persisted.
+func TestBootstrap(t *testing.T) {
+	n := newTestNode(t)
+	nodeKey, joinKey, ownerKey := genKey(t), genKey(t), genKey(t)
+	id := identity.NodeID(nodeKey.Public().(ed25519.PublicKey))
+	n.start()
+	n.svc.ProvideBootstrapData(BootstrapData{
+		NodeKey:       nodeKey,
+		JoinKey:       joinKey.Public().(ed25519.PublicKey),
+		OwnerKey:      ownerKey.Public().(ed25519.PublicKey),
+		Configuration: &clusterpb.ClusterConfiguration{AllowNodesWithoutTpm: true},
+		TPMUsage:      clusterpb.NodeTPMUsage_NODE_TPM_USAGE_NOT_PRESENT,
+	})
+
+	var creds *identity.Credentials
+	eventually(t, 40*time.Second, "node credentials saved", func() error {
+		var err error
+		creds, err = identity.Load(n.root.Data.Node.Credentials.Path())
+		return err
+	})
+	if creds.ID() != id || !creds.PrivateKey.Equal(nodeKey) {
+		t.Fatalf("saved credentials are for %s, want %s", creds.ID(), id)
+	}
+
+	owner := takeOwnership(t, n.curatorAddr(), creds, ownerKey)
+	ownerTLS := credentials.NewTLS(owner.ClientTLSConfig())
+	mgmt := clusterpb.NewManagementClient(dialTLS(t, n.curatorAddr(), ownerTLS))
+	node := waitHealthy(t, mgmt, id)
+	if node.GetState() != clusterpb.NodeState_NODE_STATE_UP || node.GetRoles().GetConsensusMember() == nil {
+		t.Errorf("node record: state %v roles %v", node.GetState(), node.GetRoles())
+	}
+	if st := node.GetStatus(); st.GetVersion() != "v0.0.0-test" || st.GetBootCount() != 3 || st.GetAddresses()[0] != "127.0.0.1" {
+		t.Errorf("pushed status %v", st)
+	}
+
+	// Roles and hosts are persisted for a cold start.
+	b, err := n.root.Data.Node.Roles.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := &clusterpb.NodeRoles{}
+	if err := proto.Unmarshal(b, roles); err != nil || roles.GetConsensusMember() == nil {
+		t.Errorf("persisted roles %v (%v)", roles, err)
+	}
+	for _, p := range []string{n.hosts, n.root.Data.Node.Hosts.Path()} {
+		h, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(h), "127.0.0.1\t"+id+"\n") {
+			t.Errorf("%s: %q (%v), want an entry for %s", p, h, err, id)
+		}
+	}
+
+	// NodeManagement over mTLS with the owner certificate.
+	nm := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), ownerTLS))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := nm.Status(ctx, &clusterpb.StatusRequest{})
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if st.GetStatus().GetVersion() != "v0.0.0-test" || len(st.GetStatus().GetAddresses()) == 0 {
+		t.Errorf("Status.status = %v", st.GetStatus())
+	}
+	states := map[string]string{}
+	for _, r := range st.GetRunnables() {
+		states[r.GetDn()] = r.GetState()
+	}
+	for _, dn := range []string{"root.roleserver.controlplane.consensus", "root.roleserver.controlplane.curator", "root.roleserver.heartbeat", "root.roleserver.nodemgmt"} {
+		if states[dn] != string(supervisor.StateHealthy) {
+			t.Errorf("runnable %s is %q, want HEALTHY (all: %v)", dn, states[dn], states)
+		}
+	}
+
+	// Logs: backlog of the whole roleserver subtree.
+	logs, err := nm.Logs(ctx, &clusterpb.LogsRequest{Dn: "root.roleserver", Recursive: true, Backlog: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*clusterpb.LogEntry
+	for {
+		r, err := logs.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Logs: %v", err)
+		}
+		got = append(got, r.GetEntries()...)
+	}
+	want := map[string]bool{"bootstrapping cluster": false, "connected to curator leader " + id: false, "serving NodeManagement": false}
+	for _, e := range got {
+		if !strings.HasPrefix(e.GetDn(), "root.roleserver") {
+			t.Errorf("entry of %s in a root.roleserver log", e.GetDn())
+		}
+		for w := range want {
+			if strings.HasPrefix(e.GetMessage(), w) {
+				want[w] = true
+			}
+		}
+	}
+	for w, ok := range want {
+		if !ok {
+			t.Errorf("log line %q not served by Logs (%d entries)", w, len(got))
+		}
+	}
+
+	// Logs with follow: an entry logged after the call arrives.
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	follow, err := nm.Logs(fctx, &clusterpb.LogsRequest{Dn: "root.test", Backlog: 0, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// The subscription is in place once the server got the call; keep
+		// logging until the reader is done.
+		for i := 0; fctx.Err() == nil; i++ {
+			n.lt.Logger("root.test").Info("followed line", "i", i)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	r, err := follow.Recv()
+	fcancel()
+	if err != nil || len(r.GetEntries()) == 0 || r.GetEntries()[0].GetMessage() != "followed line" || r.GetEntries()[0].GetLevel() != "INFO" {
+		t.Fatalf("followed Logs: %v, %v", r, err)
+	}
+
+	// The node's own certificate may read status but not logs or power.
+	nodeNM := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), credentials.NewTLS(creds.ClientTLSConfig())))
+	if _, err := nodeNM.Status(ctx, &clusterpb.StatusRequest{}); err != nil {
+		t.Errorf("node Status: %v", err)
+	}
+	if _, err := nodeNM.Reboot(ctx, &clusterpb.RebootRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("node Reboot: %v, want PermissionDenied", err)
+	}
+	if _, err := nm.Reboot(ctx, &clusterpb.RebootRequest{}); err != nil {
+		t.Fatalf("owner Reboot: %v", err)
+	}
+	select {
+	case reboot := <-n.power:
+		if !reboot {
+			t.Error("Reboot powered off")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Reboot did not call Power")
+	}
+
+	for _, m := range []struct{ dn, msg string }{
+		{"roleserver.controlplane", "bootstrapping cluster"},
+		{"roleserver.controlplane", "cluster bootstrapped"},
+		{"roleserver.heartbeat", "connected to curator leader"},
+		{"roleserver.rolefetch", "node is HEALTHY"},
+		{"roleserver.statuspush", "status pushed"},
+	} {
+		if !logContains(n.lt, m.dn, m.msg) {
+			t.Errorf("no %q in the %s log", m.msg, m.dn)
+		}
+	}
+
+	// Cold start: a new Service on the same storage, given the saved
+	// credentials as after a reboot, starts etcd and the curator from the
+	// persisted roles and becomes HEALTHY again.
+	n.stop()
+	n.old = append(n.old, n.lt)
+	n.lt = logtree.New(50000)
+	n.start()
+	saved, err := identity.Load(n.root.Data.Node.Credentials.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.svc.ProvideJoinData(saved, nil)
+	before := time.Now()
+	mgmt2 := clusterpb.NewManagementClient(dialTLS(t, n.curatorAddr(), ownerTLS))
+	waitHealthy(t, mgmt2, id)
+	eventually(t, 20*time.Second, "heartbeat after restart", func() error {
+		n2, err := ownNode(ctx, mgmt2, id)
+		if err != nil {
+			return err
+		}
+		if time.Unix(0, n2.GetLastHeartbeatUnixNanos()).Before(before) {
+			return errors.New("last heartbeat is from before the restart")
+		}
+		return nil
+	})
+	if logContains(n.lt, "roleserver.controlplane", "bootstrapping cluster") {
+		t.Error("restart bootstrapped again")
+	}
+}

@@ -1,0 +1,228 @@
+package roleserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/supervisor"
+)
+
+// runRoleFetch follows this node's record at the curator: new roles are
+// persisted and published in Roles; health changes are logged.
+func (s *Service) runRoleFetch(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	nd, err := wait(ctx, &s.node)
+	if err != nil {
+		return err
+	}
+	conn, err := wait(ctx, &s.CuratorConnection)
+	if err != nil {
+		return err
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	var b backoff
+	health := clusterpb.NodeHealth_NODE_HEALTH_UNSPECIFIED
+	for {
+		err := s.watchOwnNode(ctx, conn, nd.nodeID, &health, &b)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("watching this node at the curator failed, retrying", "err", err)
+		if err := sleep(ctx, b.next()); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Service) watchOwnNode(ctx context.Context, conn *CuratorConnection, id string, health *clusterpb.NodeHealth, b *backoff) error {
+	log := supervisor.Logger(ctx)
+	stream, err := conn.Curator().Watch(ctx, &clusterpb.WatchRequest{
+		Kind: &clusterpb.WatchRequest_NodeInCluster_{NodeInCluster: &clusterpb.WatchRequest_NodeInCluster{NodeId: id}},
+	})
+	if err != nil {
+		return err
+	}
+	first := true
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if first {
+			leader, addr := conn.Resolver.Leader()
+			log.Info("watching this node at curator leader "+leader, "address", addr)
+			first = false
+			b.reset()
+		}
+		for _, t := range ev.GetTombstones() {
+			if t.GetNodeId() == id {
+				log.Warn("this node was decommissioned: dropping all roles")
+				s.setRoles(ctx, &clusterpb.NodeRoles{})
+			}
+		}
+		for _, n := range ev.GetNodes() {
+			if n.GetId() != id {
+				continue
+			}
+			roles := n.GetRoles()
+			if roles == nil {
+				roles = &clusterpb.NodeRoles{}
+			}
+			s.setRoles(ctx, roles)
+			if h := n.GetHealth(); h != *health {
+				*health = h
+				log.Info("node is " + healthName(h))
+			}
+		}
+	}
+}
+
+// setRoles persists and publishes roles if they differ from the current.
+func (s *Service) setRoles(ctx context.Context, roles *clusterpb.NodeRoles) {
+	if cur := get(&s.Roles); cur != nil && proto.Equal(cur, roles) {
+		return
+	}
+	log := supervisor.Logger(ctx)
+	if err := s.saveRoles(roles); err != nil {
+		log.Error("persisting roles", "err", err)
+	}
+	log.Info("roles changed",
+		"consensus_member", roles.GetConsensusMember() != nil,
+		"kubernetes_controller", roles.GetKubernetesController() != nil,
+		"kubernetes_worker", roles.GetKubernetesWorker() != nil)
+	s.Roles.Set(roles)
+}
+
+func healthName(h clusterpb.NodeHealth) string {
+	if n, ok := clusterpb.NodeHealth_name[int32(h)]; ok {
+		if len(n) > len("NODE_HEALTH_") {
+			return n[len("NODE_HEALTH_"):]
+		}
+		return n
+	}
+	return h.String()
+}
+
+// statusRefresh is how often the status worker looks for changes, and
+// statusResend how often it pushes an unchanged status anyway.
+const (
+	statusRefresh = 2 * time.Second
+	statusResend  = time.Minute
+)
+
+// runStatusPush keeps this node's status at the curator current.
+func (s *Service) runStatusPush(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	nd, err := wait(ctx, &s.node)
+	if err != nil {
+		return err
+	}
+	conn, err := wait(ctx, &s.CuratorConnection)
+	if err != nil {
+		return err
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	var pushed *clusterpb.NodeStatus
+	var pushedAt time.Time
+	failing := false
+	for {
+		st := s.status()
+		if !proto.Equal(st, pushed) || time.Since(pushedAt) > statusResend {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := conn.Curator().UpdateNodeStatus(cctx, &clusterpb.UpdateNodeStatusRequest{NodeId: nd.nodeID, Status: st})
+			cancel()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				if !failing {
+					log.Warn("pushing status failed, retrying", "err", err)
+				}
+				failing = true
+			case err == nil:
+				if !proto.Equal(st, pushed) {
+					log.Info("status pushed", "addresses", fmt.Sprint(st.GetAddresses()), "version", st.GetVersion(), "boot_count", st.GetBootCount())
+				}
+				failing = false
+				pushed, pushedAt = st, time.Now()
+			}
+		}
+		if err := sleep(ctx, statusRefresh); err != nil {
+			return err
+		}
+	}
+}
+
+// runHeartbeat keeps a Heartbeat stream to the curator leader, sending
+// every curator.HeartbeatInterval.
+func (s *Service) runHeartbeat(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	conn, err := wait(ctx, &s.CuratorConnection)
+	if err != nil {
+		return err
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	var b backoff
+	for {
+		err := s.heartbeat(ctx, conn, &b)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("lost the curator leader, reconnecting", "err", err)
+		if err := sleep(ctx, b.next()); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *backoff) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := conn.Curator().Heartbeat(ctx)
+	if err != nil {
+		return err
+	}
+	acks := make(chan error, 1)
+	go func() {
+		first := true
+		for {
+			if _, err := stream.Recv(); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = errors.New("curator closed the heartbeat stream")
+				}
+				acks <- err
+				return
+			}
+			if first {
+				leader, addr := conn.Resolver.Leader()
+				supervisor.Logger(ctx).Info("connected to curator leader "+leader, "address", addr)
+				first = false
+				b.reset()
+			}
+		}
+	}()
+	t := time.NewTicker(heartbeatInterval)
+	defer t.Stop()
+	for {
+		if err := stream.Send(&clusterpb.HeartbeatRequest{}); err != nil {
+			// The real reason comes from Recv.
+			select {
+			case err := <-acks:
+				return err
+			case <-time.After(time.Second):
+				return err
+			}
+		}
+		select {
+		case <-t.C:
+		case err := <-acks:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

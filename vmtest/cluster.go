@@ -1,0 +1,778 @@
+package vmtest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/owner"
+)
+
+// ClusterOptions describe a cluster for LaunchCluster.
+type ClusterOptions struct {
+	// Nodes is how many nodes to bring UP (at least 1: the bootstrap node).
+	Nodes int
+	// Image is the image every node boots. Required.
+	Image *Image
+	// Dir holds each node's directory (disk, TPM state, one console log
+	// per boot), the router log and the owner configuration (Dir/owner).
+	// Required.
+	Dir string
+	// Subnet is the switch network; default 10.42.0.0/24.
+	Subnet netip.Prefix
+	// SpareSlots is how many more nodes AddNode can add without restarting
+	// the router (see Router); default 2.
+	SpareSlots int
+	// DiskSizeBytes is each node's data disk; default 2 GiB.
+	DiskSizeBytes int64
+	// Parameters, if set, may change a node's parameters before they are
+	// written (e.g. a TPM-less development cluster).
+	Parameters func(name string, p *nodepb.Parameters)
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+	// Console, if set, returns a writer for a node's live serial console.
+	Console func(name string) io.Writer
+	// StepTimeout bounds each wait (curator up, node registered, node UP);
+	// default 10 minutes, which TCG needs for a cold boot and join.
+	StepTimeout time.Duration
+}
+
+// Cluster is a set of nodes on one Switch, reachable from the host through
+// a Router, owned by the test: LaunchCluster took ownership with the
+// bootstrap node's owner key and keeps the owner configuration in
+// OwnerDir, so plinthctl works against it too (-config OwnerDir).
+//
+//	host                                        Switch (10.42.0.0/24, DHCP)
+//	Client() / plinthctl ─► 127.0.0.1:P ─► Router ─┬─ node0 .10  bootstrap
+//	(owner config: curators =                      ├─ node1 .11  registered, approved
+//	 forwarded :7835 of started nodes,             ├─ ...
+//	 NodeManagement = forwarded :7836)             └─ spare slots: address and
+//	                                                  forwards reserved for AddNode
+//
+// A node that reboots (QEMU runs with -no-reboot, so QEMU exits) is
+// started again with the same disk and TPM, unless the harness stopped it.
+type Cluster struct {
+	opts   ClusterOptions
+	swDir  string
+	Switch *Switch
+	Router *Router
+
+	mu     sync.Mutex
+	slots  []*ClusterNode // every switch port made, used or spare
+	cfg    *owner.Config
+	client *owner.Client
+	closed bool
+}
+
+// ClusterNode is one machine of a Cluster: a switch port with its address,
+// a disk and a TPM, and the QEMU of its current boot.
+type ClusterNode struct {
+	Name string
+	Addr netip.Addr // the address the switch gives it
+	Dir  string
+
+	c        *Cluster
+	portArgs []string
+	params   string
+
+	mu       sync.Mutex
+	used     bool
+	id       string
+	vm       *Node
+	boots    int
+	stopping bool
+}
+
+// ID is the node's ID once the cluster knows it ("" before).
+func (n *ClusterNode) ID() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.id
+}
+
+// VM is the QEMU of the node's current (or last) boot.
+func (n *ClusterNode) VM() *Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.vm
+}
+
+// BootstrapParametersWithOwner is BootstrapParameters that also returns
+// the owner's private key, for a harness that takes ownership.
+func BootstrapParametersWithOwner() (*nodepb.Parameters, ed25519.PrivateKey) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	p := BootstrapParameters()
+	p.GetBootstrap().OwnerPublicKey = pub
+	return p, key
+}
+
+// LaunchCluster boots the bootstrap node, takes ownership, then adds the
+// other nodes one by one (ticket → register parameters → boot → NEW →
+// approve → UP). On error everything is stopped again.
+func LaunchCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
+	c, err := newCluster(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	o = c.opts
+	boot := c.slots[0]
+	params, key := BootstrapParametersWithOwner()
+	if err := c.setParams(boot, params); err != nil {
+		return nil, err
+	}
+	boot.mu.Lock()
+	boot.used = true
+	boot.mu.Unlock()
+	c.logf("%s (%s): booting as the bootstrap node", boot.Name, boot.Addr)
+	if err := c.start(ctx, boot); err != nil {
+		return nil, err
+	}
+	if err := c.takeOwnership(ctx, boot, key); err != nil {
+		return nil, err
+	}
+	up, err := c.waitNode(ctx, boot, "UP and HEALTHY", upAndHealthy)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.known(boot, up.GetId()); err != nil {
+		return nil, err
+	}
+	c.logf("%s is %s: UP and HEALTHY, the cluster is bootstrapped", boot.Name, up.GetId())
+	for range o.Nodes - 1 {
+		if _, err := c.AddNode(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// newCluster makes the switch with a slot for every node and spare, and
+// the router with their forwards; no node is started.
+func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
+	switch {
+	case o.Image == nil:
+		return nil, errors.New("vmtest: ClusterOptions.Image is required")
+	case o.Dir == "":
+		return nil, errors.New("vmtest: ClusterOptions.Dir is required")
+	case o.Nodes < 1:
+		return nil, errors.New("vmtest: a cluster needs at least one node")
+	}
+	if !o.Subnet.IsValid() {
+		o.Subnet = netip.MustParsePrefix("10.42.0.0/24")
+	}
+	if o.SpareSlots <= 0 {
+		o.SpareSlots = 2
+	}
+	if o.DiskSizeBytes <= 0 {
+		o.DiskSizeBytes = 2 << 30
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 10 * time.Minute
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("vmtest: %w", err)
+	}
+	c := &Cluster{opts: o}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if c.swDir, err = shortTempDir(); err != nil {
+		return nil, err
+	}
+	if c.Switch, err = NewSwitch(c.swDir, o.Subnet); err != nil {
+		return nil, err
+	}
+	var forwards []netip.AddrPort
+	for range o.Nodes + o.SpareSlots {
+		n, err := c.newSlot()
+		if err != nil {
+			return nil, err
+		}
+		forwards = append(forwards, nodeForwards(n)...)
+	}
+	if c.Router, err = StartRouter(ctx, c.Switch, o.Dir, forwards); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func nodeForwards(n *ClusterNode) []netip.AddrPort {
+	return []netip.AddrPort{
+		netip.AddrPortFrom(n.Addr, identity.CuratorPort),
+		netip.AddrPortFrom(n.Addr, identity.NodeManagementPort),
+	}
+}
+
+func (c *Cluster) logf(format string, args ...any) {
+	fmt.Fprintf(c.opts.Progress, "cluster: "+format+"\n", args...)
+}
+
+// newSlot makes a switch port (reserving its address) and the directory
+// for one more node; the node is not started.
+func (c *Cluster) newSlot() (*ClusterNode, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	name := "node" + strconv.Itoa(len(c.slots))
+	args, err := c.Switch.Port(name)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := c.Switch.PortAddr(name)
+	if err != nil {
+		return nil, err
+	}
+	n := &ClusterNode{Name: name, Addr: addr, Dir: filepath.Join(c.opts.Dir, name), c: c, portArgs: args}
+	c.slots = append(c.slots, n)
+	return n, nil
+}
+
+func (c *Cluster) setParams(n *ClusterNode, p *nodepb.Parameters) error {
+	if c.opts.Parameters != nil {
+		c.opts.Parameters(n.Name, p)
+	}
+	if err := os.MkdirAll(filepath.Join(n.Dir, "tpm"), 0o755); err != nil {
+		return fmt.Errorf("vmtest: %w", err)
+	}
+	var err error
+	n.params, err = WriteParameters(filepath.Join(n.Dir, "parameters.pb"), p)
+	return err
+}
+
+// OwnerDir is the owner configuration directory (plinthctl -config).
+func (c *Cluster) OwnerDir() string { return filepath.Join(c.opts.Dir, "owner") }
+
+// Client is the owner's client for the cluster.
+func (c *Cluster) Client() *owner.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.client
+}
+
+// Nodes are the nodes started so far, in order (the bootstrap node first).
+func (c *Cluster) Nodes() []*ClusterNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*ClusterNode
+	for _, n := range c.slots {
+		n.mu.Lock()
+		if n.used && n.vm != nil {
+			out = append(out, n)
+		}
+		n.mu.Unlock()
+	}
+	return out
+}
+
+// Node returns the node with this name or ID, or nil.
+func (c *Cluster) Node(nameOrID string) *ClusterNode {
+	if nameOrID == "" {
+		return nil
+	}
+	for _, n := range c.Nodes() {
+		if n.Name == nameOrID || n.ID() == nameOrID {
+			return n
+		}
+	}
+	return nil
+}
+
+// CuratorEndpoint is the host's 127.0.0.1:port forwarded to the node's
+// curator port.
+func (c *Cluster) CuratorEndpoint(n *ClusterNode) string {
+	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, identity.CuratorPort))
+}
+
+// NodeManagementEndpoint is the host's 127.0.0.1:port forwarded to the
+// node's NodeManagement port.
+func (c *Cluster) NodeManagementEndpoint(n *ClusterNode) string {
+	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, identity.NodeManagementPort))
+}
+
+// takeOwnership waits for the bootstrap node's curator (retrying while it
+// is not up yet) and saves the owner configuration.
+func (c *Cluster) takeOwnership(ctx context.Context, boot *ClusterNode, key ed25519.PrivateKey) error {
+	ep := c.CuratorEndpoint(boot)
+	c.logf("%s: waiting for its curator (forwarded to %s) to take ownership", boot.Name, ep)
+	var creds *identity.Credentials
+	err := c.retry(ctx, boot, "taking ownership", func(ctx context.Context) error {
+		var err error
+		creds, _, err = owner.TakeOwnership(ctx, ep, key)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg = &owner.Config{Dir: c.OwnerDir(), Key: key, Credentials: creds, NodeEndpoints: map[string]string{}}
+	c.cfg.Curators = c.curatorsLocked()
+	if c.client, err = owner.Dial(c.cfg); err != nil {
+		return err
+	}
+	if err := c.cfg.Save(); err != nil {
+		return err
+	}
+	c.logf("took ownership; owner configuration in %s", c.OwnerDir())
+	return nil
+}
+
+// curatorsLocked lists the forwarded curator ports of the nodes started
+// so far, the bootstrap node first: nodes without a curator refuse at
+// once, and the client moves on to the next.
+func (c *Cluster) curatorsLocked() []string {
+	var out []string
+	for _, n := range c.slots {
+		n.mu.Lock()
+		started := n.used && n.vm != nil
+		n.mu.Unlock()
+		if started {
+			out = append(out, c.CuratorEndpoint(n))
+		}
+	}
+	return out
+}
+
+// updateOwnerLocked brings the client and the saved owner configuration
+// up to date with the started nodes.
+func (c *Cluster) updateOwnerLocked() error {
+	if c.cfg == nil {
+		return nil
+	}
+	c.cfg.Curators = c.curatorsLocked()
+	c.client.SetCurators(c.cfg.Curators)
+	for id, ep := range c.cfg.NodeEndpoints {
+		c.client.SetNodeEndpoint(id, ep)
+	}
+	return c.cfg.Save()
+}
+
+// retriable are the errors of a cluster that is still coming up.
+func retriable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
+// retry calls fn until it succeeds, fails for good, n's QEMU exits, or
+// StepTimeout passes.
+func (c *Cluster) retry(ctx context.Context, n *ClusterNode, what string, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.StepTimeout)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+		err := fn(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		if !retriable(err) {
+			return fmt.Errorf("vmtest: %s: %s: %w", n.Name, what, err)
+		}
+		vm := n.VM()
+		select {
+		case <-vm.Exited():
+			// A reboot is followed by the next boot (see watch).
+			if !slices.ContainsFunc(vm.Lines(), rebootLine.MatchString) {
+				return fmt.Errorf("vmtest: %s: %s: node exited (%s); last console lines:\n%s", n.Name, what, vm.exitStatus(), vm.tail())
+			}
+			if !sleepCtx(ctx, 2*time.Second) {
+				return fmt.Errorf("vmtest: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("vmtest: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// waitNode waits for the cluster to list n (by address, or by its known
+// ID) in a record for which ok holds.
+func (c *Cluster) waitNode(ctx context.Context, n *ClusterNode, what string, ok func(*clusterpb.Node) bool) (*clusterpb.Node, error) {
+	var found *clusterpb.Node
+	err := c.retry(ctx, n, "waiting to be "+what, func(ctx context.Context) error {
+		nodes, err := c.Client().Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		rec := c.match(n, nodes)
+		if rec == nil || !ok(rec) {
+			return status.Errorf(codes.Unavailable, "%s not %s yet (node record %v)", n.Name, what, rec)
+		}
+		found = rec
+		return nil
+	})
+	return found, err
+}
+
+// match finds n's record: by ID once known, else by its address, else the
+// one node no ClusterNode claims yet (a node that reported no address).
+func (c *Cluster) match(n *ClusterNode, nodes []*clusterpb.Node) *clusterpb.Node {
+	if id := n.ID(); id != "" {
+		for _, r := range nodes {
+			if r.GetId() == id {
+				return r
+			}
+		}
+		return nil
+	}
+	var unclaimed []*clusterpb.Node
+	for _, r := range nodes {
+		if c.claimed(r.GetId()) || r.GetState() == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+			continue // another machine's record, whatever addresses it names
+		}
+		if slices.Contains(r.GetStatus().GetAddresses(), n.Addr.String()) {
+			return r
+		}
+		unclaimed = append(unclaimed, r)
+	}
+	if len(unclaimed) == 1 {
+		return unclaimed[0]
+	}
+	return nil
+}
+
+// claimed reports whether a machine of the cluster is known as node id.
+func (c *Cluster) claimed(id string) bool {
+	c.mu.Lock()
+	slots := c.slots
+	c.mu.Unlock()
+	for _, n := range slots {
+		if id != "" && n.ID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// known records n's ID and its NodeManagement forward in the owner
+// configuration.
+func (c *Cluster) known(n *ClusterNode, id string) error {
+	n.mu.Lock()
+	n.id = id
+	n.mu.Unlock()
+	ep := c.NodeManagementEndpoint(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.NodeEndpoints[id] = ep
+	return c.updateOwnerLocked()
+}
+
+// AddNode boots one more node with register parameters from the cluster,
+// approves it when it shows up NEW and waits until it is UP.
+func (c *Cluster) AddNode(ctx context.Context) (*ClusterNode, error) {
+	n, err := c.freeSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	reg, err := c.registerParameters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := BootstrapParameters()
+	p.Cluster = &nodepb.Parameters_Register{Register: reg}
+	if err := c.setParams(n, p); err != nil {
+		return nil, err
+	}
+	c.logf("%s (%s): booting to register with %v", n.Name, n.Addr, reg.GetCuratorEndpoints())
+	if err := c.start(ctx, n); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	err = c.updateOwnerLocked()
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	rec, err := c.waitNode(ctx, n, "registered", func(r *clusterpb.Node) bool { return r.GetState() != clusterpb.NodeState_NODE_STATE_UNSPECIFIED })
+	if err != nil {
+		return nil, err
+	}
+	if err := c.known(n, rec.GetId()); err != nil {
+		return nil, err
+	}
+	if rec.GetState() == clusterpb.NodeState_NODE_STATE_NEW {
+		c.logf("%s is %s: NEW, approving", n.Name, rec.GetId())
+		if err := c.retry(ctx, n, "approving", func(ctx context.Context) error {
+			return c.Client().Approve(ctx, rec.GetPublicKey())
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.waitNode(ctx, n, "UP", func(r *clusterpb.Node) bool { return r.GetState() == clusterpb.NodeState_NODE_STATE_UP }); err != nil {
+		return nil, err
+	}
+	c.logf("%s is UP (%s after boot)", n.Name, time.Since(start).Round(time.Second))
+	// UP is the curator's record; HEALTHY means the node's own Role Server
+	// runs (its data volume is open and it sends heartbeats).
+	if _, err := c.waitNode(ctx, n, "HEALTHY", upAndHealthy); err != nil {
+		return nil, err
+	}
+	c.logf("%s is HEALTHY (%s after boot)", n.Name, time.Since(start).Round(time.Second))
+	return n, nil
+}
+
+func upAndHealthy(r *clusterpb.Node) bool {
+	return r.GetState() == clusterpb.NodeState_NODE_STATE_UP && r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY
+}
+
+// freeSlot returns an unused slot, making a new one (and restarting the
+// router with its forwards) when the spares are used up.
+func (c *Cluster) freeSlot(ctx context.Context) (*ClusterNode, error) {
+	c.mu.Lock()
+	for _, n := range c.slots {
+		n.mu.Lock()
+		free := !n.used
+		n.used = n.used || free
+		n.mu.Unlock()
+		if free {
+			c.mu.Unlock()
+			return n, nil
+		}
+	}
+	c.mu.Unlock()
+	n, err := c.newSlot()
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.used = true
+	n.mu.Unlock()
+	c.logf("no spare router forwards left: restarting the router with forwards for %s", n.Name)
+	if err := c.Router.AddForwards(ctx, nodeForwards(n)); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// registerParameters are the CA and ticket from the cluster, with the
+// curators of the directory (addresses on the switch network), or the
+// bootstrap node's address if the directory names none there.
+func (c *Cluster) registerParameters(ctx context.Context) (*nodepb.Register, error) {
+	boot := c.slots[0]
+	var info *clusterpb.GetClusterInfoResponse
+	var ticket []byte
+	err := c.retry(ctx, boot, "fetching register parameters", func(ctx context.Context) error {
+		var err error
+		if info, err = c.Client().ClusterInfo(ctx); err != nil {
+			return err
+		}
+		ticket, err = c.Client().Ticket(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &nodepb.Register{ClusterCaCertificate: info.GetCaCertificate(), RegisterTicket: ticket}
+	for _, d := range info.GetDirectory().GetNodes() {
+		for _, a := range d.GetAddresses() {
+			if ip, err := netip.ParseAddr(a); err == nil && c.Switch.Subnet().Contains(ip) {
+				r.CuratorEndpoints = append(r.CuratorEndpoints, net.JoinHostPort(a, strconv.Itoa(identity.CuratorPort)))
+			}
+		}
+	}
+	if len(r.CuratorEndpoints) == 0 {
+		r.CuratorEndpoints = []string{netip.AddrPortFrom(boot.Addr, identity.CuratorPort).String()}
+	}
+	return r, nil
+}
+
+// start launches n's next boot.
+func (c *Cluster) start(ctx context.Context, n *ClusterNode) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return c.startLocked(ctx, n)
+}
+
+func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) error {
+	if n.vm != nil {
+		select {
+		case <-n.vm.Exited():
+		default:
+			return fmt.Errorf("vmtest: %s is running", n.Name)
+		}
+		n.vm.Close()
+	}
+	n.boots++
+	n.stopping = false
+	o := c.opts.Image.NodeOptions(n.Name).WithParameters(n.params)
+	o.WorkDir = filepath.Join(n.Dir, "boot"+strconv.Itoa(n.boots))
+	o.DiskPath, o.DiskSizeBytes = filepath.Join(n.Dir, "disk.img"), c.opts.DiskSizeBytes
+	o.TPMStateDir = filepath.Join(n.Dir, "tpm")
+	o.NoNetwork = true
+	o.ExtraArgs = n.portArgs
+	if c.opts.Console != nil {
+		o.Console = c.opts.Console(n.Name)
+	}
+	// The node outlives ctx, which bounds only the launch.
+	vm, err := Launch(context.WithoutCancel(ctx), o)
+	if err != nil {
+		return err
+	}
+	n.vm = vm
+	c.logf("%s: boot %d, console log %s", n.Name, n.boots, vm.ConsolePath())
+	go c.watch(n, vm)
+	return nil
+}
+
+// rebootLine is what init prints last before a reboot.
+var rebootLine = regexp.MustCompile(`handing over to PID 1 .*action=reboot`)
+
+// watch starts n again when its guest rebooted (QEMU exits on a reboot)
+// and the harness did not stop it.
+func (c *Cluster) watch(n *ClusterNode, vm *Node) {
+	<-vm.Exited()
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if closed || n.stopping || n.vm != vm {
+		return
+	}
+	rebooted := slices.ContainsFunc(vm.Lines(), rebootLine.MatchString)
+	if !rebooted {
+		c.logf("%s: powered off (%s)", n.Name, vm.exitStatus())
+		return
+	}
+	c.logf("%s: rebooting", n.Name)
+	if err := c.startLocked(context.Background(), n); err != nil {
+		c.logf("%s: restarting after reboot: %v", n.Name, err)
+	}
+}
+
+// StopNode powers n off (ACPI power button) and waits for it; after
+// grace it is killed. It stays off until StartNode.
+func (c *Cluster) StopNode(ctx context.Context, n *ClusterNode, grace time.Duration) error {
+	n.mu.Lock()
+	n.stopping = true
+	vm := n.vm
+	n.mu.Unlock()
+	if vm == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	if err := vm.PowerDown(pctx); err == nil {
+		if vm.Wait(pctx) == nil {
+			return nil
+		}
+	}
+	return c.KillNode(n)
+}
+
+// KillNode cuts n's power. It stays off until StartNode.
+func (c *Cluster) KillNode(n *ClusterNode) error {
+	n.mu.Lock()
+	n.stopping = true
+	vm := n.vm
+	n.mu.Unlock()
+	if vm == nil {
+		return nil
+	}
+	err := vm.Kill()
+	<-vm.Exited()
+	return err
+}
+
+// StartNode boots a stopped node again with the same disk, TPM and
+// parameters.
+func (c *Cluster) StartNode(ctx context.Context, n *ClusterNode) error {
+	return c.start(ctx, n)
+}
+
+// RebootNode asks n to reboot through NodeManagement and waits until the
+// harness has started its next boot (not until it is UP again).
+func (c *Cluster) RebootNode(ctx context.Context, n *ClusterNode) error {
+	old := n.VM()
+	if n.ID() == "" {
+		return fmt.Errorf("vmtest: %s has no node ID yet", n.Name)
+	}
+	if err := c.Client().Reboot(ctx, n.ID()); err != nil {
+		return fmt.Errorf("vmtest: %s: reboot: %w", n.Name, err)
+	}
+	var exitedAt time.Time
+	for {
+		if n.VM() != old {
+			return nil
+		}
+		select {
+		case <-old.Exited():
+			if exitedAt.IsZero() {
+				exitedAt = time.Now()
+			} else if time.Since(exitedAt) > 5*time.Second {
+				return fmt.Errorf("vmtest: %s powered off instead of rebooting (%s)", n.Name, old.exitStatus())
+			}
+		default:
+		}
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return fmt.Errorf("vmtest: %s: waiting for the reboot: %w", n.Name, ctx.Err())
+		}
+	}
+}
+
+// Close kills every node and stops the router and switch. Node
+// directories stay.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	slots := c.slots
+	client := c.client
+	c.mu.Unlock()
+	var errs []error
+	for _, n := range slots {
+		n.mu.Lock()
+		n.stopping = true
+		vm := n.vm
+		n.mu.Unlock()
+		if vm != nil {
+			errs = append(errs, vm.Close())
+		}
+	}
+	if client != nil {
+		client.Close()
+	}
+	if c.Router != nil {
+		errs = append(errs, c.Router.Close())
+	}
+	if c.Switch != nil {
+		errs = append(errs, c.Switch.Close())
+	}
+	if c.swDir != "" {
+		errs = append(errs, os.RemoveAll(c.swDir))
+	}
+	return errors.Join(errs...)
+}
