@@ -144,7 +144,10 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 		l.Error("static network configuration unusable, using DHCP", "err", err)
 	}
 	net := network.New(netConfig)
-	var sup *supervisor.Supervisor
+	var (
+		sup   *supervisor.Supervisor
+		enrol *enrolment.Config
+	)
 	roles := roleserver.New(roleserver.Config{
 		StorageRoot: n.local,
 		Network:     net,
@@ -159,9 +162,10 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 				requestShutdown(reaper.ExitPowerOff)
 			}
 		},
-		Runnables: func() []supervisor.Status { return sup.Snapshot() },
+		Runnables:       func() []supervisor.Status { return sup.Snapshot() },
+		LocalClusterKey: func(keep bool) error { return enrol.KeepClusterKeyLocally(keep) },
 	})
-	enrol := enrolment.Config{
+	enrol = &enrolment.Config{
 		Parameters: n.params.Params,
 		Root:       n.local,
 		Keys:       n.keys,

@@ -59,11 +59,16 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params) (*t
 	for _, n := range p.Params.GetTpm().GetSealPcrs() {
 		pcrs = append(pcrs, int(n))
 	}
-	v, err := chip.ReadPCRs([]int{measure.PCR})
+	if len(pcrs) == 0 {
+		pcrs = measure.DefaultSealPCRs
+	}
+	// Read now, before Lock: keys sealed later this boot must still
+	// unseal at the next one.
+	v, err := chip.ReadPCRs(pcrs)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return chip, measure.TPMKeys{TPM: chip, PCRs: pcrs}, fmt.Sprintf("%s: parameters and system image measured, PCR %d = %x…, keys sealed to PCRs %v",
+	return chip, measure.TPMKeys{TPM: chip, PCRs: pcrs, Expected: v}, fmt.Sprintf("%s: parameters and system image measured, PCR %d = %x…, keys sealed to PCRs %v",
 		chip.Name(), measure.PCR, v[measure.PCR][:8], pcrs), nil
 }
 

@@ -50,6 +50,9 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 		return err
 	}
 	member := roles.GetConsensusMember() != nil
+	if err := s.keepClusterKeyLocally(member); err != nil {
+		return err
+	}
 	if !member {
 		log.Info("not a consensus member: no local etcd or curator")
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -89,6 +92,21 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 	s.ControlPlane.Set(&ControlPlane{Running: true, Consensus: cons})
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return s.watchMembership(ctx, rw, true)
+}
+
+// keepClusterKeyLocally tells enrolment whether this node must be able to
+// open its data volume without the cluster: a consensus member must, or a
+// cluster whose members all reboot could never start again (each would
+// wait for a curator that needs the others). Set before etcd starts, so a
+// member never runs without it.
+func (s *Service) keepClusterKeyLocally(member bool) error {
+	if s.LocalClusterKey == nil {
+		return nil
+	}
+	if err := s.LocalClusterKey(member); err != nil {
+		return fmt.Errorf("sealing the cluster unlock key locally: %w", err)
+	}
+	return nil
 }
 
 // bootstrap creates a new cluster: etcd from nothing, the curator's

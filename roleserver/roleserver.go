@@ -50,6 +50,10 @@ type Config struct {
 	// Runnables returns the supervisor's state, for NodeManagement.Status
 	// (typically (*supervisor.Supervisor).Snapshot).
 	Runnables func() []supervisor.Status
+	// LocalClusterKey, if set, is called with true before this node starts
+	// etcd as a consensus member and with false when it is not one: see
+	// enrolment.Config.KeepClusterKeyLocally.
+	LocalClusterKey func(keep bool) error
 
 	// knobs are test seams; nil in production.
 	knobs *knobs

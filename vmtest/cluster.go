@@ -99,6 +99,35 @@ type ClusterNode struct {
 	vm       *Node
 	boots    int
 	stopping bool
+	times    NodeTimes
+}
+
+// NodeTimes are when the harness launched a node's first boot and saw it
+// reach each step of joining (zero: not seen). The cluster is polled about
+// every 2 seconds, so the steps are seen up to a poll late.
+type NodeTimes struct {
+	Launched   time.Time // first boot: just before swtpm and QEMU started
+	Registered time.Time // listed by the cluster (AddNode)
+	Approved   time.Time // the owner's Approve returned (AddNode, if NEW)
+	Up         time.Time // listed UP
+	Healthy    time.Time // listed UP and HEALTHY
+}
+
+// Times returns the node's NodeTimes.
+func (n *ClusterNode) Times() NodeTimes {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.times
+}
+
+// mark sets each of fields (in n.times) to now.
+func (n *ClusterNode) mark(fields ...*time.Time) {
+	now := time.Now()
+	n.mu.Lock()
+	for _, f := range fields {
+		*f = now
+	}
+	n.mu.Unlock()
 }
 
 // ID is the node's ID once the cluster knows it ("" before).
@@ -160,6 +189,7 @@ func LaunchCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error
 	if err != nil {
 		return nil, err
 	}
+	boot.mark(&boot.times.Up, &boot.times.Healthy)
 	if err := c.known(boot, up.GetId()); err != nil {
 		return nil, err
 	}
@@ -521,6 +551,7 @@ func (c *Cluster) AddNode(ctx context.Context) (*ClusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
+	n.mark(&n.times.Registered)
 	if err := c.known(n, rec.GetId()); err != nil {
 		return nil, err
 	}
@@ -531,16 +562,19 @@ func (c *Cluster) AddNode(ctx context.Context) (*ClusterNode, error) {
 		}); err != nil {
 			return nil, err
 		}
+		n.mark(&n.times.Approved)
 	}
 	if _, err := c.waitNode(ctx, n, "UP", func(r *clusterpb.Node) bool { return r.GetState() == clusterpb.NodeState_NODE_STATE_UP }); err != nil {
 		return nil, err
 	}
+	n.mark(&n.times.Up)
 	c.logf("%s is UP (%s after boot)", n.Name, time.Since(start).Round(time.Second))
 	// UP is the curator's record; HEALTHY means the node's own Role Server
 	// runs (its data volume is open and it sends heartbeats).
 	if _, err := c.waitNode(ctx, n, "HEALTHY", upAndHealthy); err != nil {
 		return nil, err
 	}
+	n.mark(&n.times.Healthy)
 	c.logf("%s is HEALTHY (%s after boot)", n.Name, time.Since(start).Round(time.Second))
 	return n, nil
 }
@@ -636,6 +670,9 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) error {
 	o.ExtraArgs = n.portArgs
 	if c.opts.Console != nil {
 		o.Console = c.opts.Console(n.Name)
+	}
+	if n.times.Launched.IsZero() {
+		n.times.Launched = time.Now()
 	}
 	// The node outlives ctx, which bounds only the launch.
 	vm, err := Launch(context.WithoutCancel(ctx), o)

@@ -2,14 +2,23 @@ package vmtest
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/roleserver/owner"
 )
 
 // logWriter sends progress lines to the test log.
@@ -122,48 +131,181 @@ func TestClusterNodeLifecycle(t *testing.T) {
 	}
 }
 
-// TestClusterJoin is the end-to-end cluster test: bootstrap, ownership,
-// a second node registered, approved and UP, logs through NodeManagement,
-// a reboot through NodeManagement. It needs the role server in the image.
-// TODO(integrator): drop the gate once the role server is wired into init.
-func TestClusterJoin(t *testing.T) {
-	if os.Getenv("PLINTH_VMTEST_CLUSTER") == "" {
-		t.Skip("set PLINTH_VMTEST_CLUSTER=1 (needs the role server in the image)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+// TestCluster is the end-to-end cluster test, one cluster for all steps
+// because forming it is the slow part under TCG:
+//   - a node bootstraps; `plinthctl takeownership` (the real binary, from
+//     a fresh config dir holding only the owner key) and `plinthctl nodes
+//     list` show it UP, HEALTHY, with its address, an etcd voter;
+//   - a second node registers (NEW), is approved, commits (UP) and runs
+//     (HEALTHY); its logs come through NodeManagement;
+//   - `plinthctl roles add` makes it a consensus member: etcd learner, then
+//     promoted: two voters;
+//   - rebooted through NodeManagement, it rejoins with its sealed join key
+//     (the curator hands back its cluster unlock key): HEALTHY, boot
+//     counter 2;
+//   - rebooted again as a consensus member, it opens its disk on its own
+//     locally sealed keys (a cold start must not need a curator): boot
+//     counter 3, both still voters;
+//   - a third node with a wrong ticket is refused and says why, and never
+//     appears in the cluster.
+func TestCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 2, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
+	ctl := buildPlinthctl(t)
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	first := c.Nodes()[0]
+
+	// The owner's CLI from scratch: only the owner key in a new config dir.
+	cfg := filepath.Join(t.TempDir(), "owner")
+	if err := os.MkdirAll(cfg, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(filepath.Join(c.OwnerDir(), owner.KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg, owner.KeyFile), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(ctl.run(t, "takeownership", "-config", cfg, "-endpoint", c.CuratorEndpoint(first)))
+	var listed []*clusterpb.Node
+	ctl.runJSON(t, &listed, "nodes", "list", "-config", cfg, "-o", "json")
+	if len(listed) != 1 || listed[0].GetId() != first.ID() || listed[0].GetHealth() != clusterpb.NodeHealth_NODE_HEALTH_HEALTHY ||
+		listed[0].GetStatus().GetAddresses()[0] != first.Addr.String() ||
+		listed[0].GetConsensusMembership() != clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER {
+		t.Fatalf("plinthctl nodes list: %v", listed)
+	}
+	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+
+	second, err := c.AddNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustLine(t, ctx, second.VM(), `I root.enrolment: registered: waiting for the owner to approve this node`)
+	lines := 0
+	err = c.Client().Logs(ctx, second.ID(), &clusterpb.LogsRequest{Recursive: true, Backlog: -1}, func(*clusterpb.LogEntry) error {
+		lines++
+		return nil
+	})
+	if err != nil || lines == 0 {
+		t.Fatalf("logs of %s: %d entries, %v", second.ID(), lines, err)
+	}
+
+	// A worker's volume key needs the cluster: it rejoins with its sealed
+	// join key and gets the cluster unlock key from the curator.
+	rebootAndWait(t, ctx, c, second, 2, upAndHealthy)
+	mustLine(t, ctx, second.VM(), `I root.enrolment: cluster unlock key received`)
+
+	t.Log(ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "consensus-member"))
+	twoVoters := func(r *clusterpb.Node) bool {
+		return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
+	}
+	if _, err := c.waitNode(ctx, second, "promoted to etcd voter", twoVoters); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.waitNode(ctx, first, "still an etcd voter", twoVoters); err != nil {
+		t.Fatal(err)
+	}
+	mustLine(t, ctx, second.VM(), `consensus member: cluster unlock key now sealed locally`)
+	t.Log(ctl.run(t, "nodes", "list", "-config", c.OwnerDir()))
+
+	// A consensus member opens its volume without asking the cluster.
+	rebootAndWait(t, ctx, c, second, 3, twoVoters)
+	mustLine(t, ctx, second.VM(), `I root.enrolment: consensus member: the cluster unlock key is sealed locally`)
+	if _, err := c.waitNode(ctx, first, "HEALTHY voter", twoVoters); err != nil {
+		t.Fatal(err)
+	}
+
+	wrong, err := c.freeSlot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := c.registerParameters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.RegisterTicket = []byte("not the ticket of this cluster")
+	p := BootstrapParameters()
+	p.Cluster = &nodepb.Parameters_Register{Register: reg}
+	if err := c.setParams(wrong, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.start(ctx, wrong); err != nil {
+		t.Fatal(err)
+	}
+	refused := mustLine(t, ctx, wrong.VM(), `E root.enrolment: registration refused by the cluster .*code=PermissionDenied reason=.*(ticket.*)`)
+	t.Logf("wrong ticket refused: %s", refused[0])
 	nodes, err := c.Client().Nodes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(nodes) != 2 {
-		t.Fatalf("cluster lists %d nodes: %v", len(nodes), nodes)
+		t.Fatalf("the cluster lists %d nodes after a refused registration: %v", len(nodes), nodes)
 	}
-	for _, rec := range nodes {
-		if rec.GetState() != clusterpb.NodeState_NODE_STATE_UP || c.Node(rec.GetId()) == nil {
-			t.Errorf("node %s: %v", rec.GetId(), rec.GetState())
-		}
-	}
-	joined := c.Nodes()[1]
-	lines := 0
-	err = c.Client().Logs(ctx, joined.ID(), &clusterpb.LogsRequest{Recursive: true, Backlog: -1}, func(*clusterpb.LogEntry) error {
-		lines++
-		return nil
-	})
-	if err != nil || lines == 0 {
-		t.Fatalf("logs of %s: %d entries, %v", joined.ID(), lines, err)
-	}
-	if err := c.RebootNode(ctx, joined); err != nil {
+}
+
+// rebootAndWait reboots n through NodeManagement and waits until the
+// curator sees it back with the given boot count and ok.
+func rebootAndWait(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, bootCount int64, ok func(*clusterpb.Node) bool) {
+	t.Helper()
+	before := n.VM()
+	if err := c.RebootNode(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.waitNode(ctx, joined, "UP and healthy after the reboot", func(r *clusterpb.Node) bool {
-		return r.GetState() == clusterpb.NodeState_NODE_STATE_UP && r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetBootCount() == 2
+	if _, err := c.waitNode(ctx, n, fmt.Sprintf("back after the reboot (boot %d)", bootCount), func(r *clusterpb.Node) bool {
+		return ok(r) && r.GetStatus().GetBootCount() == bootCount
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if n.VM() == before {
+		t.Fatal("the node did not reboot")
+	}
+	wantBootCount(t, ctx, n.VM(), strconv.FormatInt(bootCount, 10))
+}
+
+// plinthctl is the operator CLI, built from this tree.
+type plinthctl string
+
+func buildPlinthctl(t *testing.T) plinthctl {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "plinthctl")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/plinthctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building plinthctl: %v\n%s", err, out)
+	}
+	return plinthctl(bin)
+}
+
+func (p plinthctl) run(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(string(p), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("plinthctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (p plinthctl) runJSON(t *testing.T, v *[]*clusterpb.Node, args ...string) {
+	t.Helper()
+	out := p.run(t, args...)
+	var raw []json.RawMessage
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("plinthctl %s: not JSON: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, r := range raw {
+		n := &clusterpb.Node{}
+		if err := protojson.Unmarshal(r, n); err != nil {
+			t.Fatalf("plinthctl JSON node: %v\n%s", err, r)
+		}
+		*v = append(*v, n)
 	}
 }

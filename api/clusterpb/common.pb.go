@@ -275,6 +275,64 @@ func (StorageSecurity) EnumDescriptor() ([]byte, []int) {
 	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
+// ConsensusMembership is a node's etcd membership.
+type ConsensusMembership int32
+
+const (
+	// Not known (e.g. served from a record, not by a curator).
+	ConsensusMembership_CONSENSUS_MEMBERSHIP_UNSPECIFIED ConsensusMembership = 0
+	// Not an etcd member.
+	ConsensusMembership_CONSENSUS_MEMBERSHIP_NONE ConsensusMembership = 1
+	// A learner: replicating, not yet voting (the autopromoter promotes it
+	// once it caught up).
+	ConsensusMembership_CONSENSUS_MEMBERSHIP_LEARNER ConsensusMembership = 2
+	// A voting member: part of the quorum.
+	ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER ConsensusMembership = 3
+)
+
+// Enum value maps for ConsensusMembership.
+var (
+	ConsensusMembership_name = map[int32]string{
+		0: "CONSENSUS_MEMBERSHIP_UNSPECIFIED",
+		1: "CONSENSUS_MEMBERSHIP_NONE",
+		2: "CONSENSUS_MEMBERSHIP_LEARNER",
+		3: "CONSENSUS_MEMBERSHIP_VOTER",
+	}
+	ConsensusMembership_value = map[string]int32{
+		"CONSENSUS_MEMBERSHIP_UNSPECIFIED": 0,
+		"CONSENSUS_MEMBERSHIP_NONE":        1,
+		"CONSENSUS_MEMBERSHIP_LEARNER":     2,
+		"CONSENSUS_MEMBERSHIP_VOTER":       3,
+	}
+)
+
+func (x ConsensusMembership) Enum() *ConsensusMembership {
+	p := new(ConsensusMembership)
+	*p = x
+	return p
+}
+
+func (x ConsensusMembership) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConsensusMembership) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_v1_common_proto_enumTypes[4].Descriptor()
+}
+
+func (ConsensusMembership) Type() protoreflect.EnumType {
+	return &file_cluster_v1_common_proto_enumTypes[4]
+}
+
+func (x ConsensusMembership) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConsensusMembership.Descriptor instead.
+func (ConsensusMembership) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
+}
+
 // ClusterConfiguration is the policy the cluster enforces on every node
 // that registers or joins. It is set at bootstrap from the initial policy
 // and checked by the Curator, so a misconfigured node is refused by the
@@ -505,9 +563,14 @@ type Node struct {
 	LastHeartbeatUnixNanos int64 `protobuf:"varint,7,opt,name=last_heartbeat_unix_nanos,json=lastHeartbeatUnixNanos,proto3" json:"last_heartbeat_unix_nanos,omitempty"`
 	// Whether the node seals its secrets in a TPM, as reported at
 	// registration. Checked against ClusterConfiguration.
-	TpmUsage      NodeTPMUsage `protobuf:"varint,8,opt,name=tpm_usage,json=tpmUsage,proto3,enum=plinth.cluster.v1.NodeTPMUsage" json:"tpm_usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TpmUsage NodeTPMUsage `protobuf:"varint,8,opt,name=tpm_usage,json=tpmUsage,proto3,enum=plinth.cluster.v1.NodeTPMUsage" json:"tpm_usage,omitempty"`
+	// The node's place in etcd's member list, read from etcd by the curator
+	// answering (never stored): a ConsensusMember role is only a wish until
+	// the member caught up and was promoted, and the owner needs to see
+	// which.
+	ConsensusMembership ConsensusMembership `protobuf:"varint,9,opt,name=consensus_membership,json=consensusMembership,proto3,enum=plinth.cluster.v1.ConsensusMembership" json:"consensus_membership,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -594,6 +657,13 @@ func (x *Node) GetTpmUsage() NodeTPMUsage {
 		return x.TpmUsage
 	}
 	return NodeTPMUsage_NODE_TPM_USAGE_UNSPECIFIED
+}
+
+func (x *Node) GetConsensusMembership() ConsensusMembership {
+	if x != nil {
+		return x.ConsensusMembership
+	}
+	return ConsensusMembership_CONSENSUS_MEMBERSHIP_UNSPECIFIED
 }
 
 // DirectoryNode is one curator endpoint in a ClusterDirectory.
@@ -953,7 +1023,7 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"boot_count\x18\x03 \x01(\x03R\tbootCount\x12/\n" +
-	"\x14boot_time_unix_nanos\x18\x04 \x01(\x03R\x11bootTimeUnixNanos\"\x84\x03\n" +
+	"\x14boot_time_unix_nanos\x18\x04 \x01(\x03R\x11bootTimeUnixNanos\"\xdf\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -963,7 +1033,8 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\v2\x1d.plinth.cluster.v1.NodeStatusR\x06status\x125\n" +
 	"\x06health\x18\x06 \x01(\x0e2\x1d.plinth.cluster.v1.NodeHealthR\x06health\x129\n" +
 	"\x19last_heartbeat_unix_nanos\x18\a \x01(\x03R\x16lastHeartbeatUnixNanos\x12<\n" +
-	"\ttpm_usage\x18\b \x01(\x0e2\x1f.plinth.cluster.v1.NodeTPMUsageR\btpmUsage\"\\\n" +
+	"\ttpm_usage\x18\b \x01(\x0e2\x1f.plinth.cluster.v1.NodeTPMUsageR\btpmUsage\x12Y\n" +
+	"\x14consensus_membership\x18\t \x01(\x0e2&.plinth.cluster.v1.ConsensusMembershipR\x13consensusMembership\"\\\n" +
 	"\rDirectoryNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -991,7 +1062,12 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\x0fStorageSecurity\x12 \n" +
 	"\x1cSTORAGE_SECURITY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSTORAGE_SECURITY_ENCRYPTED\x10\x01\x12\"\n" +
-	"\x1eSTORAGE_SECURITY_AUTHENTICATED\x10\x02B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
+	"\x1eSTORAGE_SECURITY_AUTHENTICATED\x10\x02*\x9c\x01\n" +
+	"\x13ConsensusMembership\x12$\n" +
+	" CONSENSUS_MEMBERSHIP_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19CONSENSUS_MEMBERSHIP_NONE\x10\x01\x12 \n" +
+	"\x1cCONSENSUS_MEMBERSHIP_LEARNER\x10\x02\x12\x1e\n" +
+	"\x1aCONSENSUS_MEMBERSHIP_VOTER\x10\x03B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
 
 var (
 	file_cluster_v1_common_proto_rawDescOnce sync.Once
@@ -1005,41 +1081,43 @@ func file_cluster_v1_common_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_common_proto_rawDescData
 }
 
-var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_cluster_v1_common_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: plinth.cluster.v1.NodeState
 	(NodeHealth)(0),                        // 1: plinth.cluster.v1.NodeHealth
 	(NodeTPMUsage)(0),                      // 2: plinth.cluster.v1.NodeTPMUsage
 	(StorageSecurity)(0),                   // 3: plinth.cluster.v1.StorageSecurity
-	(*ClusterConfiguration)(nil),           // 4: plinth.cluster.v1.ClusterConfiguration
-	(*NodeRoles)(nil),                      // 5: plinth.cluster.v1.NodeRoles
-	(*NodeStatus)(nil),                     // 6: plinth.cluster.v1.NodeStatus
-	(*Node)(nil),                           // 7: plinth.cluster.v1.Node
-	(*DirectoryNode)(nil),                  // 8: plinth.cluster.v1.DirectoryNode
-	(*ClusterDirectory)(nil),               // 9: plinth.cluster.v1.ClusterDirectory
-	(*NodeRoles_ConsensusMember)(nil),      // 10: plinth.cluster.v1.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 11: plinth.cluster.v1.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 12: plinth.cluster.v1.NodeRoles.KubernetesWorker
-	(*NodeRoles_ConsensusMember_Peer)(nil), // 13: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	(ConsensusMembership)(0),               // 4: plinth.cluster.v1.ConsensusMembership
+	(*ClusterConfiguration)(nil),           // 5: plinth.cluster.v1.ClusterConfiguration
+	(*NodeRoles)(nil),                      // 6: plinth.cluster.v1.NodeRoles
+	(*NodeStatus)(nil),                     // 7: plinth.cluster.v1.NodeStatus
+	(*Node)(nil),                           // 8: plinth.cluster.v1.Node
+	(*DirectoryNode)(nil),                  // 9: plinth.cluster.v1.DirectoryNode
+	(*ClusterDirectory)(nil),               // 10: plinth.cluster.v1.ClusterDirectory
+	(*NodeRoles_ConsensusMember)(nil),      // 11: plinth.cluster.v1.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 12: plinth.cluster.v1.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 13: plinth.cluster.v1.NodeRoles.KubernetesWorker
+	(*NodeRoles_ConsensusMember_Peer)(nil), // 14: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
 }
 var file_cluster_v1_common_proto_depIdxs = []int32{
 	3,  // 0: plinth.cluster.v1.ClusterConfiguration.minimum_storage_security:type_name -> plinth.cluster.v1.StorageSecurity
-	10, // 1: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
-	11, // 2: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
-	12, // 3: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
+	11, // 1: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
+	12, // 2: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
+	13, // 3: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
 	0,  // 4: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
-	5,  // 5: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
-	6,  // 6: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
+	6,  // 5: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
+	7,  // 6: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
 	1,  // 7: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
 	2,  // 8: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	8,  // 9: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
-	13, // 10: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 9: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
+	9,  // 10: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
+	14, // 11: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_common_proto_init() }
@@ -1052,7 +1130,7 @@ func file_cluster_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_common_proto_rawDesc), len(file_cluster_v1_common_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -9,6 +9,13 @@
 //	             the raw disk inside the VM (ratio)
 //	consensus:   bootstrap, AddNode → promoted learner, put latency namespaced
 //	             against raw (the roleserver/consensus Go benchmarks)
+//	cluster:     launch → HEALTHY of a bootstrap node (ratio to the bare boot),
+//	             and a second node's launch → registered → approved → UP →
+//	             HEALTHY (vmtest.LaunchCluster, AddNode)
+//
+// -only runs some sections (e.g. -only cluster); the file then holds only
+// their results. The cluster section needs the bare boot: without the boot
+// section it boots the trivial init alone.
 package main
 
 import (
@@ -20,8 +27,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"plinth.dev/plinth/board"
@@ -42,14 +51,34 @@ func main() {
 	cache := flag.String("cache", "out/cache", "kernel package cache")
 	out := flag.String("out", "out/bench.json", "where to write the results")
 	boots := flag.Int("boots", 3, "boots of each kind (median reported)")
+	only := flag.String("only", "", "comma-separated `sections` to run, of "+strings.Join(sections, ",")+" (default all)")
 	flag.Parse()
-	if err := run(*imageDir, *initBin, *cache, *out, *boots); err != nil {
+	sel := map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(sections, s) {
+			fmt.Fprintf(os.Stderr, "plinthbench: -only: unknown section %q (want %s)\n", s, strings.Join(sections, ","))
+			os.Exit(2)
+		}
+		sel[s] = true
+	}
+	if len(sel) == 0 {
+		for _, s := range sections {
+			sel[s] = true
+		}
+	}
+	if err := run(*imageDir, *initBin, *cache, *out, *boots, sel); err != nil {
 		fmt.Fprintln(os.Stderr, "plinthbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(imageDir, initBin, cache, out string, boots int) error {
+// sections are what -only selects, in the order they run.
+var sections = []string{"build", "sizes", "boot", "storage", "consensus", "cluster"}
+
+func run(imageDir, initBin, cache, out string, boots int, sel map[string]bool) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp(filepath.Dir(out), "bench-")
 	if err != nil {
@@ -65,6 +94,61 @@ func run(imageDir, initBin, cache, out string, boots int) error {
 		fmt.Fprintf(os.Stderr, "  %-40s %10.2f %s\n", name, v, unit)
 	}
 
+	if sel["build"] {
+		if err := benchBuild(ctx, cache, work, add); err != nil {
+			return err
+		}
+	}
+	img, err := vmtest.LoadImage(imageDir)
+	if err != nil {
+		return err
+	}
+	if sel["sizes"] {
+		for _, a := range []string{image.InitramfsFile, image.SystemFile, image.KernelFile} {
+			add("size_"+a+"_mib", float64(img.Manifest.Artefacts[a].Size)/(1<<20), "MiB", "")
+		}
+		if st, err := os.Stat(initBin); err == nil {
+			add("size_init_mib", float64(st.Size())/(1<<20), "MiB", "")
+		}
+	}
+	var bare bareBoot
+	if sel["boot"] || sel["cluster"] {
+		if bare, err = benchBoot(ctx, img, work, boots, sel["boot"], add); err != nil {
+			return err
+		}
+	}
+	if sel["storage"] {
+		if err := benchStorage(ctx, img, work, add); err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+	}
+	if sel["consensus"] {
+		if err := benchConsensus(add); err != nil {
+			return fmt.Errorf("consensus: %w", err)
+		}
+	}
+	if sel["cluster"] {
+		if err := benchCluster(ctx, img, work, bare, add); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+
+	js, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "board": img.Manifest.Board, "results": rs}, "", "  ")
+	if err := os.WriteFile(out, append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("%-40s %10s  %s\n", "benchmark", "value", "note")
+	for _, r := range rs {
+		fmt.Printf("%-40s %8.2f %-3s %s\n", r.Name, r.Value, r.Unit, r.Note)
+	}
+	fmt.Printf("written to %s\n", out)
+	return nil
+}
+
+type addFunc = func(name string, v float64, unit, note string)
+
+// benchBuild times a cold and a warm image build.
+func benchBuild(ctx context.Context, cache, work string, add addFunc) error {
 	b, _ := board.Get(board.Default)
 	deb, err := image.FetchKernelPackage(ctx, b.KernelPackage, cache, os.Stderr)
 	if err != nil {
@@ -94,92 +178,87 @@ func run(imageDir, initBin, cache, out string, boots int) error {
 		return err
 	}
 	add("build_warm_seconds", time.Since(t).Seconds(), "s", "cached go build + image build")
+	return nil
+}
 
-	img, err := vmtest.LoadImage(imageDir)
-	if err != nil {
-		return err
-	}
-	for _, a := range []string{image.InitramfsFile, image.SystemFile, image.KernelFile} {
-		add("size_"+a+"_mib", float64(img.Manifest.Artefacts[a].Size)/(1<<20), "MiB", "")
-	}
-	if st, err := os.Stat(initBin); err == nil {
-		add("size_init_mib", float64(st.Size())/(1<<20), "MiB", "")
-	}
+// bareBoot is the median bare boot (same kernel, trivial init) of this
+// run, which the boot and cluster sections are compared with.
+type bareBoot struct{ wall, guest float64 }
 
+// benchBoot boots the image (unless !withNode) and the same kernel with a
+// trivial init, interleaved, and reports both and their ratio.
+func benchBoot(ctx context.Context, img *vmtest.Image, work string, boots int, withNode bool, add addFunc) (bareBoot, error) {
 	bareDir := filepath.Join(work, "bare")
 	os.MkdirAll(bareDir, 0o755)
 	bareBin := filepath.Join(bareDir, "init")
-	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bareBin, "./vmtest/bareinit")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bareBin, "./vmtest/bareinit")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building bareinit: %v: %s", err, msg)
+		return bareBoot{}, fmt.Errorf("building bareinit: %v: %s", err, msg)
 	}
 	bareInitramfs := filepath.Join(bareDir, "initramfs.gz")
 	if err := vmtest.BuildBareInitramfs(bareBin, bareInitramfs); err != nil {
-		return err
+		return bareBoot{}, err
 	}
 
 	params, err := vmtest.WriteParameters(filepath.Join(work, "parameters.pb"), vmtest.BootstrapParameters())
 	if err != nil {
-		return err
+		return bareBoot{}, err
 	}
 	var nodeWall, nodeGuest, bareWall, bareGuest []float64
 	nodeDir := filepath.Join(work, "node")
 	os.MkdirAll(filepath.Join(nodeDir, "tpm"), 0o755)
 	// Boot 0 sets the data disk up; the measured boots unlock it, as every
 	// boot of a node after its first does.
-	for i := -1; i < boots; i++ {
-		o := img.NodeOptions("bench").WithParameters(params)
-		o.WorkDir = filepath.Join(nodeDir, fmt.Sprint(i+1))
-		o.DiskPath, o.DiskSizeBytes = filepath.Join(nodeDir, "disk.img"), 1<<30
-		o.TPMStateDir = filepath.Join(nodeDir, "tpm")
-		w, g, err := bootUntil(ctx, o, `I init: node ready uptime=([0-9.]+)s`)
-		if err != nil {
-			return fmt.Errorf("node boot: %w", err)
+	first := -1
+	if !withNode {
+		first = 0
+	}
+	for i := first; i < boots; i++ {
+		if withNode {
+			o := img.NodeOptions("bench").WithParameters(params)
+			o.WorkDir = filepath.Join(nodeDir, fmt.Sprint(i+1))
+			o.DiskPath, o.DiskSizeBytes = filepath.Join(nodeDir, "disk.img"), 1<<30
+			o.TPMStateDir = filepath.Join(nodeDir, "tpm")
+			w, g, err := bootUntil(ctx, o, `I init: node ready uptime=([0-9.]+)s`)
+			if err != nil {
+				return bareBoot{}, fmt.Errorf("node boot: %w", err)
+			}
+			if i < 0 {
+				continue
+			}
+			nodeWall, nodeGuest = append(nodeWall, w), append(nodeGuest, g)
 		}
-		if i < 0 {
-			continue
-		}
-		nodeWall, nodeGuest = append(nodeWall, w), append(nodeGuest, g)
 		// Interleaved, so both kinds see the same machine load.
-		o = img.NodeOptions("bare")
+		o := img.NodeOptions("bare")
 		o.Initramfs, o.Cmdline = bareInitramfs, "console=ttyS0 panic=-1"
 		o.WorkDir = filepath.Join(work, fmt.Sprintf("bare%d", i))
-		w, g, err = bootUntil(ctx, o, `bareinit: reached userspace uptime=([0-9.]+)`)
+		w, g, err := bootUntil(ctx, o, `bareinit: reached userspace uptime=([0-9.]+)`)
 		if err != nil {
-			return fmt.Errorf("bare boot: %w", err)
+			return bareBoot{}, fmt.Errorf("bare boot: %w", err)
 		}
 		bareWall, bareGuest = append(bareWall, w), append(bareGuest, g)
 	}
-	accel := "TCG"
+	note := fmt.Sprintf("median of %d, %s", boots, accelName())
+	bare := bareBoot{median(bareWall), median(bareGuest)}
+	if withNode {
+		add("boot_to_core_ready_wall_seconds", median(nodeWall), "s", note+", launch to 'node ready'")
+		add("boot_to_core_ready_guest_seconds", median(nodeGuest), "s", note+", guest uptime at 'node ready'")
+	}
+	add("bare_boot_wall_seconds", bare.wall, "s", note+", same kernel, trivial init")
+	add("bare_boot_guest_seconds", bare.guest, "s", note+", guest uptime at trivial init")
+	if withNode {
+		add("boot_ratio_wall", median(nodeWall)/bare.wall, "x", "core ready / bare init, wall")
+		add("boot_ratio_guest", median(nodeGuest)/bare.guest, "x", "core ready / bare init, guest uptime")
+	}
+	return bare, nil
+}
+
+func accelName() string {
 	if vmtest.KVMAvailable() {
-		accel = "KVM"
+		return "KVM"
 	}
-	note := fmt.Sprintf("median of %d, %s", boots, accel)
-	add("boot_to_core_ready_wall_seconds", median(nodeWall), "s", note+", launch to 'node ready'")
-	add("boot_to_core_ready_guest_seconds", median(nodeGuest), "s", note+", guest uptime at 'node ready'")
-	add("bare_boot_wall_seconds", median(bareWall), "s", note+", same kernel, trivial init")
-	add("bare_boot_guest_seconds", median(bareGuest), "s", note+", guest uptime at trivial init")
-	add("boot_ratio_wall", median(nodeWall)/median(bareWall), "x", "core ready / bare init, wall")
-	add("boot_ratio_guest", median(nodeGuest)/median(bareGuest), "x", "core ready / bare init, guest uptime")
-
-	if err := benchStorage(ctx, img, work, add); err != nil {
-		return fmt.Errorf("storage: %w", err)
-	}
-	if err := benchConsensus(add); err != nil {
-		return fmt.Errorf("consensus: %w", err)
-	}
-
-	js, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "board": img.Manifest.Board, "results": rs}, "", "  ")
-	if err := os.WriteFile(out, append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Printf("%-40s %10s  %s\n", "benchmark", "value", "note")
-	for _, r := range rs {
-		fmt.Printf("%-40s %8.2f %-3s %s\n", r.Name, r.Value, r.Unit, r.Note)
-	}
-	fmt.Printf("written to %s\n", out)
-	return nil
+	return "TCG"
 }
 
 // bootUntil launches o and returns wall seconds until re matched and the

@@ -97,13 +97,24 @@ func runTakeOwnership(ctx context.Context, args []string) error {
 	var endpoints paramsListFlag
 	fs.Var(&endpoints, "endpoint", "the bootstrap node's curator `host:port` (repeat or comma-separate for more curators)")
 	keyFile := fs.String("owner-key", "", "owner private key `file` written by plinthctl params -bootstrap (default: owner.key in the configuration dir)")
-	directory := fs.Bool("directory-endpoints", true, "also use the curator addresses the cluster directory names")
+	directory := fs.Bool("directory-endpoints", true, "also use the curator addresses the cluster directory names (default false if every -endpoint is loopback, e.g. a forwarded port)")
+	mgmtEndpoint := fs.String("mgmt-endpoint", "", "`host:port` where the bootstrap node's NodeManagement is reached (e.g. the 127.0.0.1 port plinthctl run forwards), recorded for it in the endpoints file")
 	force := fs.Bool("force", false, "replace an existing owner certificate in the configuration dir")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
 	if len(endpoints) == 0 {
 		return errors.New("-endpoint HOST:PORT is required")
+	}
+	if *mgmtEndpoint != "" {
+		if _, _, err := net.SplitHostPort(*mgmtEndpoint); err != nil {
+			return fmt.Errorf("-mgmt-endpoint: %w", err)
+		}
+	}
+	if !flagSet(fs, "directory-endpoints") && allLoopback(endpoints) {
+		// The directory names the node's own addresses, which the host
+		// cannot reach through forwarded ports.
+		*directory = false
 	}
 	if *keyFile == "" {
 		*keyFile = filepath.Join(*dir, owner.KeyFile)
@@ -138,12 +149,49 @@ func runTakeOwnership(ctx context.Context, args []string) error {
 			}
 		}
 	}
+	if *mgmtEndpoint != "" {
+		// A fresh cluster's directory is the bootstrap node alone.
+		d := info.GetDirectory().GetNodes()
+		if len(d) != 1 || d[0].GetId() == "" {
+			return fmt.Errorf("-mgmt-endpoint: the cluster directory lists %d nodes, want the bootstrap node alone (add a \"node ID HOST:PORT\" line to %s instead)",
+				len(d), filepath.Join(*dir, owner.EndpointsFile))
+		}
+		if cfg.NodeEndpoints == nil {
+			cfg.NodeEndpoints = map[string]string{}
+		}
+		cfg.NodeEndpoints[d[0].GetId()] = *mgmtEndpoint
+	}
 	if err := cfg.Save(); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "plinthctl: you own the cluster (CA %q); owner configuration saved in %s, curators %s\n",
 		creds.CA.Subject.CommonName, *dir, strings.Join(cfg.Curators, ", "))
+	for id, ep := range cfg.NodeEndpoints {
+		fmt.Fprintf(os.Stderr, "plinthctl: node %s: NodeManagement at %s\n", id, ep)
+	}
 	return nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// allLoopback reports whether every endpoint's host is a loopback address
+// or localhost.
+func allLoopback(endpoints []string) bool {
+	for _, ep := range endpoints {
+		host, _, err := net.SplitHostPort(ep)
+		if err != nil {
+			return false
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return len(endpoints) > 0
 }
 
 func runNodes(ctx context.Context, args []string) error {
@@ -247,16 +295,28 @@ func orDash(s string) string {
 
 func printNodeTable(w io.Writer, nodes []*clusterpb.Node, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tHEALTH\tADDRESS\tROLES\tLAST SEEN")
+	fmt.Fprintln(tw, "ID\tSTATE\tHEALTH\tADDRESS\tROLES\tETCD\tLAST SEEN")
 	for _, n := range nodes {
 		var addr string
 		if a := n.GetStatus().GetAddresses(); len(a) > 0 {
 			addr = a[0]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), shortState(n.GetState()), shortHealth(n.GetHealth()),
-			orDash(addr), orDash(strings.Join(roleNames(n.GetRoles()), ",")), lastSeen(n.GetLastHeartbeatUnixNanos(), now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), shortState(n.GetState()), shortHealth(n.GetHealth()),
+			orDash(addr), orDash(strings.Join(roleNames(n.GetRoles()), ",")), membership(n.GetConsensusMembership()),
+			lastSeen(n.GetLastHeartbeatUnixNanos(), now))
 	}
 	return tw.Flush()
+}
+
+// membership is the ETCD column: voter, learner or -.
+func membership(m clusterpb.ConsensusMembership) string {
+	switch m {
+	case clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER:
+		return "voter"
+	case clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_LEARNER:
+		return "learner"
+	}
+	return "-"
 }
 
 func describeNode(w io.Writer, n *clusterpb.Node, now time.Time) {

@@ -84,6 +84,7 @@ func TestNodeTable(t *testing.T) {
 			Status:                 &clusterpb.NodeStatus{Addresses: []string{"10.42.0.10", "10.42.0.99"}},
 			Roles:                  &clusterpb.NodeRoles{ConsensusMember: &clusterpb.NodeRoles_ConsensusMember{}, KubernetesWorker: &clusterpb.NodeRoles_KubernetesWorker{}},
 			LastHeartbeatUnixNanos: now.Add(-3 * time.Second).UnixNano(),
+			ConsensusMembership:    clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER,
 		},
 		{Id: "plinth-bbbb", State: clusterpb.NodeState_NODE_STATE_NEW},
 	}
@@ -91,9 +92,9 @@ func TestNodeTable(t *testing.T) {
 	if err := printNodeTable(&b, nodes, now); err != nil {
 		t.Fatal(err)
 	}
-	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               LAST SEEN
-plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  3s ago
-plinth-bbbb  NEW    -        -           -                                   never
+	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               ETCD   LAST SEEN
+plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  voter  3s ago
+plinth-bbbb  NEW    -        -           -                                   -      never
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)

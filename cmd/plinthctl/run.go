@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/owner"
 	"plinth.dev/plinth/vmtest"
 )
 
@@ -18,13 +24,25 @@ func init() {
 
 // runNode boots one node and streams its console. The first Ctrl-C asks
 // the node to power off (ACPI power button), a second one kills QEMU.
+//
+// The node is on QEMU user networking (10.0.2.15); its curator and
+// NodeManagement ports are forwarded from 127.0.0.1. On the first run the
+// bootstrap parameters get a fresh owner key, saved as the owner
+// configuration directory (-owner-dir) that plinthctl takeownership and
+// the cluster commands use.
 func runNode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	imageDir := fs.String("image", "out/image/"+board.Default, "image directory (plinthctl build -out)")
 	state := fs.String("state", "out/run/"+board.Default, "directory for the node's disk, TPM state and logs (kept between runs)")
 	diskSize := fs.Int64("disk-size", 4<<30, "size of the data disk file created on first run")
 	paramsFile := fs.String("params", "", "node parameters (plinthctl params); default: STATE/parameters.pb, created on first run for a bootstrap node with a TPM")
+	ownerDir := fs.String("owner-dir", "", "owner configuration `dir` the first run writes the owner key to (default STATE/owner)")
+	curatorPort := fs.Int("curator-port", identity.CuratorPort, "host `port` on 127.0.0.1 forwarded to the node's curator (0: none)")
+	mgmtPort := fs.Int("mgmt-port", identity.NodeManagementPort, "host `port` on 127.0.0.1 forwarded to the node's NodeManagement (0: none)")
 	fs.Parse(args)
+	if *ownerDir == "" {
+		*ownerDir = filepath.Join(*state, "owner")
+	}
 	img, err := vmtest.LoadImage(*imageDir)
 	if err != nil {
 		return err
@@ -35,8 +53,7 @@ func runNode(ctx context.Context, args []string) error {
 	if *paramsFile == "" {
 		*paramsFile = filepath.Join(*state, "parameters.pb")
 		if _, err := os.Stat(*paramsFile); os.IsNotExist(err) {
-			fmt.Fprintf(os.Stderr, "plinthctl: first run: writing bootstrap parameters to %s\n", *paramsFile)
-			if _, err := vmtest.WriteParameters(*paramsFile, vmtest.BootstrapParameters()); err != nil {
+			if err := firstRunParameters(*paramsFile, *ownerDir); err != nil {
 				return err
 			}
 		}
@@ -46,6 +63,11 @@ func runNode(ctx context.Context, args []string) error {
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(*state, "disk.img"), *diskSize
 	o.TPMStateDir = filepath.Join(*state, "tpm")
 	o.Console = os.Stdout
+	for _, f := range []vmtest.Forward{{HostPort: *curatorPort, GuestPort: identity.CuratorPort}, {HostPort: *mgmtPort, GuestPort: identity.NodeManagementPort}} {
+		if f.HostPort != 0 {
+			o.HostForwards = append(o.HostForwards, f)
+		}
+	}
 
 	// The node must outlive the first Ctrl-C, which only asks it to stop.
 	n, err := vmtest.Launch(context.WithoutCancel(ctx), o)
@@ -55,6 +77,7 @@ func runNode(ctx context.Context, args []string) error {
 	defer n.Close()
 	fmt.Fprintf(os.Stderr, "plinthctl: booting %s (kernel %s, %s acceleration); console log in %s; Ctrl-C powers the node off\n",
 		img.Manifest.Board, img.Manifest.KernelVersion, accel(), n.ConsolePath())
+	printNextSteps(*ownerDir, *curatorPort, *mgmtPort)
 	select {
 	case <-n.Exited():
 	case <-ctx.Done():
@@ -83,4 +106,57 @@ func accel() string {
 		return "KVM"
 	}
 	return "TCG (no KVM)"
+}
+
+// firstRunParameters writes bootstrap parameters with a fresh owner key
+// and saves the key in ownerDir, refusing to replace an existing key.
+func firstRunParameters(paramsFile, ownerDir string) error {
+	if _, err := os.Stat(filepath.Join(ownerDir, owner.KeyFile)); err == nil {
+		return fmt.Errorf("%s already holds an owner key (of an earlier node?): move it away or pass -owner-dir", ownerDir)
+	}
+	p, key := vmtest.BootstrapParametersWithOwner()
+	if err := (&owner.Config{Dir: ownerDir, Key: key}).Save(); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "plinthctl: first run: writing bootstrap parameters to %s, owner key to %s\n",
+		paramsFile, filepath.Join(ownerDir, owner.KeyFile))
+	if _, err := vmtest.WriteParameters(paramsFile, p); err != nil {
+		os.Remove(filepath.Join(ownerDir, owner.KeyFile))
+		return err
+	}
+	return nil
+}
+
+// printNextSteps tells how to take ownership of the node, or how to reach
+// it once that is done.
+func printNextSteps(ownerDir string, curatorPort, mgmtPort int) {
+	self := "plinthctl"
+	if strings.Contains(os.Args[0], "go-build") {
+		self = "go run ./cmd/plinthctl"
+	} else if strings.Contains(os.Args[0], "/") {
+		self = os.Args[0]
+	}
+	cfg, err := owner.LoadConfig(ownerDir)
+	switch {
+	case errors.Is(err, os.ErrNotExist) || (err == nil && cfg.Key == nil):
+		fmt.Fprintf(os.Stderr, "plinthctl: no owner key in %s (the node's parameters were not made by a first plinthctl run): take ownership with their key (takeownership -owner-key FILE), or start afresh with an empty -state\n", ownerDir)
+		return
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "plinthctl: %v\n", err)
+		return
+	case curatorPort == 0:
+		return
+	}
+	config := " -config " + ownerDir
+	if cfg.Credentials == nil {
+		mgmt := ""
+		if mgmtPort != 0 {
+			mgmt = " -mgmt-endpoint " + net.JoinHostPort("127.0.0.1", strconv.Itoa(mgmtPort))
+		}
+		fmt.Fprintf(os.Stderr, "plinthctl: once the console shows \"cluster bootstrapped\", in another shell:\n  %s takeownership%s -endpoint %s%s\n",
+			self, config, net.JoinHostPort("127.0.0.1", strconv.Itoa(curatorPort)), mgmt)
+	} else {
+		fmt.Fprintf(os.Stderr, "plinthctl: you own this node (%s); in another shell:\n", ownerDir)
+	}
+	fmt.Fprintf(os.Stderr, "  %s nodes list%s\n  %s logs%s NODE\n", self, config, self, config)
 }

@@ -75,6 +75,11 @@ func ExpectedPCR15(parametersDigest [32]byte, rootHash []byte) []byte {
 type TPMKeys struct {
 	TPM  *tpm.TPM
 	PCRs []int
+	// Expected, if set, holds the values of PCRs as measured at boot,
+	// before Lock: Seal binds to them instead of the current values, so a
+	// key sealed later in the boot (after Lock changed PCR 15) still
+	// unseals at the next boot.
+	Expected map[int][]byte
 }
 
 // Policy implements storage.KeyProtector.
@@ -88,6 +93,17 @@ func (k TPMKeys) Seal(key []byte) ([]byte, error) {
 	}
 	if !slices.Contains(pcrs, PCR) {
 		return nil, fmt.Errorf("seal PCR list %v lacks PCR %d: the key would not depend on the parameters and system image", pcrs, PCR)
+	}
+	if k.Expected != nil {
+		want := make(map[int][]byte, len(pcrs))
+		for _, p := range pcrs {
+			v, ok := k.Expected[p]
+			if !ok {
+				return nil, fmt.Errorf("no boot-time value of PCR %d to seal to", p)
+			}
+			want[p] = v
+		}
+		return k.TPM.SealTo(key, want)
 	}
 	return k.TPM.Seal(key, pcrs)
 }

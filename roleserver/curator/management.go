@@ -87,7 +87,7 @@ func (m managementServer) GetNodes(req *clusterpb.GetNodesRequest, srv clusterpb
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "filter: %v", err)
 	}
-	kv, _, err := m.backend()
+	kv, st, err := m.backend()
 	if err != nil {
 		return err
 	}
@@ -98,6 +98,7 @@ func (m managementServer) GetNodes(req *clusterpb.GetNodesRequest, srv clusterpb
 	if err := m.withHealth(ctx, kv, nodes); err != nil {
 		return err
 	}
+	withMembership(ctx, st, nodes)
 	for _, n := range nodes {
 		if !filter(n) {
 			continue
@@ -314,6 +315,33 @@ func (s *Service) addConsensusMember(ctx context.Context, st *consensus.Status, 
 		return nil, err
 	}
 	return consensusMemberRole(jc, n.Id, self), nil
+}
+
+// withMembership fills in each node's etcd membership from the member
+// list; if etcd cannot say, the field stays unspecified rather than
+// failing the listing.
+func withMembership(ctx context.Context, st *consensus.Status, nodes []*clusterpb.Node) {
+	if st == nil || st.ClusterClient() == nil {
+		return
+	}
+	ml, err := st.ClusterClient().MemberList(ctx)
+	if err != nil {
+		return
+	}
+	learner := map[string]bool{}
+	for _, m := range ml.Members {
+		learner[consensus.GetEtcdMemberNodeId(m)] = m.IsLearner
+	}
+	for _, n := range nodes {
+		switch l, ok := learner[n.Id]; {
+		case !ok:
+			n.ConsensusMembership = clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_NONE
+		case l:
+			n.ConsensusMembership = clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_LEARNER
+		default:
+			n.ConsensusMembership = clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
+		}
+	}
 }
 
 // memberPeerURL finds the peer URL AddNode gave the new member: the member

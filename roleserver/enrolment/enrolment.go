@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
@@ -67,11 +68,64 @@ type Config struct {
 
 	// curatorPort replaces identity.CuratorPort in tests.
 	curatorPort int
+
+	// What enrolment learnt, for KeepClusterKeyLocally.
+	mu         sync.Mutex
+	joined     *joinState
+	clusterKey []byte
+}
+
+// remember keeps the join state and cluster unlock key of a registered
+// node for KeepClusterKeyLocally.
+func (c *Config) remember(js *joinState, cuk []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.joined, c.clusterKey = js, cuk
+}
+
+// KeepClusterKeyLocally adds the cluster unlock key to the sealed join
+// state in the data disk header (keep) or removes it (!keep). A consensus
+// member keeps it so that its volume opens without a curator: otherwise
+// a cluster whose members all went down could never come back, each
+// member waiting for a curator that needs the others. Still sealed in the
+// TPM to this node's measured boot, so a stolen disk gains nothing. A
+// no-op on the node that bootstrapped the cluster, whose volume key never
+// involved the cluster.
+func (c *Config) KeepClusterKeyLocally(keep bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.joined == nil || c.clusterKey == nil {
+		return nil
+	}
+	if keep == (c.joined.ClusterUnlockKey != nil) {
+		return nil
+	}
+	next := *c.joined
+	next.ClusterUnlockKey = nil
+	if keep {
+		next.ClusterUnlockKey = c.clusterKey
+	}
+	blob, err := next.seal(c.Keys)
+	if err != nil {
+		return err
+	}
+	if err := storage.UpdateEnrolment(c.Disk.Disk, blob); err != nil {
+		return err
+	}
+	c.joined = &next
+	if c.Disk.Log != nil {
+		if keep {
+			c.Disk.Log.Info("consensus member: cluster unlock key now sealed locally, so this node can start without the cluster")
+		} else {
+			c.Disk.Log.Info("no longer a consensus member: locally sealed cluster unlock key removed")
+		}
+	}
+	return nil
 }
 
 // Run is the enrolment runnable. It returns nil (done) once the Role
 // Server has its data; errors are retried by the supervisor.
-func (c Config) Run(ctx context.Context) error {
+func (c *Config) Run(ctx context.Context) error {
 	l := supervisor.Logger(ctx)
 	var err error
 	switch {
@@ -90,7 +144,7 @@ func (c Config) Run(ctx context.Context) error {
 }
 
 // bootstrapOrRestart: the volume is open (init opened it).
-func (c Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
+func (c *Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
 	dir := c.Root.Data.Node.Credentials.Path()
 	creds, err := identity.Load(dir)
 	if err == nil {

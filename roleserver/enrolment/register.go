@@ -32,7 +32,7 @@ const (
 	approvalReminder = 30 * time.Second
 )
 
-func (c Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
+func (c *Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
 	h, err := storage.Peek(c.Disk.Disk)
 	if err != nil {
 		return fmt.Errorf("reading the data disk header: %w", err)
@@ -52,7 +52,7 @@ func (c Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
 	return c.register(ctx, l)
 }
 
-func (c Config) nodeStatus() *clusterpb.NodeStatus {
+func (c *Config) nodeStatus() *clusterpb.NodeStatus {
 	s := &clusterpb.NodeStatus{Version: c.Version, BootTimeUnixNanos: c.BootTime.UnixNano()}
 	if st, ok := c.Network.Status(); ok && st.Address.IsValid() {
 		s.Addresses = []string{st.Address.Addr().String()}
@@ -60,7 +60,7 @@ func (c Config) nodeStatus() *clusterpb.NodeStatus {
 	return s
 }
 
-func (c Config) port() int {
+func (c *Config) port() int {
 	if c.curatorPort != 0 {
 		return c.curatorPort
 	}
@@ -69,7 +69,7 @@ func (c Config) port() int {
 
 // endpoints are the curators to try: the directory's first (it is newer),
 // then those in the node parameters.
-func (c Config) endpoints(dir *clusterpb.ClusterDirectory) []string {
+func (c *Config) endpoints(dir *clusterpb.ClusterDirectory) []string {
 	var out []string
 	seen := map[string]bool{}
 	add := func(e string) {
@@ -91,7 +91,7 @@ func (c Config) endpoints(dir *clusterpb.ClusterDirectory) []string {
 
 // register: ticket → NEW → (owner approves) → commit → credentials and the
 // cluster unlock key → set up the data volume.
-func (c Config) register(ctx context.Context, l *slog.Logger) error {
+func (c *Config) register(ctx context.Context, l *slog.Logger) error {
 	reg := c.Parameters.GetRegister()
 	ca, err := x509.ParseCertificate(reg.GetClusterCaCertificate())
 	if err != nil {
@@ -163,10 +163,12 @@ func (c Config) register(ctx context.Context, l *slog.Logger) error {
 	l.Info("approved and committed: node certificate received", "node", id)
 	dir := c.clusterDirectory(ctx, l, creds, endpoints)
 
-	blob, err := (&joinState{JoinKey: joinKey, CA: creds.CA, Directory: dir}).seal(c.Keys)
+	js := &joinState{JoinKey: joinKey, CA: creds.CA, Directory: dir}
+	blob, err := js.seal(c.Keys)
 	if err != nil {
 		return err
 	}
+	c.remember(js, commit.GetClusterUnlockKey())
 	// The curator hands the cluster unlock key out only once, so a failure
 	// from here on is retried in this process rather than by returning.
 	return c.retryLocal(ctx, l, "set up the data volume", func() error {
@@ -183,7 +185,7 @@ func (c Config) register(ctx context.Context, l *slog.Logger) error {
 
 // join: a node set up before comes back: join key → cluster unlock key →
 // open the data volume → its saved credentials.
-func (c Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) error {
+func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) error {
 	js, err := unsealJoinState(c.Keys, h.Enrolment)
 	if err != nil {
 		return fmt.Errorf("%w: %v", storage.ErrRefused, err)
@@ -193,8 +195,13 @@ func (c Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) err
 		return err
 	}
 	endpoints := c.endpoints(js.Directory)
+	cuk := js.ClusterUnlockKey
+	if cuk != nil {
+		l.Info("consensus member: the cluster unlock key is sealed locally, opening the data volume without the cluster")
+		c.remember(js, cuk)
+		return c.retryLocal(ctx, l, "open the data volume", func() error { return c.openAndProvide(ctx, l, cuk, js) })
+	}
 	l.Info("rejoining the cluster with the sealed join key", "curators", endpoints)
-	var cuk []byte
 	err = c.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(js.CA, eph), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
 		proof, err := identity.SessionProof(js.JoinKey, st, identity.ExporterJoinNode)
 		if err != nil {
@@ -210,21 +217,24 @@ func (c Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) err
 		return err
 	}
 	l.Info("cluster unlock key received")
-	return c.retryLocal(ctx, l, "open the data volume", func() error {
-		if err := c.openVolume(ctx, cuk, nil); err != nil {
-			return err
-		}
-		creds, err := identity.Load(c.Root.Data.Node.Credentials.Path())
-		if err != nil {
-			return fmt.Errorf("node credentials on the data volume: %w", err)
-		}
-		l.Info("node credentials loaded", "node", creds.ID())
-		c.RoleServer.ProvideJoinData(creds, js.Directory)
-		return nil
-	})
+	c.remember(js, cuk)
+	return c.retryLocal(ctx, l, "open the data volume", func() error { return c.openAndProvide(ctx, l, cuk, js) })
 }
 
-func (c Config) openVolume(ctx context.Context, cuk, enrolment []byte) error {
+func (c *Config) openAndProvide(ctx context.Context, l *slog.Logger, cuk []byte, js *joinState) error {
+	if err := c.openVolume(ctx, cuk, nil); err != nil {
+		return err
+	}
+	creds, err := identity.Load(c.Root.Data.Node.Credentials.Path())
+	if err != nil {
+		return fmt.Errorf("node credentials on the data volume: %w", err)
+	}
+	l.Info("node credentials loaded", "node", creds.ID())
+	c.RoleServer.ProvideJoinData(creds, js.Directory)
+	return nil
+}
+
+func (c *Config) openVolume(ctx context.Context, cuk, enrolment []byte) error {
 	cfg := c.Disk
 	cfg.ClusterUnlockKey, cfg.Enrolment = cuk, enrolment
 	r, err := storage.Open(ctx, cfg)
@@ -237,7 +247,7 @@ func (c Config) openVolume(ctx context.Context, cuk, enrolment []byte) error {
 // clusterDirectory asks the cluster where its curators are, now that the
 // node has credentials; without an answer the parameters' endpoints stay
 // the only way back after a reboot.
-func (c Config) clusterDirectory(ctx context.Context, l *slog.Logger, creds *identity.Credentials, endpoints []string) *clusterpb.ClusterDirectory {
+func (c *Config) clusterDirectory(ctx context.Context, l *slog.Logger, creds *identity.Credentials, endpoints []string) *clusterpb.ClusterDirectory {
 	var dir *clusterpb.ClusterDirectory
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -261,7 +271,7 @@ var errNotYet = errors.New("not yet")
 // Unreachable curators and followers (UNAVAILABLE) are skipped; a refusal
 // is logged with the cluster's reason and retried slowly, since only a
 // person can change it (a new ticket, an approval, a policy).
-func (c Config) untilAccepted(ctx context.Context, l *slog.Logger, what string, endpoints []string, tlsCfg *tls.Config,
+func (c *Config) untilAccepted(ctx context.Context, l *slog.Logger, what string, endpoints []string, tlsCfg *tls.Config,
 	fn func(context.Context, *grpc.ClientConn, tls.ConnectionState) error) error {
 	if len(endpoints) == 0 {
 		return fmt.Errorf("%s: no curator endpoints known", what)
@@ -321,7 +331,7 @@ func callOnce(ctx context.Context, endpoint string, tlsCfg *tls.Config, fn func(
 	return fn(ctx, cc, st)
 }
 
-func (c Config) retryLocal(ctx context.Context, l *slog.Logger, what string, fn func() error) error {
+func (c *Config) retryLocal(ctx context.Context, l *slog.Logger, what string, fn func() error) error {
 	for {
 		err := fn()
 		if err == nil {

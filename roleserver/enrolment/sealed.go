@@ -26,12 +26,17 @@ type joinState struct {
 	JoinKey   ed25519.PrivateKey
 	CA        *x509.Certificate
 	Directory *clusterpb.ClusterDirectory
+	// ClusterUnlockKey is kept only while the node is a consensus member
+	// (see Config.KeepClusterKeyLocally): it then opens its volume on its
+	// own, which a cold start of the whole cluster needs.
+	ClusterUnlockKey []byte
 }
 
 type joinStateJSON struct {
-	JoinKeySeed []byte `json:"join_key_seed"`
-	CA          []byte `json:"ca"`
-	Directory   []byte `json:"directory"`
+	JoinKeySeed      []byte `json:"join_key_seed"`
+	CA               []byte `json:"ca"`
+	Directory        []byte `json:"directory"`
+	ClusterUnlockKey []byte `json:"cluster_unlock_key,omitempty"`
 }
 
 // seal encrypts the join state with a fresh data key (AES-256-GCM) and
@@ -45,7 +50,7 @@ func (j *joinState) seal(keys storage.KeyProtector) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain, err := json.Marshal(joinStateJSON{JoinKeySeed: j.JoinKey.Seed(), CA: j.CA.Raw, Directory: dir})
+	plain, err := json.Marshal(joinStateJSON{JoinKeySeed: j.JoinKey.Seed(), CA: j.CA.Raw, Directory: dir, ClusterUnlockKey: j.ClusterUnlockKey})
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +115,7 @@ func unsealJoinState(keys storage.KeyProtector, blob []byte) (*joinState, error)
 	if err := proto.Unmarshal(js.Directory, dir); err != nil {
 		return nil, fmt.Errorf("join state: directory: %w", err)
 	}
-	return &joinState{JoinKey: ed25519.NewKeyFromSeed(js.JoinKeySeed), CA: ca, Directory: dir}, nil
+	return &joinState{JoinKey: ed25519.NewKeyFromSeed(js.JoinKeySeed), CA: ca, Directory: dir, ClusterUnlockKey: js.ClusterUnlockKey}, nil
 }
 
 func newAEAD(key []byte) (cipher.AEAD, error) {
