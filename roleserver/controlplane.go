@@ -23,7 +23,7 @@ import (
 // errMembershipChanged makes the supervisor restart the controlplane
 // runnable, which stops its etcd and curator children and starts them
 // again (or not) for the new roles.
-var errMembershipChanged = errors.New("consensus_member role changed: restarting the control plane")
+var errMembershipChanged = fmt.Errorf("consensus_member role changed: %w", supervisor.ErrRestart)
 
 var nonNilRoles = event.Filter(func(r *clusterpb.NodeRoles) bool { return r != nil })
 

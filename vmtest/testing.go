@@ -18,7 +18,7 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // <repo>/out/vmtest) named after t.Name(), emptied at start. A passing
 // test's directory is removed; a failing test's is kept and its path
 // logged, because the console log is usually the only clue to what the
-// guest did.
+// guest did. PLINTH_VMTEST_KEEP=1 keeps every test's directory.
 func TestDir(t *testing.T) string {
 	t.Helper()
 	base := os.Getenv("PLINTH_VMTEST_DIR")
@@ -42,7 +42,7 @@ func TestDir(t *testing.T) string {
 		t.Fatalf("vmtest: %v", err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("PLINTH_VMTEST_KEEP") != "" {
 			t.Logf("console log kept at %s", filepath.Join(dir, "console.log"))
 			return
 		}

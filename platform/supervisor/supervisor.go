@@ -177,6 +177,12 @@ func Logger(ctx context.Context) *slog.Logger {
 	return slog.Default()
 }
 
+// ErrRestart, returned (wrapped) by a runnable, restarts it and its subtree
+// at once, as a planned step rather than a failure: the way for a runnable
+// to stop children it no longer needs (e.g. etcd when a role is removed),
+// since children only stop with their parent.
+var ErrRestart = errors.New("restart requested")
+
 // loop runs one node until its parent context ends, restarting on failure.
 // parentWG is the wait group of the parent's generation.
 func (n *node) loop(parentCtx context.Context, parentWG *sync.WaitGroup) {
@@ -211,6 +217,16 @@ func (n *node) loop(parentCtx context.Context, parentWG *sync.WaitGroup) {
 			return
 		}
 
+		if errors.Is(err, ErrRestart) {
+			// Asked for, not a failure: no backoff, no restart count.
+			log.Info("restarting on request", "reason", err)
+			cancel()
+			wg.Wait()
+			n.s.mu.Lock()
+			n.children = map[string]*node{}
+			n.s.mu.Unlock()
+			continue
+		}
 		n.s.mu.Lock()
 		if !n.healthy.IsZero() && n.state == StateHealthy && time.Since(n.healthy) > n.s.opts.ResetAfter {
 			backoff = n.s.opts.InitialBackoff

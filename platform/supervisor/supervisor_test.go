@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -198,5 +199,39 @@ func TestRunRejectsBadNames(t *testing.T) {
 	}
 	if err := Run(context.Background(), "x", nil); err == nil {
 		t.Error("Run outside a runnable accepted")
+	}
+}
+
+func TestRequestedRestartIsNotAFailure(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var runs, childStops atomic.Int32
+	lt := logtree.New(100)
+	s := New(ctx, lt, func(ctx context.Context) error {
+		return Run(ctx, "member", func(ctx context.Context) error {
+			n := runs.Add(1)
+			if err := Run(ctx, "etcd", func(ctx context.Context) error {
+				<-ctx.Done()
+				childStops.Add(1)
+				return ctx.Err()
+			}); err != nil {
+				return err
+			}
+			if n == 1 {
+				return fmt.Errorf("role changed: %w", ErrRestart)
+			}
+			Signal(ctx, SignalHealthy)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}, fastOpts())
+	waitFor(t, "second run to become healthy", func() bool { return stateOf(s, "root.member") == StateHealthy })
+	if runs.Load() != 2 || childStops.Load() != 1 {
+		t.Fatalf("runs %d, child stops %d; want 2 and 1", runs.Load(), childStops.Load())
+	}
+	for _, st := range s.Snapshot() {
+		if st.DN == "root.member" && (st.Restarts != 0 || st.LastErr != "") {
+			t.Errorf("a requested restart counted as a failure: %+v", st)
+		}
 	}
 }
