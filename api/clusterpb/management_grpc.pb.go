@@ -51,8 +51,9 @@ type ManagementClient interface {
 	// so a large cluster does not need one huge response.
 	GetNodes(ctx context.Context, in *GetNodesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Node], error)
 	// ApproveNode moves a NEW node to STANDBY, allowing it to commit.
-	// Approving a node that is already STANDBY or UP succeeds and changes
-	// nothing, so a retried call is harmless.
+	// Approving a node that is already STANDBY or UP is refused with
+	// FAILED_PRECONDITION ("already approved"), so the owner sees that the
+	// call changed nothing.
 	ApproveNode(ctx context.Context, in *ApproveNodeRequest, opts ...grpc.CallOption) (*ApproveNodeResponse, error)
 	// UpdateNodeRoles turns roles on or off for an UP node. The Curator
 	// refuses changes that would break the cluster (e.g. removing the last
@@ -158,8 +159,9 @@ type ManagementServer interface {
 	// so a large cluster does not need one huge response.
 	GetNodes(*GetNodesRequest, grpc.ServerStreamingServer[Node]) error
 	// ApproveNode moves a NEW node to STANDBY, allowing it to commit.
-	// Approving a node that is already STANDBY or UP succeeds and changes
-	// nothing, so a retried call is harmless.
+	// Approving a node that is already STANDBY or UP is refused with
+	// FAILED_PRECONDITION ("already approved"), so the owner sees that the
+	// call changed nothing.
 	ApproveNode(context.Context, *ApproveNodeRequest) (*ApproveNodeResponse, error)
 	// UpdateNodeRoles turns roles on or off for an UP node. The Curator
 	// refuses changes that would break the cluster (e.g. removing the last

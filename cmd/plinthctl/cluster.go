@@ -39,6 +39,7 @@ func init() {
 	commands["ticket"] = command{"print the cluster's register ticket (base64)", runTicket}
 	commands["logs"] = command{"print a node's logs (-f to follow)", runLogs}
 	commands["reboot"] = command{"reboot a node", runReboot}
+	commands["decommission"] = command{"remove a node from the cluster for good (-yes to confirm)", runDecommission}
 }
 
 // callTimeout bounds one non-streaming command.
@@ -97,7 +98,7 @@ func runTakeOwnership(ctx context.Context, args []string) error {
 	var endpoints paramsListFlag
 	fs.Var(&endpoints, "endpoint", "the bootstrap node's curator `host:port` (repeat or comma-separate for more curators)")
 	keyFile := fs.String("owner-key", "", "owner private key `file` written by plinthctl params -bootstrap (default: owner.key in the configuration dir)")
-	directory := fs.Bool("directory-endpoints", true, "also use the curator addresses the cluster directory names (default false if every -endpoint is loopback, e.g. a forwarded port)")
+	directory := fs.Bool("directory-endpoints", true, "also use the curator addresses the cluster directory names (ignored unless given when every -endpoint is loopback, e.g. a forwarded port)")
 	mgmtEndpoint := fs.String("mgmt-endpoint", "", "`host:port` where the bootstrap node's NodeManagement is reached (e.g. the 127.0.0.1 port plinthctl run forwards), recorded for it in the endpoints file")
 	force := fs.Bool("force", false, "replace an existing owner certificate in the configuration dir")
 	if err := noArgs(fs, args); err != nil {
@@ -574,5 +575,37 @@ func runReboot(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "plinthctl: %s is rebooting\n", id)
+	return nil
+}
+
+func runDecommission(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("decommission", flag.ExitOnError)
+	dir := configFlag(fs)
+	yes := fs.Bool("yes", false, "confirm: the node can never rejoin and its data volume can no longer be unlocked through the cluster")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: plinthctl decommission -yes NODE")
+	}
+	c, err := dialOwner(*dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id, err := nodeID(ctx, c, pos[0])
+	if err != nil {
+		return err
+	}
+	if !*yes {
+		return fmt.Errorf("decommissioning %s cannot be undone: run again with -yes", id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if err := c.Decommission(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "plinthctl: %s is decommissioned\n", id)
 	return nil
 }

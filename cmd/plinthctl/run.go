@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,17 +71,38 @@ func runNode(ctx context.Context, args []string) error {
 		}
 	}
 
+	fmt.Fprintf(os.Stderr, "plinthctl: booting %s (kernel %s, %s acceleration); console log in %s; Ctrl-C powers the node off\n",
+		img.Manifest.Board, img.Manifest.KernelVersion, accel(), filepath.Join(*state, "console.log"))
+	printNextSteps(*ownerDir, *curatorPort, *mgmtPort)
+	for {
+		rebooted, err := bootOnce(ctx, o)
+		if err != nil || !rebooted || ctx.Err() != nil {
+			return err
+		}
+		// QEMU runs with -no-reboot: a reboot ends it, and the next boot
+		// is a new QEMU with the same disk and TPM.
+		fmt.Fprintln(os.Stderr, "plinthctl: the node rebooted; starting it again")
+	}
+}
+
+// rebootLine is what init prints last before a reboot (vmtest's too).
+var rebootLine = regexp.MustCompile(`handing over to PID 1 .*action=reboot`)
+
+// bootOnce runs one boot of the node until QEMU exits, and reports
+// whether the guest rebooted.
+func bootOnce(ctx context.Context, o vmtest.NodeOptions) (bool, error) {
 	// The node must outlive the first Ctrl-C, which only asks it to stop.
 	n, err := vmtest.Launch(context.WithoutCancel(ctx), o)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer n.Close()
-	fmt.Fprintf(os.Stderr, "plinthctl: booting %s (kernel %s, %s acceleration); console log in %s; Ctrl-C powers the node off\n",
-		img.Manifest.Board, img.Manifest.KernelVersion, accel(), n.ConsolePath())
-	printNextSteps(*ownerDir, *curatorPort, *mgmtPort)
 	select {
 	case <-n.Exited():
+		if err := n.Wait(context.Background()); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(n.Lines(), rebootLine.MatchString), nil
 	case <-ctx.Done():
 		fmt.Fprintln(os.Stderr, "\nplinthctl: sending ACPI power-off to the node (Ctrl-C again to kill it)")
 		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -98,7 +121,7 @@ func runNode(ctx context.Context, args []string) error {
 			n.Kill()
 		}
 	}
-	return n.Wait(context.Background())
+	return false, n.Wait(context.Background())
 }
 
 func accel() string {

@@ -179,8 +179,9 @@ func TestCurator(t *testing.T) {
 		if n := c.getNode(a, b.id); n.State != clusterpb.NodeState_NODE_STATE_STANDBY {
 			t.Fatalf("after ApproveNode: %v", n.State)
 		}
-		// Approving twice is a harmless retry (see the proto): no change.
-		mustOK(t, "ApproveNode twice", second(mg.ApproveNode(ctx, &clusterpb.ApproveNodeRequest{PublicKey: b.pub()})))
+		// Approving twice is refused and changes nothing.
+		_, err = mg.ApproveNode(ctx, &clusterpb.ApproveNodeRequest{PublicKey: b.pub()})
+		wantCode(t, "ApproveNode twice", err, codes.FailedPrecondition, "already approved")
 		if n := c.getNode(a, b.id); n.State != clusterpb.NodeState_NODE_STATE_STANDBY {
 			t.Fatalf("after second ApproveNode: %v", n.State)
 		}
@@ -207,7 +208,8 @@ func TestCurator(t *testing.T) {
 		}
 		_, err = commit(t, conn, creds, bJoin)
 		wantCode(t, "commit twice", err, codes.FailedPrecondition, "already committed")
-		mustOK(t, "approve an UP node", second(mg.ApproveNode(ctx, &clusterpb.ApproveNodeRequest{PublicKey: b.pub()})))
+		_, err = mg.ApproveNode(ctx, &clusterpb.ApproveNodeRequest{PublicKey: b.pub()})
+		wantCode(t, "approve an UP node", err, codes.FailedPrecondition, "already approved")
 		if n := c.getNode(a, b.id); n.State != clusterpb.NodeState_NODE_STATE_UP {
 			t.Fatalf("approve changed an UP node to %v", n.State)
 		}

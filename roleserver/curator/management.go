@@ -132,7 +132,9 @@ func (m managementServer) ApproveNode(ctx context.Context, req *clusterpb.Approv
 			n.State = clusterpb.NodeState_NODE_STATE_STANDBY
 			return nil, nil
 		case clusterpb.NodeState_NODE_STATE_STANDBY, clusterpb.NodeState_NODE_STATE_UP:
-			return nil, errNoChange // approved already: a retry is harmless
+			// Refused rather than ignored: the owner's tool should show that
+			// this approval did nothing (e.g. a typo naming another node).
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is already approved (state %s)", id, n.State)
 		case clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
 			return nil, status.Errorf(codes.FailedPrecondition, "node %s is decommissioned and cannot be approved", id)
 		}

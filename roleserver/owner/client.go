@@ -233,6 +233,15 @@ func (c *Client) Approve(ctx context.Context, pub ed25519.PublicKey) error {
 	})
 }
 
+// Decommission removes a node from the cluster for good: it can never
+// rejoin, and the cluster no longer hands out its cluster unlock key.
+func (c *Client) Decommission(ctx context.Context, id string) error {
+	return c.management(ctx, func(m clusterpb.ManagementClient) error {
+		_, err := m.DecommissionNode(ctx, &clusterpb.DecommissionNodeRequest{Id: id})
+		return err
+	})
+}
+
 // UpdateRoles changes a node's roles (see UpdateNodeRolesRequest).
 func (c *Client) UpdateRoles(ctx context.Context, req *clusterpb.UpdateNodeRolesRequest) error {
 	return c.management(ctx, func(m clusterpb.ManagementClient) error {
