@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/grpclog"
 
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/platform/cmdline"
@@ -40,6 +42,8 @@ func bootCore() int {
 	logs.AddSink(os.Stdout)
 	log.SetFlags(0)
 	log.SetOutput(logs.Writer("init.stdlog", slog.LevelInfo))
+	// gRPC's own logger would write unformatted lines to the console.
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, logs.Writer("grpc", slog.LevelWarn), logs.Writer("grpc", slog.LevelError)))
 	l := logs.Logger("init")
 	l.Info("Plinth core starting", "version", version, "uptime", uptime())
 
