@@ -31,6 +31,24 @@ func (s *Service) caller(ctx context.Context, method string, kinds ...identity.K
 		return nil, status.Errorf(codes.PermissionDenied, "%s: caller is %s, only %s may call it",
 			method, p.Kind, strings.Join(names, " or "))
 	}
+	if p.Kind == identity.KindNode {
+		// Certificates from the cluster CA are not revoked; the record
+		// is what locks a decommissioned node out, reads included.
+		kv, _, err := s.backend()
+		if err != nil {
+			return nil, err
+		}
+		n, _, err := getNode(ctx, kv, p.NodeID)
+		if err != nil {
+			if isStatus(err) {
+				return nil, err
+			}
+			return nil, etcdErr(method, err)
+		}
+		if n != nil && n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+			return nil, status.Errorf(codes.PermissionDenied, "%s: caller %s is decommissioned", method, p.NodeID)
+		}
+	}
 	return p, nil
 }
 

@@ -416,6 +416,12 @@ func TestCurator(t *testing.T) {
 		wantCode(t, "ApproveNode of a decommissioned node", err, codes.FailedPrecondition, "decommissioned")
 		_, err = bc.UpdateNodeStatus(ctx, &clusterpb.UpdateNodeStatusRequest{NodeId: b.id, Status: &clusterpb.NodeStatus{}})
 		wantCode(t, "UpdateNodeStatus of a decommissioned node", err, codes.PermissionDenied, "decommissioned")
+		// Reads too: its certificate still chains to the CA, its record
+		// does not let it in.
+		_, err = recvFirst(clusterpb.NewManagementClient(withCreds(t, a.addr(), b.creds)).GetNodes(ctx, &clusterpb.GetNodesRequest{}))
+		wantCode(t, "GetNodes by a decommissioned node", err, codes.PermissionDenied, "decommissioned")
+		_, err = recvFirst(bc.GetCurrentLeader(ctx, &clusterpb.GetCurrentLeaderRequest{}))
+		wantCode(t, "GetCurrentLeader by a decommissioned node", err, codes.PermissionDenied, "decommissioned")
 		_, err = mg.UpdateNodeRoles(ctx, &clusterpb.UpdateNodeRolesRequest{Node: &clusterpb.UpdateNodeRolesRequest_Id{Id: b.id}, KubernetesWorker: proto.Bool(true)})
 		wantCode(t, "UpdateNodeRoles of a decommissioned node", err, codes.FailedPrecondition, "DECOMMISSIONED")
 		_, err = mg.UpdateNodeRoles(ctx, &clusterpb.UpdateNodeRolesRequest{Node: &clusterpb.UpdateNodeRolesRequest_Id{Id: d.id}, KubernetesWorker: proto.Bool(true)})
@@ -475,4 +481,12 @@ func ctxTimeoutCancel(t *testing.T, d time.Duration) (context.Context, context.C
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx, cancel
+}
+
+// recvFirst is the first message of a server stream (or the call's error).
+func recvFirst[T any](s interface{ Recv() (*T, error) }, err error) (*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s.Recv()
 }
