@@ -56,12 +56,14 @@ const (
 	OwnerName = "owner"
 )
 
+const nodeIDPrefix = "plinth-"
+
 // NodeID derives a node's ID from its public key, so that it is stable and
 // cannot be chosen by the node. It is a valid DNS label (hostname, etcd
 // member name).
 func NodeID(pub ed25519.PublicKey) string {
 	sum := sha256.Sum256(pub)
-	return "plinth-" + hex.EncodeToString(sum[:8])
+	return nodeIDPrefix + hex.EncodeToString(sum[:8])
 }
 
 // IssueNodeCertificate signs a node's certificate for its public key.
@@ -201,6 +203,17 @@ func ClientTLSConfig(ca *x509.Certificate, cert tls.Certificate) *tls.Config {
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			_, err := verifyServer(ca, raw)
 			return err
+		},
+		// A node ID as the server name (set by the leader resolver) pins
+		// which node must answer; an address pins nothing.
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if !strings.HasPrefix(cs.ServerName, nodeIDPrefix) || len(cs.PeerCertificates) == 0 {
+				return nil
+			}
+			if cn := cs.PeerCertificates[0].Subject.CommonName; cn != cs.ServerName {
+				return fmt.Errorf("identity: expected node %s, server is %s", cs.ServerName, cn)
+			}
+			return nil
 		},
 	}
 }

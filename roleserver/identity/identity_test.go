@@ -192,3 +192,18 @@ func TestSessionProofBindsToSession(t *testing.T) {
 }
 
 func errNotExist() error { return fs.ErrNotExist }
+
+func TestServerNamePinsNode(t *testing.T) {
+	ca := newCA(t)
+	server, client, other := nodeCreds(t, ca), nodeCreds(t, ca), nodeCreds(t, ca)
+	cfg := client.ClientTLSConfig()
+	cfg.ServerName = server.ID()
+	if _, serr, cerr := handshake(t, server, cfg); serr != nil || cerr != nil {
+		t.Fatalf("the named node refused: %v %v", serr, cerr)
+	}
+	cfg = client.ClientTLSConfig()
+	cfg.ServerName = other.ID()
+	if _, _, cerr := handshake(t, server, cfg); cerr == nil || !strings.Contains(cerr.Error(), "expected node") {
+		t.Fatalf("another node of the cluster accepted in place of %s: %v", other.ID(), cerr)
+	}
+}

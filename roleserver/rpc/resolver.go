@@ -204,11 +204,11 @@ func (r *Resolver) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.B
 		return nil, fmt.Errorf("rpc: resolver closed")
 	}
 	r.conns[c] = struct{}{}
-	leader := r.leader
+	leader, leaderID := r.leader, r.leaderID
 	r.mu.Unlock()
 	r.start()
 	if leader != "" {
-		c.update(leader)
+		c.update(leader, leaderID)
 	}
 	return c, nil
 }
@@ -219,10 +219,14 @@ type ccResolver struct {
 	cc resolver.ClientConn
 }
 
-func (c *ccResolver) update(addr string) {
+// update points the connection at the leader. The leader's node ID goes
+// in as the TLS server name, which identity.ClientTLSConfig checks against
+// the server's certificate: whoever answers at that address must be that
+// node, not merely some node of the cluster.
+func (c *ccResolver) update(addr, id string) {
 	// Errors only say the balancer did not like the update; the next one
 	// will be tried anyway.
-	_ = c.cc.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr}}})
+	_ = c.cc.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr, ServerName: id}}})
 }
 
 func (c *ccResolver) ResolveNow(resolver.ResolveNowOptions) {}
@@ -344,6 +348,6 @@ func (r *Resolver) setLeader(ep string, resp *clusterpb.GetCurrentLeaderResponse
 	r.mu.Unlock()
 	r.log.Info("resolver: curator leader is "+resp.GetId(), "address", addr, "via", ep)
 	for _, c := range conns {
-		c.update(addr)
+		c.update(addr, resp.GetId())
 	}
 }
