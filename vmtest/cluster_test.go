@@ -147,7 +147,9 @@ func TestClusterNodeLifecycle(t *testing.T) {
 //     locally sealed keys (a cold start must not need a curator): boot
 //     counter 3, both still voters;
 //   - a third node with a wrong ticket is refused and says why, and never
-//     appears in the cluster.
+//     appears in the cluster;
+//   - a worker decommissioned with `plinthctl decommission` cannot open its
+//     data volume after a reboot: the cluster refuses its join.
 func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -245,6 +247,30 @@ func TestCluster(t *testing.T) {
 	}
 	if len(nodes) != 2 {
 		t.Fatalf("the cluster lists %d nodes after a refused registration: %v", len(nodes), nodes)
+	}
+	if err := c.KillNode(wrong); err != nil {
+		t.Fatal(err)
+	}
+
+	// A decommissioned worker is locked out of its own disk: after a
+	// reboot the cluster refuses to hand back its cluster unlock key.
+	third, err := c.AddNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(ctl.run(t, "decommission", "-config", c.OwnerDir(), "-yes", third.ID()))
+	before := third.VM()
+	if err := c.RebootNode(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	if third.VM() == before {
+		t.Fatal("the decommissioned node did not reboot")
+	}
+	mustLine(t, ctx, third.VM(), `E root.enrolment: join refused by the cluster .*code=PermissionDenied reason=.*decommissioned`)
+	for _, l := range third.VM().Lines() {
+		if strings.Contains(l, "data volume open") {
+			t.Fatalf("a decommissioned node opened its data volume: %s", l)
+		}
 	}
 }
 
