@@ -146,6 +146,8 @@ func TestClusterNodeLifecycle(t *testing.T) {
 //   - rebooted again as a consensus member, it opens its disk on its own
 //     locally sealed keys (a cold start must not need a curator): boot
 //     counter 3, both still voters;
+//   - both nodes power off and start again (a cold start of the whole
+//     cluster, no curator anywhere): both come back HEALTHY voters;
 //   - a third node with a wrong ticket is refused and says why, and never
 //     appears in the cluster;
 //   - a worker decommissioned with `plinthctl decommission` cannot open its
@@ -218,6 +220,26 @@ func TestCluster(t *testing.T) {
 	// A consensus member opens its volume without asking the cluster.
 	rebootAndWait(t, ctx, c, second, 3, twoVoters)
 	mustLine(t, ctx, second.VM(), `I root.enrolment: consensus member: the cluster unlock key is sealed locally`)
+
+	// Cold start: the whole cluster goes down and comes back with no
+	// curator anywhere to ask — each member opens its disk on its own
+	// sealed keys and etcd finds its peers through the cached hosts file.
+	for _, n := range []*ClusterNode{first, second} {
+		if err := c.StopNode(ctx, n, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []*ClusterNode{first, second} {
+		if err := c.StartNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []*ClusterNode{first, second} {
+		if _, err := c.waitNode(ctx, n, "back after a cold start of the whole cluster", twoVoters); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantBootCount(t, ctx, second.VM(), "4")
 	if _, err := c.waitNode(ctx, first, "HEALTHY voter", twoVoters); err != nil {
 		t.Fatal(err)
 	}
