@@ -50,8 +50,10 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 		return err
 	}
 	member := roles.GetConsensusMember() != nil
-	if err := s.keepClusterKeyLocally(member); err != nil {
-		return err
+	if member {
+		if err := s.keepClusterKeyLocally(true); err != nil {
+			return err
+		}
 	}
 	if !member {
 		log.Info("not a consensus member: no local etcd or curator")
@@ -97,8 +99,9 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 // keepClusterKeyLocally tells enrolment whether this node must be able to
 // open its data volume without the cluster: a consensus member must, or a
 // cluster whose members all reboot could never start again (each would
-// wait for a curator that needs the others). Set before etcd starts, so a
-// member never runs without it.
+// wait for a curator that needs the others). Kept before etcd starts, so a
+// member never runs without it; dropped only when the curator's roles say
+// so (setRoles), never on a guess from local files.
 func (s *Service) keepClusterKeyLocally(member bool) error {
 	if s.LocalClusterKey == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"strconv"
 	"strings"
@@ -204,21 +205,29 @@ func (s *Service) provide(creds *identity.Credentials, dir *clusterpb.ClusterDir
 }
 
 // loadRoles sets Roles from /data/node/roles, once, unless something set
-// them already.
+// them already. A damaged or missing file never demotes a node whose etcd
+// data is on disk: such a node was a consensus member, and it may be the
+// member the cluster needs before any curator can tell it its roles.
 func (s *Service) loadRoles() {
+	if get(&s.Roles) != nil || s.StorageRoot == nil {
+		return
+	}
 	roles := &clusterpb.NodeRoles{}
-	if s.StorageRoot != nil {
-		if b, err := s.StorageRoot.Data.Node.Roles.Read(); err == nil {
-			if err := proto.Unmarshal(b, roles); err != nil {
-				// A damaged file must not take the node down; the curator
-				// tells us the roles again once reachable.
-				roles = &clusterpb.NodeRoles{}
-			}
+	b, err := s.StorageRoot.Data.Node.Roles.Read()
+	if err == nil {
+		err = proto.Unmarshal(b, roles)
+	}
+	if err != nil {
+		roles = &clusterpb.NodeRoles{}
+		if s.hasEtcdData() {
+			roles.ConsensusMember = &clusterpb.NodeRoles_ConsensusMember{}
+		}
+		if !errors.Is(err, fs.ErrNotExist) && s.LogTree != nil {
+			s.LogTree.Logger("roleserver").Error("persisted roles unreadable; waiting for the curator's",
+				"file", s.StorageRoot.Data.Node.Roles.Path(), "err", err, "consensus_member_from_etcd_data", roles.ConsensusMember != nil)
 		}
 	}
-	if get(&s.Roles) == nil {
-		s.Roles.Set(roles)
-	}
+	s.Roles.Set(roles)
 }
 
 // saveRoles persists roles to /data/node/roles.

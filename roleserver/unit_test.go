@@ -3,6 +3,8 @@ package roleserver
 import (
 	"crypto/ed25519"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/localstorage"
 )
 
 func TestJoinCluster(t *testing.T) {
@@ -147,3 +150,45 @@ func TestMembershipRestart(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestDamagedRolesFileNeverDemotesAMember(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		etcdData   bool
+		wantMember bool
+	}{
+		{"etcd data on disk", true, true},
+		{"no etcd data", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := &localstorage.Root{}
+			if err := localstorage.Place(root, t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+			if err := localstorage.Create(&root.Data, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := root.Data.Node.Roles.Write([]byte("\xff\xff not a NodeRoles"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.etcdData {
+				if err := os.WriteFile(filepath.Join(root.Data.Etcd.Data.Path(), "member"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lt := logtree.New(100)
+			s := New(Config{StorageRoot: root, LogTree: lt})
+			s.loadRoles()
+			if got := get(&s.Roles).GetConsensusMember() != nil; got != tc.wantMember {
+				t.Fatalf("consensus member = %v, want %v", got, tc.wantMember)
+			}
+			found := false
+			for _, e := range lt.Read("roleserver", 10) {
+				found = found || strings.Contains(e.Message, "persisted roles unreadable")
+			}
+			if !found {
+				t.Error("the damaged roles file was not reported")
+			}
+		})
+	}
+}

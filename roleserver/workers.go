@@ -97,6 +97,11 @@ func (s *Service) setRoles(ctx context.Context, roles *clusterpb.NodeRoles) {
 		"kubernetes_controller", roles.GetKubernetesController() != nil,
 		"kubernetes_worker", roles.GetKubernetesWorker() != nil)
 	s.Roles.Set(roles)
+	if roles.GetConsensusMember() == nil {
+		if err := s.keepClusterKeyLocally(false); err != nil {
+			log.Error("removing the locally sealed cluster unlock key", "err", err)
+		}
+	}
 }
 
 func healthName(h clusterpb.NodeHealth) string {
