@@ -36,12 +36,13 @@
 // ever put the only copy of the header at risk. Each slot holds a complete
 // header with its own checksum and a sequence number; odd sequence numbers
 // live in slot 1, even ones in slot 0. WriteHeader writes the new header
-// twice — first into slot 1 (sequence s, odd), flushes, then into slot 0
-// (s+1), flushes — and ReadHeader uses the valid slot with the highest
-// sequence number:
+// twice — first with sequence n+1 into the slot that does not hold n, the
+// newest copy on disk, flushes, then with n+2 into the other, flushes —
+// and ReadHeader uses the valid slot with the highest sequence number:
 //
-//   - cut while writing slot 1: slot 0 still holds the previous header;
-//   - cut while writing slot 0: slot 1 already holds the new one;
+//   - cut during the first write: the other slot still holds the previous
+//     header (even if an earlier cut left it the only valid copy);
+//   - cut during the second write: the first already holds the new one;
 //   - after a complete write both slots hold the same header, so later
 //     damage to either slot (a bad sector, a bit flip) loses nothing: no
 //     older state can resurface.
@@ -413,7 +414,12 @@ type HeaderReport struct {
 // returned header again (WriteHeader) restores the redundancy.
 func (r HeaderReport) Degraded() bool {
 	s0, s1 := r.Slots[0], r.Slots[1]
-	return s0.Err != nil || s1.Err != nil || s0.Sequence != s1.Sequence+1
+	if s0.Err != nil || s1.Err != nil {
+		return true
+	}
+	// One complete WriteHeader leaves consecutive sequence numbers, in
+	// either slot order.
+	return s0.Sequence != s1.Sequence+1 && s1.Sequence != s0.Sequence+1
 }
 
 // ReadHeader reads the HeaderSize region at offset (the partition start)
@@ -477,43 +483,37 @@ func ReadHeader(r io.ReaderAt, offset int64) (*Header, HeaderReport, error) {
 // first copy is on the medium before the second is touched.
 type syncer interface{ Sync() error }
 
-// WriteHeader writes h into both slots of the region at offset: first slot
-// 1 with the next odd sequence number above h.Sequence, then slot 0 with
-// the one after, flushing after each (if w has Sync). On success
-// h.Sequence is the sequence of slot 0. h.Sequence must be the sequence of
-// the newest header on disk (as ReadHeader returned it) or 0 for a blank
-// region. An invalid header is rejected before anything is written.
+// WriteHeader writes h into both slots of the region at offset: first
+// sequence h.Sequence+1 into the slot of its parity (odd: slot 1, even:
+// slot 0), then h.Sequence+2 into the other, flushing after each (if w has
+// Sync). The first write therefore never touches the slot holding
+// h.Sequence, the newest valid copy: after a cut in either write, one
+// valid copy remains, even when an earlier cut left only one. On success
+// h.Sequence is the sequence of the second copy. h.Sequence must be the
+// sequence of the newest header on disk (as ReadHeader returned it) or 0
+// for a blank region. An invalid header is rejected before anything is
+// written.
 func WriteHeader(w io.WriterAt, offset int64, h *Header) error {
 	if h.Sequence > math.MaxUint64-3 {
 		return errors.New("storage: header sequence exhausted")
 	}
-	odd := h.Sequence + 1
-	if odd%2 == 0 {
-		odd++
-	}
-	c1, c0 := *h, *h
-	c1.Sequence, c0.Sequence = odd, odd+1
-	b1, err := c1.Encode()
-	if err != nil {
-		return err
-	}
-	b0, err := c0.Encode()
-	if err != nil {
-		return err
-	}
-	for _, s := range []struct {
-		slot int
-		b    []byte
-	}{{1, b1}, {0, b0}} {
-		if _, err := w.WriteAt(s.b, offset+int64(s.slot)*SlotSize); err != nil {
-			return fmt.Errorf("storage: write header slot %d: %w", s.slot, err)
+	first, second := *h, *h
+	first.Sequence, second.Sequence = h.Sequence+1, h.Sequence+2
+	for _, c := range []*Header{&first, &second} {
+		b, err := c.Encode()
+		if err != nil {
+			return err
+		}
+		slot := int(c.Sequence % 2)
+		if _, err := w.WriteAt(b, offset+int64(slot)*SlotSize); err != nil {
+			return fmt.Errorf("storage: write header slot %d: %w", slot, err)
 		}
 		if sy, ok := w.(syncer); ok {
 			if err := sy.Sync(); err != nil {
-				return fmt.Errorf("storage: sync header slot %d: %w", s.slot, err)
+				return fmt.Errorf("storage: sync header slot %d: %w", slot, err)
 			}
 		}
 	}
-	h.Sequence = c0.Sequence
+	h.Sequence = second.Sequence
 	return nil
 }

@@ -648,3 +648,42 @@ func TestHeaderEnrolmentRoundTrip(t *testing.T) {
 		t.Fatalf("without enrolment: %v, %q", err, got.Enrolment)
 	}
 }
+
+// TestCutAfterCut: a cut in the second write leaves only the first copy
+// valid; the next update must not write over that copy first, or a
+// second cut would leave no header at all.
+func TestCutAfterCut(t *testing.T) {
+	ready := testHeader()
+	ready.State, ready.SealedKey = StateReady, seq(2, 700)
+	resealed := testHeader()
+	resealed.State, resealed.SealedKey = StateReady, seq(3, 1500)
+	damage := []func(int) bool{
+		func(int) bool { return false },
+		func(s int) bool { return s%2 == 0 },
+		func(s int) bool { return s < 3 },
+	}
+	for di, d1 := range damage {
+		for ki, k2 := range damage {
+			d := &cutDevice{mem: mem{b: bytes.Clone(region(t, ready).b)}, cut: 1, keep: d1}
+			h := *resealed
+			h.Sequence = 2
+			if err := WriteHeader(d, 0, &h); !errors.Is(err, errCut) {
+				t.Fatal(err)
+			}
+			got, _, err := ReadHeader(&d.mem, 0)
+			if err != nil {
+				t.Fatalf("after the first cut (damage %d): %v", di, err)
+			}
+			// The next update, cut in its first write.
+			again := *got
+			again.SealedKey = seq(4, 900)
+			d2 := &cutDevice{mem: d.mem, cut: 0, keep: k2}
+			if err := WriteHeader(d2, 0, &again); !errors.Is(err, errCut) {
+				t.Fatal(err)
+			}
+			if _, _, err := ReadHeader(&d2.mem, 0); err != nil {
+				t.Fatalf("damage %d then %d: both copies lost: %v", di, ki, err)
+			}
+		}
+	}
+}
