@@ -56,6 +56,17 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 		}
 	}
 	if !member {
+		if s.hasEtcdData() {
+			// A former member: its etcd data belongs to a member ID the
+			// cluster removed. Kept (never deleted) but moved aside, so
+			// that the role given again starts a fresh learner instead of
+			// crash-looping on the removed member's log.
+			to, err := s.retireEtcdData()
+			if err != nil {
+				return fmt.Errorf("moving the former member's etcd data aside: %w", err)
+			}
+			log.Warn("no longer a consensus member: etcd data moved aside", "to", to)
+		}
 		log.Info("not a consensus member: no local etcd or curator")
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		return s.watchMembership(ctx, rw, false)
@@ -166,6 +177,28 @@ func (s *Service) bootstrap(ctx context.Context, nd *nodeData) error {
 func (s *Service) hasEtcdData() bool {
 	entries, err := os.ReadDir(s.StorageRoot.Data.Etcd.Data.Path())
 	return err == nil && len(entries) > 0
+}
+
+// retireEtcdData renames the etcd data and peer PKI directories to
+// <name>.removed-<unix time> next to them and recreates them empty.
+func (s *Service) retireEtcdData() (string, error) {
+	suffix := fmt.Sprintf(".removed-%d", time.Now().Unix())
+	var moved string
+	for _, d := range []string{s.StorageRoot.Data.Etcd.Data.Path(), s.StorageRoot.Data.Etcd.PeerPKI.Path()} {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			continue
+		}
+		if err := os.Rename(d, d+suffix); err != nil {
+			return "", err
+		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", err
+		}
+		if moved == "" {
+			moved = d + suffix
+		}
+	}
+	return moved, nil
 }
 
 // bootstrapRoles are the roles curator.Bootstrap gives the first node.

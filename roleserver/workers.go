@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
@@ -32,6 +35,17 @@ func (s *Service) runRoleFetch(ctx context.Context) error {
 		err := s.watchOwnNode(ctx, conn, nd.nodeID, &health, &b)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if status.Code(err) == codes.PermissionDenied && strings.Contains(status.Convert(err).Message(), "decommissioned") {
+			// The curator refuses a decommissioned node everything, so
+			// its tombstone may never arrive on a watch: the refusal is
+			// the tombstone. Dropping the roles also drops a locally
+			// sealed cluster unlock key (retried on every refusal).
+			log.Warn("the cluster says this node is decommissioned: dropping all roles")
+			s.setRoles(ctx, &clusterpb.NodeRoles{})
+			if err := s.keepClusterKeyLocally(false); err != nil {
+				log.Error("removing the locally sealed cluster unlock key", "err", err)
+			}
 		}
 		log.Warn("watching this node at the curator failed, retrying", "err", err)
 		if err := sleep(ctx, b.next()); err != nil {

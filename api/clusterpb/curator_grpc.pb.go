@@ -57,7 +57,9 @@ type CuratorClient interface {
 	// needs to be a member: its certificate and the cluster half of its disk
 	// key. Called with the same ephemeral certificate as RegisterNode; the
 	// caller's key must belong to a STANDBY node. Repeating it after success
-	// returns FAILED_PRECONDITION, so secrets are handed out only once.
+	// with the same join key (and its proof) returns the same unlock key, so
+	// a node whose reply was lost can retry; with another join key it
+	// returns FAILED_PRECONDITION: the secrets go to one holder only.
 	CommitNode(ctx context.Context, in *CommitNodeRequest, opts ...grpc.CallOption) (*CommitNodeResponse, error)
 	// JoinNode lets a node that is already UP come back after a reboot. Its
 	// node key and certificate sit on its encrypted data partition, which it
@@ -214,7 +216,9 @@ type CuratorServer interface {
 	// needs to be a member: its certificate and the cluster half of its disk
 	// key. Called with the same ephemeral certificate as RegisterNode; the
 	// caller's key must belong to a STANDBY node. Repeating it after success
-	// returns FAILED_PRECONDITION, so secrets are handed out only once.
+	// with the same join key (and its proof) returns the same unlock key, so
+	// a node whose reply was lost can retry; with another join key it
+	// returns FAILED_PRECONDITION: the secrets go to one holder only.
 	CommitNode(context.Context, *CommitNodeRequest) (*CommitNodeResponse, error)
 	// JoinNode lets a node that is already UP come back after a reboot. Its
 	// node key and certificate sit on its encrypted data partition, which it

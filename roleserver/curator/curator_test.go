@@ -206,8 +206,16 @@ func TestCurator(t *testing.T) {
 		if n := c.getNode(a, b.id); n.State != clusterpb.NodeState_NODE_STATE_UP {
 			t.Fatalf("after CommitNode: %v", n.State)
 		}
-		_, err = commit(t, conn, creds, bJoin)
-		wantCode(t, "commit twice", err, codes.FailedPrecondition, "already committed")
+		// The same node repeating its commit (a lost reply) gets the same
+		// unlock key; another join key gets nothing.
+		again, err := commit(t, conn, creds, bJoin)
+		mustOK(t, "commit repeated by the committed node", err)
+		if !bytes.Equal(again.ClusterUnlockKey, bCUK) {
+			t.Fatal("a repeated commit returned another cluster unlock key")
+		}
+		_, otherJoin, _ := ed25519.GenerateKey(rand.Reader)
+		_, err = commit(t, conn, creds, otherJoin)
+		wantCode(t, "commit twice with another join key", err, codes.FailedPrecondition, "already committed")
 		_, err = mg.ApproveNode(ctx, &clusterpb.ApproveNodeRequest{PublicKey: b.pub()})
 		wantCode(t, "approve an UP node", err, codes.FailedPrecondition, "already approved")
 		if n := c.getNode(a, b.id); n.State != clusterpb.NodeState_NODE_STATE_UP {

@@ -141,7 +141,9 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 	} else if owner {
 		return nil, status.Error(codes.InvalidArgument, "join_public_key is the owner key")
 	}
+	again := false
 	_, err = updateNode(ctx, kv, t, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+		again = false
 		if n == nil {
 			return nil, status.Errorf(codes.NotFound, "node %s is not registered (call RegisterNode first)", id)
 		}
@@ -149,7 +151,11 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 		case clusterpb.NodeState_NODE_STATE_NEW:
 			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not approved yet (state NEW): the owner must approve it first", id)
 		case clusterpb.NodeState_NODE_STATE_UP:
-			return nil, status.Errorf(codes.FailedPrecondition, "node %s already committed (state UP): credentials are handed out only once", id)
+			// Repeated by the node that committed (it proved both its node
+			// key and its join key): its reply was lost. Anyone else is
+			// refused below.
+			again = true
+			return nil, errNoChange
 		case clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
 			return nil, status.Errorf(codes.PermissionDenied, "node %s is decommissioned", id)
 		case clusterpb.NodeState_NODE_STATE_STANDBY:
@@ -169,6 +175,18 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 	}, clientv3.Compare(clientv3.CreateRevision(joinKeyKey(joinPub)), "=", 0))
 	if err != nil {
 		return nil, err
+	}
+	if again {
+		owner, _, err := getValue(ctx, kv, joinKeyKey(joinPub))
+		if err != nil {
+			return nil, etcdErr(method, err)
+		}
+		if string(owner) != id {
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s already committed (state UP) with another join key: credentials are handed out only once", id)
+		}
+		if cuk, _, err = getValue(ctx, kv, unlockKeyKey(id)); err != nil {
+			return nil, etcdErr(method, err)
+		}
 	}
 	return &clusterpb.CommitNodeResponse{
 		CaCertificate:    ca.Certificate.Raw,

@@ -165,7 +165,9 @@ func (m managementServer) DecommissionNode(ctx context.Context, req *clusterpb.D
 	if n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
 		return &clusterpb.DecommissionNodeResponse{}, nil
 	}
-	if n.GetRoles().GetConsensusMember() != nil {
+	// etcd's member list decides, not the record: a concurrent role
+	// change may have added the member the record does not show yet.
+	if n.GetRoles().GetConsensusMember() != nil || isEtcdMember(ctx, st, n.Id) {
 		if err := m.removeConsensusMember(ctx, kv, st, n.Id); err != nil {
 			return nil, err
 		}
@@ -184,7 +186,32 @@ func (m managementServer) DecommissionNode(ctx context.Context, req *clusterpb.D
 	if err != nil {
 		return nil, err
 	}
+	// An AddNode that raced with this call finds the record
+	// DECOMMISSIONED and rolls itself back; this catches the other order.
+	if isEtcdMember(ctx, st, req.Id) {
+		if err := st.RemoveNode(ctx, req.Id); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "node %s is decommissioned but still an etcd member (retry DecommissionNode): %v", req.Id, err)
+		}
+	}
 	return &clusterpb.DecommissionNodeResponse{}, nil
+}
+
+// isEtcdMember reports whether etcd lists the node as a member (false if
+// etcd cannot say).
+func isEtcdMember(ctx context.Context, st *consensus.Status, id string) bool {
+	if st == nil || st.ClusterClient() == nil {
+		return false
+	}
+	ml, err := st.ClusterClient().MemberList(ctx)
+	if err != nil {
+		return false
+	}
+	for _, mem := range ml.Members {
+		if consensus.GetEtcdMemberNodeId(mem) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // removeConsensusMember removes a node's etcd member, refusing to remove
@@ -296,6 +323,13 @@ func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.Up
 		return nil, nil
 	})
 	if err != nil {
+		if member != nil {
+			// The member exists in etcd but no record names it: undo, or
+			// the dangling learner would block every later AddNode.
+			if rerr := st.RemoveNode(ctx, id); rerr != nil {
+				return nil, status.Errorf(codes.Unavailable, "%v; and removing the etcd member again failed: %v", err, rerr)
+			}
+		}
 		return nil, err
 	}
 	return &clusterpb.UpdateNodeRolesResponse{}, nil

@@ -8,9 +8,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,6 +46,11 @@ func (c *Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
 		return err
 	}
 	l.Info("network up", "address", st.Address.String())
+	if h != nil && len(h.Enrolment) > 0 {
+		// Set up (or its setup began) after a commit: this node is a
+		// member, whatever state the volume is in.
+		return c.join(ctx, l, h)
+	}
 	if h != nil && h.State == storage.StateReady {
 		if len(h.Enrolment) == 0 {
 			return fmt.Errorf("%w: the data disk was set up without cluster enrolment data, so it cannot be unlocked through the cluster (was it a bootstrap node's disk?)", storage.ErrRefused)
@@ -136,7 +144,7 @@ func (c *Config) register(ctx context.Context, l *slog.Logger) error {
 			commit, err = clusterpb.NewCuratorClient(cc).CommitNode(ctx, &clusterpb.CommitNodeRequest{
 				JoinPublicKey: joinKey.Public().(ed25519.PublicKey), JoinKeyProof: proof,
 			})
-			if status.Code(err) == codes.FailedPrecondition {
+			if status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "not approved") {
 				// Not approved yet: expected, not a refusal.
 				return errNotYet
 			}
@@ -160,27 +168,23 @@ func (c *Config) register(ctx context.Context, l *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("credentials from the curator: %w", err)
 	}
+	if !creds.CA.Equal(ca) {
+		return fmt.Errorf("%w: the curator answered with a CA other than the one in the node parameters", storage.ErrRefused)
+	}
 	l.Info("approved and committed: node certificate received", "node", id)
 	dir := c.clusterDirectory(ctx, l, creds, endpoints)
 
-	js := &joinState{JoinKey: joinKey, CA: creds.CA, Directory: dir}
+	js := &joinState{JoinKey: joinKey, CA: creds.CA, Directory: dir, Node: creds}
 	blob, err := js.seal(c.Keys)
 	if err != nil {
 		return err
 	}
 	c.remember(js, commit.GetClusterUnlockKey())
-	// The curator hands the cluster unlock key out only once, so a failure
-	// from here on is retried in this process rather than by returning.
-	return c.retryLocal(ctx, l, "set up the data volume", func() error {
-		if err := c.openVolume(ctx, commit.GetClusterUnlockKey(), blob); err != nil {
-			return err
-		}
-		if err := creds.Save(c.Root.Data.Node.Credentials.Path()); err != nil {
-			return err
-		}
-		c.RoleServer.ProvideRegisterData(creds, dir)
-		return nil
-	})
+	// The join state (with the node's credentials) goes into the header
+	// at the start of the volume setup: from then on a crash at any point
+	// brings the node back through join, never through a second
+	// registration that would orphan this one.
+	return c.openAndProvide(ctx, l, commit.GetClusterUnlockKey(), js, blob, c.RoleServer.ProvideRegisterData)
 }
 
 // join: a node set up before comes back: join key → cluster unlock key →
@@ -199,7 +203,7 @@ func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) er
 	if cuk != nil {
 		l.Info("consensus member: the cluster unlock key is sealed locally, opening the data volume without the cluster")
 		c.remember(js, cuk)
-		return c.retryLocal(ctx, l, "open the data volume", func() error { return c.openAndProvide(ctx, l, cuk, js) })
+		return c.openAndProvide(ctx, l, cuk, js, h.Enrolment, c.RoleServer.ProvideJoinData)
 	}
 	l.Info("rejoining the cluster with the sealed join key", "curators", endpoints)
 	err = c.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(js.CA, eph), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
@@ -218,19 +222,44 @@ func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) er
 	}
 	l.Info("cluster unlock key received")
 	c.remember(js, cuk)
-	return c.retryLocal(ctx, l, "open the data volume", func() error { return c.openAndProvide(ctx, l, cuk, js) })
+	return c.openAndProvide(ctx, l, cuk, js, h.Enrolment, c.RoleServer.ProvideJoinData)
 }
 
-func (c *Config) openAndProvide(ctx context.Context, l *slog.Logger, cuk []byte, js *joinState) error {
-	if err := c.openVolume(ctx, cuk, nil); err != nil {
+// openAndProvide opens (or sets up) the data volume, makes sure the node's
+// credentials are on it and hands them to the Role Server. enrolment is
+// what a (re)started setup writes into the header. Opening is attempted
+// again only while it failed before changing anything (a failure after
+// the volume was mapped needs a reboot, and says so); saving the
+// credentials is retried on its own.
+func (c *Config) openAndProvide(ctx context.Context, l *slog.Logger, cuk []byte, js *joinState, enrolment []byte,
+	provide func(*identity.Credentials, *clusterpb.ClusterDirectory)) error {
+	err := c.retryLocal(ctx, l, "open the data volume", func() error {
+		err := c.openVolume(ctx, cuk, enrolment)
+		if err != nil && c.volumeTouched() {
+			l.Error("the data volume is half open; reboot the node to retry (nothing on it is changed)", "err", err)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	creds, err := identity.Load(c.Root.Data.Node.Credentials.Path())
-	if err != nil {
+	dir := c.Root.Data.Node.Credentials.Path()
+	creds, err := identity.Load(dir)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist) && js.Node != nil:
+		// Committed, but the node went down before saving them.
+		creds = js.Node
+		if err := c.retryLocal(ctx, l, "save the node credentials", func() error { return creds.Save(dir) }); err != nil {
+			return err
+		}
+	default:
 		return fmt.Errorf("node credentials on the data volume: %w", err)
 	}
 	l.Info("node credentials loaded", "node", creds.ID())
-	c.RoleServer.ProvideJoinData(creds, js.Directory)
+	provide(creds, js.Directory)
 	return nil
 }
 
@@ -242,6 +271,13 @@ func (c *Config) openVolume(ctx context.Context, cuk, enrolment []byte) error {
 		return err
 	}
 	return c.VolumeOpened(r)
+}
+
+// volumeTouched reports whether an earlier attempt got as far as mapping
+// the volume, after which Open cannot simply run again.
+func (c *Config) volumeTouched() bool {
+	_, err := os.Stat("/dev/mapper/" + storage.MappedName)
+	return err == nil
 }
 
 // clusterDirectory asks the cluster where its curators are, now that the

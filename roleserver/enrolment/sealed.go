@@ -15,6 +15,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/roleserver/identity"
 )
 
 // joinState is what a registered node keeps outside its encrypted volume
@@ -30,6 +31,10 @@ type joinState struct {
 	// (see Config.KeepClusterKeyLocally): it then opens its volume on its
 	// own, which a cold start of the whole cluster needs.
 	ClusterUnlockKey []byte
+	// Node is the node's key and certificate, so that a crash between the
+	// commit and saving them on the volume cannot orphan the node: they
+	// are in the header before the volume is set up.
+	Node *identity.Credentials
 }
 
 type joinStateJSON struct {
@@ -37,6 +42,8 @@ type joinStateJSON struct {
 	CA               []byte `json:"ca"`
 	Directory        []byte `json:"directory"`
 	ClusterUnlockKey []byte `json:"cluster_unlock_key,omitempty"`
+	NodeKeySeed      []byte `json:"node_key_seed,omitempty"`
+	NodeCertificate  []byte `json:"node_certificate,omitempty"`
 }
 
 // seal encrypts the join state with a fresh data key (AES-256-GCM) and
@@ -50,7 +57,11 @@ func (j *joinState) seal(keys storage.KeyProtector) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain, err := json.Marshal(joinStateJSON{JoinKeySeed: j.JoinKey.Seed(), CA: j.CA.Raw, Directory: dir, ClusterUnlockKey: j.ClusterUnlockKey})
+	js := joinStateJSON{JoinKeySeed: j.JoinKey.Seed(), CA: j.CA.Raw, Directory: dir, ClusterUnlockKey: j.ClusterUnlockKey}
+	if j.Node != nil {
+		js.NodeKeySeed, js.NodeCertificate = j.Node.PrivateKey.Seed(), j.Node.Certificate.Raw
+	}
+	plain, err := json.Marshal(js)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +126,13 @@ func unsealJoinState(keys storage.KeyProtector, blob []byte) (*joinState, error)
 	if err := proto.Unmarshal(js.Directory, dir); err != nil {
 		return nil, fmt.Errorf("join state: directory: %w", err)
 	}
-	return &joinState{JoinKey: ed25519.NewKeyFromSeed(js.JoinKeySeed), CA: ca, Directory: dir, ClusterUnlockKey: js.ClusterUnlockKey}, nil
+	out := &joinState{JoinKey: ed25519.NewKeyFromSeed(js.JoinKeySeed), CA: ca, Directory: dir, ClusterUnlockKey: js.ClusterUnlockKey}
+	if len(js.NodeKeySeed) == ed25519.SeedSize {
+		if out.Node, err = identity.NewCredentials(ed25519.NewKeyFromSeed(js.NodeKeySeed), js.NodeCertificate, js.CA); err != nil {
+			return nil, fmt.Errorf("join state: node credentials: %w", err)
+		}
+	}
+	return out, nil
 }
 
 func newAEAD(key []byte) (cipher.AEAD, error) {

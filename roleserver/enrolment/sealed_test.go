@@ -10,6 +10,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/identity"
 )
 
 // xorKeys is a stand-in protector whose Unseal fails for a different key,
@@ -48,12 +49,21 @@ func TestJoinStateRoundTrip(t *testing.T) {
 	}
 	_, jk, _ := ed25519.GenerateKey(rand.Reader)
 	dir := &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{{Id: "plinth-1", Addresses: []string{"10.42.0.10"}}}}
+	_, nk, _ := ed25519.GenerateKey(rand.Reader)
+	cert, err := identity.IssueNodeCertificate(ca, nk.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := identity.NewCredentials(nk, cert.Raw, ca.Certificate.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, keys := range []interface {
 		Policy() string
 		Seal([]byte) ([]byte, error)
 		Unseal([]byte) ([]byte, error)
 	}{xorKeys{7}, measure.InsecureKeys{}} {
-		blob, err := (&joinState{JoinKey: jk, CA: ca.Certificate, Directory: dir}).seal(keys)
+		blob, err := (&joinState{JoinKey: jk, CA: ca.Certificate, Directory: dir, Node: node, ClusterUnlockKey: []byte("cuk")}).seal(keys)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +71,8 @@ func TestJoinStateRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !got.JoinKey.Equal(jk) || !got.CA.Equal(ca.Certificate) || !proto.Equal(got.Directory, dir) {
+		if !got.JoinKey.Equal(jk) || !got.CA.Equal(ca.Certificate) || !proto.Equal(got.Directory, dir) ||
+			got.Node == nil || got.Node.ID() != node.ID() || string(got.ClusterUnlockKey) != "cuk" {
 			t.Fatalf("%s: round trip changed the state", keys.Policy())
 		}
 		// Tampering with the ciphertext is detected.
