@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/grpclog"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/platform/cmdline"
 	"plinth.dev/plinth/platform/kmod"
@@ -166,8 +167,10 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 				requestShutdown(reaper.ExitPowerOff)
 			}
 		},
-		Runnables:       func() []supervisor.Status { return sup.Snapshot() },
-		LocalClusterKey: func(keep bool) error { return enrol.KeepClusterKeyLocally(keep) },
+		Runnables:        func() []supervisor.Status { return sup.Snapshot() },
+		LocalClusterKey:  func(keep bool) error { return enrol.KeepClusterKeyLocally(keep) },
+		CuratorEndpoints: n.params.Params.GetRegister().GetCuratorEndpoints(),
+		DirectoryChanged: func(d *clusterpb.ClusterDirectory) error { return enrol.UpdateDirectory(d) },
 	})
 	enrol = &enrolment.Config{
 		Parameters: n.params.Params,

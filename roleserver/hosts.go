@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/localstorage"
@@ -98,14 +100,19 @@ func (s *Service) watchAllNodes(ctx context.Context, conn *CuratorConnection, se
 			continue // only the full picture may drop entries
 		}
 		addrs := map[string]string{}
+		dir := &clusterpb.ClusterDirectory{}
 		for id, n := range nodes {
 			if a := n.GetStatus().GetAddresses(); len(a) > 0 && n.GetState() != clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
 				addrs[id] = a[0]
-				if n.GetRoles().GetConsensusMember() != nil && id != self {
-					conn.Resolver.AddEndpoint(net.JoinHostPort(a[0], strconv.Itoa(s.curatorPort())))
+				if n.GetRoles().GetConsensusMember() != nil {
+					dir.Nodes = append(dir.Nodes, &clusterpb.DirectoryNode{Id: id, PublicKey: n.GetPublicKey(), Addresses: a})
+					if id != self {
+						conn.Resolver.AddEndpoint(net.JoinHostPort(a[0], strconv.Itoa(s.curatorPort())))
+					}
 				}
 			}
 		}
+		s.directoryChanged(ctx, dir)
 		changed := s.setHostsNodes(addrs)
 		if err := s.refreshHosts(self); err != nil {
 			log.Warn("writing hosts file", "err", err)
@@ -113,6 +120,30 @@ func (s *Service) watchAllNodes(ctx context.Context, conn *CuratorConnection, se
 			log.Info("hosts file updated", "nodes", len(addrs))
 		}
 	}
+}
+
+// directoryChanged hands the curators' current directory to
+// Config.DirectoryChanged when it differs from the last one handed over,
+// so that the node finds the cluster after a reboot even when the
+// curators it registered with have moved.
+func (s *Service) directoryChanged(ctx context.Context, dir *clusterpb.ClusterDirectory) {
+	if s.DirectoryChanged == nil || len(dir.GetNodes()) == 0 {
+		return
+	}
+	slices.SortFunc(dir.Nodes, func(a, b *clusterpb.DirectoryNode) int { return strings.Compare(a.Id, b.Id) })
+	s.mu.Lock()
+	same := proto.Equal(s.lastDirectory, dir)
+	s.mu.Unlock()
+	if same {
+		return
+	}
+	if err := s.DirectoryChanged(dir); err != nil {
+		supervisor.Logger(ctx).Warn("saving the cluster directory", "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.lastDirectory = dir
+	s.mu.Unlock()
 }
 
 func (s *Service) knownHosts() int {

@@ -51,6 +51,12 @@ type Config struct {
 	// Runnables returns the supervisor's state, for NodeManagement.Status
 	// (typically (*supervisor.Supervisor).Snapshot).
 	Runnables func() []supervisor.Status
+	// CuratorEndpoints (host:port, from the node parameters) seed the
+	// curator resolver next to the cluster directory.
+	CuratorEndpoints []string
+	// DirectoryChanged, if set, is given the curators' directory whenever
+	// it changes (see enrolment.Config.UpdateDirectory).
+	DirectoryChanged func(*clusterpb.ClusterDirectory) error
 	// LocalClusterKey, if set, is called with true before this node starts
 	// etcd as a consensus member and with false when it is not one: see
 	// enrolment.Config.KeepClusterKeyLocally.
@@ -161,6 +167,9 @@ type Service struct {
 
 	hostsMu sync.Mutex
 	hosts   hostsState
+
+	mu            sync.Mutex
+	lastDirectory *clusterpb.ClusterDirectory
 }
 
 // New makes a Role Server; nothing runs until Run and a Provide*Data call.
@@ -286,6 +295,11 @@ func (s *Service) Run(ctx context.Context) error {
 		for _, a := range n.GetAddresses() {
 			res.AddEndpoint(net.JoinHostPort(a, strconv.Itoa(s.curatorPort())))
 		}
+	}
+	// The parameters' endpoints too: the directory saved at registration
+	// may name only curators that have since moved or lost the role.
+	for _, e := range s.CuratorEndpoints {
+		res.AddEndpoint(e)
 	}
 	conn, err := res.Dial()
 	if err != nil {

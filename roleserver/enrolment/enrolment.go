@@ -32,8 +32,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
@@ -83,6 +87,46 @@ func (c *Config) remember(js *joinState, cuk []byte) {
 	c.joined, c.clusterKey = js, cuk
 }
 
+// UpdateDirectory replaces the curator directory in the sealed join state
+// (a no-op unless this node registered), so that after a reboot it looks
+// for the cluster where the curators are now, not where they were when it
+// registered.
+func (c *Config) UpdateDirectory(dir *clusterpb.ClusterDirectory) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.joined == nil || proto.Equal(sortedDirectory(c.joined.Directory), sortedDirectory(dir)) {
+		return nil
+	}
+	next := *c.joined
+	next.Directory = dir
+	if err := c.reseal(&next); err != nil {
+		return err
+	}
+	if c.Disk.Log != nil {
+		c.Disk.Log.Info("cluster directory saved for the next boot", "curators", len(dir.GetNodes()))
+	}
+	return nil
+}
+
+func sortedDirectory(d *clusterpb.ClusterDirectory) *clusterpb.ClusterDirectory {
+	out := proto.Clone(d).(*clusterpb.ClusterDirectory)
+	slices.SortFunc(out.Nodes, func(a, b *clusterpb.DirectoryNode) int { return strings.Compare(a.Id, b.Id) })
+	return out
+}
+
+// reseal writes js as the header's join state and remembers it.
+func (c *Config) reseal(js *joinState) error {
+	blob, err := js.seal(c.Keys)
+	if err != nil {
+		return err
+	}
+	if err := storage.UpdateEnrolment(c.Disk.Disk, blob); err != nil {
+		return err
+	}
+	c.joined = js
+	return nil
+}
+
 // KeepClusterKeyLocally adds the cluster unlock key to the sealed join
 // state in the data disk header (keep) or removes it (!keep). A consensus
 // member keeps it so that its volume opens without a curator: otherwise
@@ -105,14 +149,9 @@ func (c *Config) KeepClusterKeyLocally(keep bool) error {
 	if keep {
 		next.ClusterUnlockKey = c.clusterKey
 	}
-	blob, err := next.seal(c.Keys)
-	if err != nil {
+	if err := c.reseal(&next); err != nil {
 		return err
 	}
-	if err := storage.UpdateEnrolment(c.Disk.Disk, blob); err != nil {
-		return err
-	}
-	c.joined = &next
 	if c.Disk.Log != nil {
 		if keep {
 			c.Disk.Log.Info("consensus member: cluster unlock key now sealed locally, so this node can start without the cluster")
