@@ -109,6 +109,9 @@ func (c *Config) UpdateDirectory(dir *clusterpb.ClusterDirectory) error {
 }
 
 func sortedDirectory(d *clusterpb.ClusterDirectory) *clusterpb.ClusterDirectory {
+	if d == nil {
+		return &clusterpb.ClusterDirectory{}
+	}
 	out := proto.Clone(d).(*clusterpb.ClusterDirectory)
 	slices.SortFunc(out.Nodes, func(a, b *clusterpb.DirectoryNode) int { return strings.Compare(a.Id, b.Id) })
 	return out

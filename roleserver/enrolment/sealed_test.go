@@ -89,3 +89,17 @@ func TestJoinStateRoundTrip(t *testing.T) {
 		t.Fatal("truncated join state accepted")
 	}
 }
+
+func TestSortedDirectory(t *testing.T) {
+	a := &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{{Id: "plinth-b"}, {Id: "plinth-a"}}}
+	b := &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{{Id: "plinth-a"}, {Id: "plinth-b"}}}
+	if !proto.Equal(sortedDirectory(a), sortedDirectory(b)) {
+		t.Fatal("the same curators in another order compare different")
+	}
+	if a.Nodes[0].Id != "plinth-b" {
+		t.Fatal("sortedDirectory changed its argument")
+	}
+	if len(sortedDirectory(nil).GetNodes()) != 0 {
+		t.Fatal("nil directory")
+	}
+}
