@@ -146,12 +146,20 @@ func (s *Service) runStatusPush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A status without addresses would erase the ones the cluster knows
+	// (other nodes find this node's etcd and curator through them).
+	if _, err := s.waitAddresses(ctx); err != nil {
+		return err
+	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	var pushed *clusterpb.NodeStatus
 	var pushedAt time.Time
 	failing := false
 	for {
 		st := s.status()
+		if len(st.GetAddresses()) == 0 && pushed != nil {
+			st.Addresses = pushed.GetAddresses() // the link went away: keep the last known
+		}
 		if !proto.Equal(st, pushed) || time.Since(pushedAt) > statusResend {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, err := conn.Curator().UpdateNodeStatus(cctx, &clusterpb.UpdateNodeStatusRequest{NodeId: nd.nodeID, Status: st})

@@ -2,8 +2,12 @@
 //
 // The Curator runs on every consensus member and keeps the cluster's state
 // (nodes, roles, join keys, policy) in etcd. Only the elected leader serves
-// these calls; followers answer with UNAVAILABLE and clients follow the
-// leader through GetCurrentLeader.
+// Watch, UpdateNodeStatus, Heartbeat and IssueCertificate; followers answer
+// them with UNAVAILABLE and clients follow the leader through
+// GetCurrentLeader. RegisterNode, CommitNode and JoinNode are served by
+// every member (etcd transactions, no leader state), because the node
+// calling them knows only the curators in its parameters or its saved
+// directory and cannot ask who leads before it has a certificate.
 //
 // Transport: gRPC over TLS. Nodes with a cluster certificate use mTLS with
 // it; nodes without one (registering, or rejoining after a reboot before

@@ -2,6 +2,7 @@ package curator
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/roleserver/identity"
 )
 
 // TestConsensusRolesAndFailover grows a cluster to three consensus members
@@ -85,12 +87,16 @@ func TestConsensusRolesAndFailover(t *testing.T) {
 		t.Errorf("directory has %d nodes, want 3", n)
 	}
 
-	// Followers refuse node-facing calls, naming the leader, but serve
-	// Management.
+	// Followers refuse the calls of running nodes, naming the leader, but
+	// serve Management and registration (a registering node knows only
+	// the curators in its parameters).
 	_, k, _ := generateKey()
 	conn, _ := ephemeral(t, b.addr(), c.ca, k)
-	_, err = clusterpb.NewCuratorClient(conn).RegisterNode(ctx, &clusterpb.RegisterNodeRequest{RegisterTicket: c.ticket(a)})
-	wantCode(t, "RegisterNode on a follower", err, codes.Unavailable, "not the leader", a.id)
+	_, err = clusterpb.NewCuratorClient(conn).RegisterNode(ctx, &clusterpb.RegisterNodeRequest{RegisterTicket: c.ticket(a), TpmUsage: clusterpb.NodeTPMUsage_NODE_TPM_USAGE_USED})
+	mustOK(t, "RegisterNode on a follower", err)
+	if n := c.getNode(a, identity.NodeID(k.Public().(ed25519.PublicKey))); n == nil || n.State != clusterpb.NodeState_NODE_STATE_NEW {
+		t.Errorf("registered through a follower: %v", n)
+	}
 	_, err = clusterpb.NewCuratorClient(withCreds(t, b.addr(), b.creds)).UpdateNodeStatus(ctx, &clusterpb.UpdateNodeStatusRequest{NodeId: b.id})
 	wantCode(t, "UpdateNodeStatus on a follower", err, codes.Unavailable, a.id)
 	if n := c.getNode(cc, a.id); n.State != clusterpb.NodeState_NODE_STATE_UP {

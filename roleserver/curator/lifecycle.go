@@ -33,10 +33,10 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 	if err != nil {
 		return nil, err
 	}
-	t, err := c.leaderTerm()
-	if err != nil {
-		return nil, err
-	}
+	// Served by every member, like Management: a node that registers
+	// knows only the curators in its parameters, and every write here is
+	// an etcd transaction that holds without a leader's guard.
+	var t guard
 	kv, _, err := c.backend()
 	if err != nil {
 		return nil, err
@@ -92,15 +92,18 @@ func createNode(ctx context.Context, kv clientv3.KV, g guard, n *clusterpb.Node)
 	if err != nil {
 		return false, internalErr("encoding node", err)
 	}
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nodeKey(n.Id)), "=", 0)}, g.cmps()...)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nodeKey(n.Id)), "=", 0)}
+	if g != nil {
+		cmps = append(cmps, g.cmps()...)
+	}
 	resp, err := kv.Txn(ctx).If(cmps...).Then(clientv3.OpPut(nodeKey(n.Id), val)).Commit()
 	if err != nil {
 		return false, etcdErr("writing node "+n.Id, err)
 	}
-	if !resp.Succeeded {
+	if !resp.Succeeded && g != nil {
 		return false, g.lost()
 	}
-	return true, nil
+	return resp.Succeeded, nil
 }
 func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNodeRequest) (*clusterpb.CommitNodeResponse, error) {
 	const method = "CommitNode"
@@ -108,10 +111,10 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 	if err != nil {
 		return nil, err
 	}
-	t, err := c.leaderTerm()
-	if err != nil {
-		return nil, err
-	}
+	// Served by every member, like Management: a node that registers
+	// knows only the curators in its parameters, and every write here is
+	// an etcd transaction that holds without a leader's guard.
+	var t guard
 	kv, _, err := c.backend()
 	if err != nil {
 		return nil, err
@@ -210,9 +213,8 @@ func (c curatorServer) JoinNode(ctx context.Context, req *clusterpb.JoinNodeRequ
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.leaderTerm(); err != nil {
-		return nil, err
-	}
+	// Any member answers (see RegisterNode): a rebooted node may know
+	// only curators that are followers now.
 	kv, _, err := c.backend()
 	if err != nil {
 		return nil, err
