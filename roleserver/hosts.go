@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
@@ -196,7 +197,7 @@ func (s *Service) refreshHosts(self string) error {
 	if bytes.Equal(content, s.hosts.written) {
 		return nil
 	}
-	if err := writeFileAtomic(s.HostsPath, content); err != nil {
+	if err := writeHosts(s.HostsPath, content); err != nil {
 		return err
 	}
 	s.hosts.written = content
@@ -248,14 +249,10 @@ func parseHosts(b []byte) map[string]string {
 	return out
 }
 
-// writeFileAtomic replaces path with data (0644) through a rename.
-func writeFileAtomic(path string, data []byte) error {
+// writeHosts replaces a hosts file (0644), creating its directory.
+func writeHosts(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, data, 0o644)
 }

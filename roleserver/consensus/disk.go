@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
 
+	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/localstorage"
@@ -171,33 +172,11 @@ func (d disk) writePKI(ca, cert *x509.Certificate, key ed25519.PrivateKey, crl *
 		{d.keyPath(), keyPEM, 0o600},
 		{d.crlPath(), crl.Raw, 0o644},
 	} {
-		if err := writeFileAtomic(f.path, f.data, f.perm); err != nil {
+		if err := atomicfile.Write(f.path, f.data, f.perm); err != nil {
 			return fmt.Errorf("consensus: writing peer PKI: %w", err)
 		}
 	}
 	return nil
-}
-
-// writeFileAtomic matters for the CRL: etcd re-reads it on every incoming
-// peer connection, and a half-written file would reject every peer.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	f, err := os.Open(tmp)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
 }
 
 func syncDir(dir string) error {
@@ -258,7 +237,7 @@ func (d disk) updateCRL(ctx context.Context, ca *x509.Certificate, der []byte) e
 	if old, err := os.ReadFile(d.crlPath()); err == nil && bytes.Equal(old, der) {
 		return nil
 	}
-	if err := writeFileAtomic(d.crlPath(), der, 0o644); err != nil {
+	if err := atomicfile.Write(d.crlPath(), der, 0o644); err != nil {
 		return fmt.Errorf("writing CRL: %w", err)
 	}
 	supervisor.Logger(ctx).Info("CRL updated", "path", d.crlPath())

@@ -41,6 +41,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/network"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/storage"
@@ -244,24 +245,5 @@ func loadOrCreateKey(path string) (ed25519.PrivateKey, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	return key, writeSync(path, pem)
-}
-
-func writeSync(path string, data []byte) error {
-	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	return key, atomicfile.Write(path, pem, 0o600)
 }

@@ -35,6 +35,7 @@ import (
 	"strings"
 	"time"
 
+	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/pki"
 )
 
@@ -263,7 +264,7 @@ func (c *Credentials) Save(dir string) error {
 	for name, data := range map[string][]byte{
 		keyFile: key, certFile: pki.CertificatePEM(c.Certificate), caFile: pki.CertificatePEM(c.CA),
 	} {
-		if err := writeFileSync(filepath.Join(dir, name), data); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, name), data, 0o600); err != nil {
 			return err
 		}
 	}
@@ -303,26 +304,6 @@ func Load(dir string) (*Credentials, error) {
 		return nil, fmt.Errorf("identity: %s: %w", dir, err)
 	}
 	return c, nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // IsOwner reports whether a certificate from the cluster CA is the owner's.

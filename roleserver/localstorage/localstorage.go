@@ -23,6 +23,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+
+	"plinth.dev/plinth/platform/atomicfile"
 )
 
 // Directory is one directory of the tree. Embed it in a struct whose
@@ -44,31 +46,7 @@ func (f *File) Read() ([]byte, error) { return os.ReadFile(f.path) }
 // Write replaces the contents atomically: a crash leaves the old or the new
 // contents, never a mix.
 func (f *File) Write(data []byte, perm os.FileMode) error {
-	tmp := f.path + ".tmp"
-	fd, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := fd.Write(data); err != nil {
-		fd.Close()
-		return err
-	}
-	if err := fd.Sync(); err != nil {
-		fd.Close()
-		return err
-	}
-	if err := fd.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, f.path); err != nil {
-		return err
-	}
-	dir, err := os.Open(filepath.Dir(f.path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
+	return atomicfile.Write(f.path, data, perm)
 }
 
 // Root is the whole tree.

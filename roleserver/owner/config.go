@@ -34,6 +34,7 @@ import (
 	"sort"
 	"strings"
 
+	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/identity"
 )
@@ -185,7 +186,7 @@ func (c *Config) Save() error {
 		files[CAFile] = pki.CertificatePEM(cr.CA)
 	}
 	for name, data := range files {
-		if err := writeFile(filepath.Join(c.Dir, name), data, 0o600); err != nil {
+		if err := atomicfile.Write(filepath.Join(c.Dir, name), data, 0o600); err != nil {
 			return fmt.Errorf("owner: %w", err)
 		}
 	}
@@ -221,29 +222,4 @@ func ReadKeyFile(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("owner: %s: %w", path, err)
 	}
 	return k, nil
-}
-
-// writeFile replaces path in one step.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
