@@ -190,7 +190,7 @@ func TestCurator(t *testing.T) {
 		_, otherCreds := ephemeral(t, a.addr(), c.ca, b.key)
 		_, bJoin, _ = ed25519.GenerateKey(rand.Reader)
 		otherState, _ := otherCreds.State()
-		proof, _ := identity.SessionProof(bJoin, otherState, identity.ExporterCommitNode)
+		proof, _ := identity.SessionProof(bJoin, otherState, identity.ExporterCommitNode, nil)
 		_, err = cur.CommitNode(ctx, &clusterpb.CommitNodeRequest{JoinPublicKey: bJoin.Public().(ed25519.PublicKey), JoinKeyProof: proof})
 		wantCode(t, "commit with a proof from another session", err, codes.PermissionDenied, "join_key_proof")
 

@@ -410,7 +410,7 @@ func commit(t *testing.T, conn *grpc.ClientConn, creds *identity.CapturingCreden
 	if !ok {
 		t.Fatal("no TLS state")
 	}
-	proof, err := identity.SessionProof(join, state, identity.ExporterCommitNode)
+	proof, err := identity.SessionProof(join, state, identity.ExporterCommitNode, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func join(t *testing.T, addr string, ca *x509.Certificate, joinKey ed25519.Priva
 	t.Helper()
 	conn, creds := ephemeral(t, addr, ca, joinKey)
 	state, _ := creds.State()
-	proof, err := identity.SessionProof(joinKey, state, identity.ExporterJoinNode)
+	proof, err := identity.SessionProof(joinKey, state, identity.ExporterJoinNode, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 	if len(joinPub) != ed25519.PublicKeySize {
 		return nil, status.Errorf(codes.InvalidArgument, "join_public_key has %d bytes, want %d", len(joinPub), ed25519.PublicKeySize)
 	}
-	if err := identity.VerifySessionProof(joinPub, p.TLS, identity.ExporterCommitNode, req.JoinKeyProof); err != nil {
+	if err := identity.VerifySessionProof(joinPub, p.TLS, identity.ExporterCommitNode, nil, req.JoinKeyProof); err != nil {
 		return nil, status.Errorf(codes.PermissionDenied, "join_key_proof does not prove possession of the join key on this connection: %v", err)
 	}
 	ca, err := loadCA(ctx, kv)
@@ -239,7 +239,7 @@ func (c curatorServer) JoinNode(ctx context.Context, req *clusterpb.JoinNodeRequ
 	case n.State != clusterpb.NodeState_NODE_STATE_UP:
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s, not UP", id, n.State)
 	}
-	if err := identity.VerifySessionProof(p.PublicKey, p.TLS, identity.ExporterJoinNode, req.UsageProof); err != nil {
+	if err := identity.VerifySessionProof(p.PublicKey, p.TLS, identity.ExporterJoinNode, nil, req.UsageProof); err != nil {
 		return nil, status.Errorf(codes.PermissionDenied, "usage_proof is not valid for this connection: %v", err)
 	}
 	cuk, _, err := getValue(ctx, kv, unlockKeyKey(id))

@@ -137,7 +137,7 @@ func (c *Config) register(ctx context.Context, l *slog.Logger) error {
 	lastReminder := time.Now()
 	for commit == nil {
 		err = c.untilAccepted(ctx, l, "commit", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
-			proof, err := identity.SessionProof(joinKey, st, identity.ExporterCommitNode)
+			proof, err := identity.SessionProof(joinKey, st, identity.ExporterCommitNode, nil)
 			if err != nil {
 				return err
 			}
@@ -207,7 +207,7 @@ func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) er
 	}
 	l.Info("rejoining the cluster with the sealed join key", "curators", endpoints)
 	err = c.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(js.CA, eph), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
-		proof, err := identity.SessionProof(js.JoinKey, st, identity.ExporterJoinNode)
+		proof, err := identity.SessionProof(js.JoinKey, st, identity.ExporterJoinNode, nil)
 		if err != nil {
 			return err
 		}

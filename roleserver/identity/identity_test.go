@@ -176,17 +176,17 @@ func TestSessionProofBindsToSession(t *testing.T) {
 	eph, _ := EphemeralCertificate(k)
 	p1, _, _ := handshake(t, server, ClientTLSConfig(ca.Certificate, eph))
 	p2, _, _ := handshake(t, server, ClientTLSConfig(ca.Certificate, eph))
-	proof, err := SessionProof(k, p1.TLS, ExporterJoinNode)
+	proof, err := SessionProof(k, p1.TLS, ExporterJoinNode, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := VerifySessionProof(k.Public().(ed25519.PublicKey), p1.TLS, ExporterJoinNode, proof); err != nil {
+	if err := VerifySessionProof(k.Public().(ed25519.PublicKey), p1.TLS, ExporterJoinNode, nil, proof); err != nil {
 		t.Fatalf("valid proof refused: %v", err)
 	}
-	if VerifySessionProof(k.Public().(ed25519.PublicKey), p2.TLS, ExporterJoinNode, proof) == nil {
+	if VerifySessionProof(k.Public().(ed25519.PublicKey), p2.TLS, ExporterJoinNode, nil, proof) == nil {
 		t.Fatal("proof replayed on another session accepted")
 	}
-	if VerifySessionProof(k.Public().(ed25519.PublicKey), p1.TLS, ExporterCommitNode, proof) == nil {
+	if VerifySessionProof(k.Public().(ed25519.PublicKey), p1.TLS, ExporterCommitNode, nil, proof) == nil {
 		t.Fatal("proof accepted for another label")
 	}
 }

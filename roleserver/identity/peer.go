@@ -117,35 +117,37 @@ const (
 	ExporterEscrow     = "EXPORTER-plinth-escrow"
 )
 
-// exporterValue is the session-bound value proofs sign.
-func exporterValue(state tls.ConnectionState, label string) ([]byte, error) {
+// sessionMessage is what proofs sign: the optional prefix (e.g. a
+// server's nonce) followed by the session's exporter value for label.
+func sessionMessage(state tls.ConnectionState, label string, prefix []byte) ([]byte, error) {
 	v, err := state.ExportKeyingMaterial(label, nil, 32)
 	if err != nil {
 		return nil, fmt.Errorf("identity: TLS exporter: %w", err)
 	}
-	return v, nil
+	return append(append([]byte{}, prefix...), v...), nil
 }
 
-// SessionProof signs the connection's exporter value for label with key.
-func SessionProof(key ed25519.PrivateKey, state tls.ConnectionState, label string) ([]byte, error) {
-	v, err := exporterValue(state, label)
+// SessionProof signs the connection's exporter value for label with key,
+// after prefix (nil for none).
+func SessionProof(key ed25519.PrivateKey, state tls.ConnectionState, label string, prefix []byte) ([]byte, error) {
+	msg, err := sessionMessage(state, label, prefix)
 	if err != nil {
 		return nil, err
 	}
-	return ed25519.Sign(key, v), nil
+	return ed25519.Sign(key, msg), nil
 }
 
 // VerifySessionProof checks a SessionProof made on the other end of the
-// same connection.
-func VerifySessionProof(pub ed25519.PublicKey, state tls.ConnectionState, label string, proof []byte) error {
+// same connection with the same label and prefix.
+func VerifySessionProof(pub ed25519.PublicKey, state tls.ConnectionState, label string, prefix, proof []byte) error {
 	if len(pub) != ed25519.PublicKeySize {
 		return errors.New("identity: invalid public key")
 	}
-	v, err := exporterValue(state, label)
+	msg, err := sessionMessage(state, label, prefix)
 	if err != nil {
 		return err
 	}
-	if !ed25519.Verify(pub, v, proof) {
+	if !ed25519.Verify(pub, msg, proof) {
 		return errors.New("identity: proof is not a signature over this session by that key")
 	}
 	return nil

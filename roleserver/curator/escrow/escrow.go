@@ -32,36 +32,16 @@ import (
 // IdentityOwner is the only requested_identity_name there is.
 const IdentityOwner = "owner"
 
-// signed is what the proof signs.
-func signed(nonce []byte, state tls.ConnectionState) ([]byte, error) {
-	ekm, err := state.ExportKeyingMaterial(identity.ExporterEscrow, nil, 32)
-	if err != nil {
-		return nil, fmt.Errorf("escrow: TLS exporter: %w", err)
-	}
-	return append(append([]byte{}, nonce...), ekm...), nil
-}
-
 // EscrowProof signs the server's nonce for the TLS session state.
 func EscrowProof(key ed25519.PrivateKey, nonce []byte, state tls.ConnectionState) ([]byte, error) {
-	msg, err := signed(nonce, state)
-	if err != nil {
-		return nil, err
-	}
-	return ed25519.Sign(key, msg), nil
+	return identity.SessionProof(key, state, identity.ExporterEscrow, nonce)
 }
 
 // VerifyEscrowProof checks an EscrowProof from the other end of the same
 // TLS session.
 func VerifyEscrowProof(pub ed25519.PublicKey, nonce []byte, state tls.ConnectionState, sig []byte) error {
-	if len(pub) != ed25519.PublicKeySize {
-		return errors.New("escrow: invalid public key")
-	}
-	msg, err := signed(nonce, state)
-	if err != nil {
-		return err
-	}
-	if !ed25519.Verify(pub, msg, sig) {
-		return errors.New("escrow: signature is not by the owner key over this nonce and session")
+	if err := identity.VerifySessionProof(pub, state, identity.ExporterEscrow, nonce, sig); err != nil {
+		return fmt.Errorf("escrow: signature is not by the owner key over this nonce and session: %w", err)
 	}
 	return nil
 }
