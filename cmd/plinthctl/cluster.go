@@ -492,6 +492,28 @@ func nodeID(ctx context.Context, c *owner.Client, ref string) (string, error) {
 	return n.GetId(), nil
 }
 
+// dialForNode parses the flags of a command that takes one NODE argument,
+// connects with the owner credentials and resolves NODE to its ID.
+func dialForNode(ctx context.Context, fs *flag.FlagSet, args []string, dir *string, usage string) (*owner.Client, string, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(pos) != 1 {
+		return nil, "", errors.New(usage)
+	}
+	c, err := dialOwner(*dir) // after parsing: -config is a flag
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := nodeID(ctx, c, pos[0])
+	if err != nil {
+		c.Close()
+		return nil, "", err
+	}
+	return c, id, nil
+}
+
 func runLogs(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("logs", flag.ExitOnError)
 	dir := configFlag(fs)
@@ -499,22 +521,11 @@ func runLogs(ctx context.Context, args []string) error {
 	dn := fs.String("dn", "", "log tree `DN` to read (default the root)")
 	recursive := fs.Bool("r", true, "include every DN below -dn")
 	backlog := fs.Int64("n", -1, "past entries to print first (-1 all, 0 none)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: plinthctl logs [-f] [-dn DN] [-n N] NODE")
-	}
-	c, err := dialOwner(*dir)
+	c, id, err := dialForNode(ctx, fs, args, dir, "usage: plinthctl logs [-f] [-dn DN] [-n N] NODE")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	id, err := nodeID(ctx, c, pos[0])
-	if err != nil {
-		return err
-	}
 	if !*follow {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 2*callTimeout)
@@ -553,22 +564,11 @@ func formatLogEntry(e *clusterpb.LogEntry) string {
 func runReboot(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("reboot", flag.ExitOnError)
 	dir := configFlag(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: plinthctl reboot NODE")
-	}
-	c, err := dialOwner(*dir)
+	c, id, err := dialForNode(ctx, fs, args, dir, "usage: plinthctl reboot NODE")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	id, err := nodeID(ctx, c, pos[0])
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	if err := c.Reboot(ctx, id); err != nil {
@@ -582,22 +582,11 @@ func runDecommission(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("decommission", flag.ExitOnError)
 	dir := configFlag(fs)
 	yes := fs.Bool("yes", false, "confirm: the node can never rejoin and its data volume can no longer be unlocked through the cluster")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: plinthctl decommission -yes NODE")
-	}
-	c, err := dialOwner(*dir)
+	c, id, err := dialForNode(ctx, fs, args, dir, "usage: plinthctl decommission -yes NODE")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	id, err := nodeID(ctx, c, pos[0])
-	if err != nil {
-		return err
-	}
 	if !*yes {
 		return fmt.Errorf("decommissioning %s cannot be undone: run again with -yes", id)
 	}
