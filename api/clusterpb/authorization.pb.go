@@ -88,6 +88,10 @@ const (
 	// escrow path, or the reverse, by sharing a permission. The handler
 	// proves the caller holds the owner key from the bootstrap parameters.
 	Permission_ESCROW_OWNERSHIP Permission = 10
+	// Replace the register ticket with a new random one. Owner only: the old
+	// ticket stops working at once (nodes already registered are not
+	// affected), e.g. after a provisioning medium was lost.
+	Permission_ROTATE_REGISTER_TICKET Permission = 11
 )
 
 // Enum value maps for Permission.
@@ -104,6 +108,7 @@ var (
 		8:  "NODE_POWER",
 		9:  "REGISTER_NODE",
 		10: "ESCROW_OWNERSHIP",
+		11: "ROTATE_REGISTER_TICKET",
 	}
 	Permission_value = map[string]int32{
 		"PERMISSION_UNSPECIFIED": 0,
@@ -117,6 +122,7 @@ var (
 		"NODE_POWER":             8,
 		"REGISTER_NODE":          9,
 		"ESCROW_OWNERSHIP":       10,
+		"ROTATE_REGISTER_TICKET": 11,
 	}
 )
 
@@ -147,7 +153,76 @@ func (Permission) EnumDescriptor() ([]byte, []int) {
 	return file_cluster_v1_authorization_proto_rawDescGZIP(), []int{0}
 }
 
+// CallerKind is what sort of party calls, as the server tells from the
+// client certificate of the TLS connection. Which kinds hold a permission
+// is declared on the permission itself (granted_to), so the whole policy
+// lives in this file and the interceptor reads it from the descriptors.
+type CallerKind int32
+
+const (
+	// Never granted: a caller without a usable certificate.
+	CallerKind_CALLER_KIND_UNSPECIFIED CallerKind = 0
+	// The owner certificate from the cluster CA.
+	CallerKind_CALLER_KIND_OWNER CallerKind = 1
+	// A node certificate from the cluster CA that is not revoked, of a node
+	// that is not decommissioned, for the key the curator has on record.
+	CallerKind_CALLER_KIND_NODE CallerKind = 2
+	// A self-signed certificate: proves possession of its key, nothing more.
+	CallerKind_CALLER_KIND_EPHEMERAL CallerKind = 3
+)
+
+// Enum value maps for CallerKind.
+var (
+	CallerKind_name = map[int32]string{
+		0: "CALLER_KIND_UNSPECIFIED",
+		1: "CALLER_KIND_OWNER",
+		2: "CALLER_KIND_NODE",
+		3: "CALLER_KIND_EPHEMERAL",
+	}
+	CallerKind_value = map[string]int32{
+		"CALLER_KIND_UNSPECIFIED": 0,
+		"CALLER_KIND_OWNER":       1,
+		"CALLER_KIND_NODE":        2,
+		"CALLER_KIND_EPHEMERAL":   3,
+	}
+)
+
+func (x CallerKind) Enum() *CallerKind {
+	p := new(CallerKind)
+	*p = x
+	return p
+}
+
+func (x CallerKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CallerKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_v1_authorization_proto_enumTypes[1].Descriptor()
+}
+
+func (CallerKind) Type() protoreflect.EnumType {
+	return &file_cluster_v1_authorization_proto_enumTypes[1]
+}
+
+func (x CallerKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CallerKind.Descriptor instead.
+func (CallerKind) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_v1_authorization_proto_rawDescGZIP(), []int{1}
+}
+
 var file_cluster_v1_authorization_proto_extTypes = []protoimpl.ExtensionInfo{
+	{
+		ExtendedType:  (*descriptorpb.EnumValueOptions)(nil),
+		ExtensionType: ([]CallerKind)(nil),
+		Field:         50002,
+		Name:          "plinth.cluster.v1.granted_to",
+		Tag:           "varint,50002,rep,packed,name=granted_to,enum=plinth.cluster.v1.CallerKind",
+		Filename:      "cluster/v1/authorization.proto",
+	},
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
 		ExtensionType: (*Permission)(nil),
@@ -158,6 +233,15 @@ var file_cluster_v1_authorization_proto_extTypes = []protoimpl.ExtensionInfo{
 	},
 }
 
+// Extension fields to descriptorpb.EnumValueOptions.
+var (
+	// The kinds of caller that hold a Permission. Every Permission value but
+	// PERMISSION_UNSPECIFIED carries at least one (a unit test checks).
+	//
+	// repeated plinth.cluster.v1.CallerKind granted_to = 50002;
+	E_GrantedTo = &file_cluster_v1_authorization_proto_extTypes[0]
+)
+
 // Extension fields to descriptorpb.MethodOptions.
 var (
 	// The permission a caller needs to invoke this RPC. Mandatory on every
@@ -166,29 +250,38 @@ var (
 	// options defined by protobuf or gRPC.
 	//
 	// optional plinth.cluster.v1.Permission required_permission = 50001;
-	E_RequiredPermission = &file_cluster_v1_authorization_proto_extTypes[0]
+	E_RequiredPermission = &file_cluster_v1_authorization_proto_extTypes[1]
 )
 
 var File_cluster_v1_authorization_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_authorization_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\xfd\x01\n" +
+	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\xe7\x02\n" +
 	"\n" +
 	"Permission\x12\x1a\n" +
-	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x17\n" +
-	"\x13GET_REGISTER_TICKET\x10\x01\x12\x17\n" +
-	"\x13READ_CLUSTER_STATUS\x10\x02\x12\x15\n" +
-	"\x11UPDATE_NODE_ROLES\x10\x03\x12\x10\n" +
-	"\fAPPROVE_NODE\x10\x04\x12\x15\n" +
-	"\x11DECOMMISSION_NODE\x10\x05\x12\x12\n" +
-	"\x0eREAD_NODE_LOGS\x10\x06\x12\x14\n" +
-	"\x10UPDATE_NODE_SELF\x10\a\x12\x0e\n" +
+	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x13GET_REGISTER_TICKET\x10\x01\x1a\x05\x92\xb5\x18\x01\x01\x12\x1f\n" +
+	"\x13READ_CLUSTER_STATUS\x10\x02\x1a\x06\x92\xb5\x18\x02\x01\x02\x12\x1c\n" +
+	"\x11UPDATE_NODE_ROLES\x10\x03\x1a\x05\x92\xb5\x18\x01\x01\x12\x17\n" +
+	"\fAPPROVE_NODE\x10\x04\x1a\x05\x92\xb5\x18\x01\x01\x12\x1c\n" +
+	"\x11DECOMMISSION_NODE\x10\x05\x1a\x05\x92\xb5\x18\x01\x01\x12\x19\n" +
+	"\x0eREAD_NODE_LOGS\x10\x06\x1a\x05\x92\xb5\x18\x01\x01\x12\x1b\n" +
+	"\x10UPDATE_NODE_SELF\x10\a\x1a\x05\x92\xb5\x18\x01\x02\x12\x15\n" +
 	"\n" +
-	"NODE_POWER\x10\b\x12\x11\n" +
-	"\rREGISTER_NODE\x10\t\x12\x14\n" +
+	"NODE_POWER\x10\b\x1a\x05\x92\xb5\x18\x01\x01\x12\x18\n" +
+	"\rREGISTER_NODE\x10\t\x1a\x05\x92\xb5\x18\x01\x03\x12\x1b\n" +
 	"\x10ESCROW_OWNERSHIP\x10\n" +
-	":p\n" +
+	"\x1a\x05\x92\xb5\x18\x01\x03\x12!\n" +
+	"\x16ROTATE_REGISTER_TICKET\x10\v\x1a\x05\x92\xb5\x18\x01\x01*q\n" +
+	"\n" +
+	"CallerKind\x12\x1b\n" +
+	"\x17CALLER_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11CALLER_KIND_OWNER\x10\x01\x12\x14\n" +
+	"\x10CALLER_KIND_NODE\x10\x02\x12\x19\n" +
+	"\x15CALLER_KIND_EPHEMERAL\x10\x03:a\n" +
+	"\n" +
+	"granted_to\x12!.google.protobuf.EnumValueOptions\x18҆\x03 \x03(\x0e2\x1d.plinth.cluster.v1.CallerKindR\tgrantedTo:p\n" +
 	"\x13required_permission\x12\x1e.google.protobuf.MethodOptions\x18ц\x03 \x01(\x0e2\x1d.plinth.cluster.v1.PermissionR\x12requiredPermissionB!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
 
 var (
@@ -203,18 +296,22 @@ func file_cluster_v1_authorization_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_authorization_proto_rawDescData
 }
 
-var file_cluster_v1_authorization_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cluster_v1_authorization_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_cluster_v1_authorization_proto_goTypes = []any{
-	(Permission)(0),                    // 0: plinth.cluster.v1.Permission
-	(*descriptorpb.MethodOptions)(nil), // 1: google.protobuf.MethodOptions
+	(Permission)(0),                       // 0: plinth.cluster.v1.Permission
+	(CallerKind)(0),                       // 1: plinth.cluster.v1.CallerKind
+	(*descriptorpb.EnumValueOptions)(nil), // 2: google.protobuf.EnumValueOptions
+	(*descriptorpb.MethodOptions)(nil),    // 3: google.protobuf.MethodOptions
 }
 var file_cluster_v1_authorization_proto_depIdxs = []int32{
-	1, // 0: plinth.cluster.v1.required_permission:extendee -> google.protobuf.MethodOptions
-	0, // 1: plinth.cluster.v1.required_permission:type_name -> plinth.cluster.v1.Permission
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	1, // [1:2] is the sub-list for extension type_name
-	0, // [0:1] is the sub-list for extension extendee
+	2, // 0: plinth.cluster.v1.granted_to:extendee -> google.protobuf.EnumValueOptions
+	3, // 1: plinth.cluster.v1.required_permission:extendee -> google.protobuf.MethodOptions
+	1, // 2: plinth.cluster.v1.granted_to:type_name -> plinth.cluster.v1.CallerKind
+	0, // 3: plinth.cluster.v1.required_permission:type_name -> plinth.cluster.v1.Permission
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	2, // [2:4] is the sub-list for extension type_name
+	0, // [0:2] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
 }
 
@@ -228,9 +325,9 @@ func file_cluster_v1_authorization_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_authorization_proto_rawDesc), len(file_cluster_v1_authorization_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   0,
-			NumExtensions: 1,
+			NumExtensions: 2,
 			NumServices:   0,
 		},
 		GoTypes:           file_cluster_v1_authorization_proto_goTypes,

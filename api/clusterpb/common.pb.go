@@ -333,6 +333,73 @@ func (ConsensusMembership) EnumDescriptor() ([]byte, []int) {
 	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
 }
 
+// ErrorReason says why a cluster RPC failed, for clients that must act
+// on the reason. It travels as a google.rpc.ErrorInfo status detail with
+// reason set to the value's name and domain "plinth.dev", so clients
+// decide on it instead of on the (human) status message.
+type ErrorReason int32
+
+const (
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// The caller, or the node the call names, is decommissioned.
+	ErrorReason_NODE_DECOMMISSIONED ErrorReason = 1
+	// CommitNode before the owner approved the node: retry later.
+	ErrorReason_NODE_NOT_APPROVED ErrorReason = 2
+	// RegisterNode refused: too many nodes wait for approval already.
+	ErrorReason_REGISTRATION_QUEUE_FULL ErrorReason = 3
+	// A leader-only RPC reached a curator that does not lead.
+	ErrorReason_NOT_LEADER ErrorReason = 4
+	// The register ticket is not (or no longer) valid for this cluster.
+	ErrorReason_INVALID_TICKET ErrorReason = 5
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0: "ERROR_REASON_UNSPECIFIED",
+		1: "NODE_DECOMMISSIONED",
+		2: "NODE_NOT_APPROVED",
+		3: "REGISTRATION_QUEUE_FULL",
+		4: "NOT_LEADER",
+		5: "INVALID_TICKET",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED": 0,
+		"NODE_DECOMMISSIONED":      1,
+		"NODE_NOT_APPROVED":        2,
+		"REGISTRATION_QUEUE_FULL":  3,
+		"NOT_LEADER":               4,
+		"INVALID_TICKET":           5,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_v1_common_proto_enumTypes[5].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_cluster_v1_common_proto_enumTypes[5]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
+}
+
 // ClusterConfiguration is the policy the cluster enforces on every node
 // that registers or joins. It is set at bootstrap from the initial policy
 // and checked by the Curator, so a misconfigured node is refused by the
@@ -477,8 +544,12 @@ type NodeStatus struct {
 	// (0 if unknown). A plain integer rather than google.protobuf.Timestamp
 	// keeps the API free of well-known-type imports.
 	BootTimeUnixNanos int64 `protobuf:"varint,4,opt,name=boot_time_unix_nanos,json=bootTimeUnixNanos,proto3" json:"boot_time_unix_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Problems the node wants the owner to see that do not stop it from
+	// running (e.g. its roles could not be saved to the data volume and are
+	// being retried). Empty when all is well.
+	Problems      []*NodeProblem `protobuf:"bytes,5,rep,name=problems,proto3" json:"problems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -539,6 +610,77 @@ func (x *NodeStatus) GetBootTimeUnixNanos() int64 {
 	return 0
 }
 
+func (x *NodeStatus) GetProblems() []*NodeProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+// NodeProblem is one ongoing problem on a node.
+type NodeProblem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What has the problem, e.g. "roles".
+	Component string `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	// What went wrong, for people.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Since when, Unix nanoseconds.
+	SinceUnixNanos int64 `protobuf:"varint,3,opt,name=since_unix_nanos,json=sinceUnixNanos,proto3" json:"since_unix_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NodeProblem) Reset() {
+	*x = NodeProblem{}
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeProblem) ProtoMessage() {}
+
+func (x *NodeProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeProblem.ProtoReflect.Descriptor instead.
+func (*NodeProblem) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeProblem) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *NodeProblem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *NodeProblem) GetSinceUnixNanos() int64 {
+	if x != nil {
+		return x.SinceUnixNanos
+	}
+	return 0
+}
+
 // Node is the Curator's record of one node.
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -569,13 +711,18 @@ type Node struct {
 	// the member caught up and was promoted, and the owner needs to see
 	// which.
 	ConsensusMembership ConsensusMembership `protobuf:"varint,9,opt,name=consensus_membership,json=consensusMembership,proto3,enum=plinth.cluster.v1.ConsensusMembership" json:"consensus_membership,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The owner gave the node the ConsensusMember role, and the curator has
+	// not added its etcd member yet: etcd admits one learner at a time, so
+	// the curator adds pending members one after the other by itself. roles
+	// gets consensus_member once the member is added.
+	ConsensusMemberPending bool `protobuf:"varint,10,opt,name=consensus_member_pending,json=consensusMemberPending,proto3" json:"consensus_member_pending,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +734,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +747,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Node) GetId() string {
@@ -666,6 +813,13 @@ func (x *Node) GetConsensusMembership() ConsensusMembership {
 	return ConsensusMembership_CONSENSUS_MEMBERSHIP_UNSPECIFIED
 }
 
+func (x *Node) GetConsensusMemberPending() bool {
+	if x != nil {
+		return x.ConsensusMemberPending
+	}
+	return false
+}
+
 // DirectoryNode is one curator endpoint in a ClusterDirectory.
 type DirectoryNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -683,7 +837,7 @@ type DirectoryNode struct {
 
 func (x *DirectoryNode) Reset() {
 	*x = DirectoryNode{}
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +849,7 @@ func (x *DirectoryNode) String() string {
 func (*DirectoryNode) ProtoMessage() {}
 
 func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +862,7 @@ func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryNode.ProtoReflect.Descriptor instead.
 func (*DirectoryNode) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DirectoryNode) GetId() string {
@@ -745,7 +899,7 @@ type ClusterDirectory struct {
 
 func (x *ClusterDirectory) Reset() {
 	*x = ClusterDirectory{}
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +911,7 @@ func (x *ClusterDirectory) String() string {
 func (*ClusterDirectory) ProtoMessage() {}
 
 func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +924,7 @@ func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClusterDirectory) GetNodes() []*DirectoryNode {
@@ -805,7 +959,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +971,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1026,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1038,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1064,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1076,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1106,7 @@ type NodeRoles_ConsensusMember_Peer struct {
 
 func (x *NodeRoles_ConsensusMember_Peer) Reset() {
 	*x = NodeRoles_ConsensusMember_Peer{}
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1118,7 @@ func (x *NodeRoles_ConsensusMember_Peer) String() string {
 func (*NodeRoles_ConsensusMember_Peer) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,14 +1170,19 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x1a\x16\n" +
 	"\x14KubernetesController\x1a\x12\n" +
-	"\x10KubernetesWorker\"\x94\x01\n" +
+	"\x10KubernetesWorker\"\xd0\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"boot_count\x18\x03 \x01(\x03R\tbootCount\x12/\n" +
-	"\x14boot_time_unix_nanos\x18\x04 \x01(\x03R\x11bootTimeUnixNanos\"\xdf\x03\n" +
+	"\x14boot_time_unix_nanos\x18\x04 \x01(\x03R\x11bootTimeUnixNanos\x12:\n" +
+	"\bproblems\x18\x05 \x03(\v2\x1e.plinth.cluster.v1.NodeProblemR\bproblems\"o\n" +
+	"\vNodeProblem\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
+	"\x10since_unix_nanos\x18\x03 \x01(\x03R\x0esinceUnixNanos\"\x99\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1034,7 +1193,9 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\x06health\x18\x06 \x01(\x0e2\x1d.plinth.cluster.v1.NodeHealthR\x06health\x129\n" +
 	"\x19last_heartbeat_unix_nanos\x18\a \x01(\x03R\x16lastHeartbeatUnixNanos\x12<\n" +
 	"\ttpm_usage\x18\b \x01(\x0e2\x1f.plinth.cluster.v1.NodeTPMUsageR\btpmUsage\x12Y\n" +
-	"\x14consensus_membership\x18\t \x01(\x0e2&.plinth.cluster.v1.ConsensusMembershipR\x13consensusMembership\"\\\n" +
+	"\x14consensus_membership\x18\t \x01(\x0e2&.plinth.cluster.v1.ConsensusMembershipR\x13consensusMembership\x128\n" +
+	"\x18consensus_member_pending\x18\n" +
+	" \x01(\bR\x16consensusMemberPending\"\\\n" +
 	"\rDirectoryNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1067,7 +1228,15 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	" CONSENSUS_MEMBERSHIP_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CONSENSUS_MEMBERSHIP_NONE\x10\x01\x12 \n" +
 	"\x1cCONSENSUS_MEMBERSHIP_LEARNER\x10\x02\x12\x1e\n" +
-	"\x1aCONSENSUS_MEMBERSHIP_VOTER\x10\x03B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
+	"\x1aCONSENSUS_MEMBERSHIP_VOTER\x10\x03*\x9c\x01\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13NODE_DECOMMISSIONED\x10\x01\x12\x15\n" +
+	"\x11NODE_NOT_APPROVED\x10\x02\x12\x1b\n" +
+	"\x17REGISTRATION_QUEUE_FULL\x10\x03\x12\x0e\n" +
+	"\n" +
+	"NOT_LEADER\x10\x04\x12\x12\n" +
+	"\x0eINVALID_TICKET\x10\x05B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
 
 var (
 	file_cluster_v1_common_proto_rawDescOnce sync.Once
@@ -1081,43 +1250,46 @@ func file_cluster_v1_common_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_common_proto_rawDescData
 }
 
-var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_cluster_v1_common_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: plinth.cluster.v1.NodeState
 	(NodeHealth)(0),                        // 1: plinth.cluster.v1.NodeHealth
 	(NodeTPMUsage)(0),                      // 2: plinth.cluster.v1.NodeTPMUsage
 	(StorageSecurity)(0),                   // 3: plinth.cluster.v1.StorageSecurity
 	(ConsensusMembership)(0),               // 4: plinth.cluster.v1.ConsensusMembership
-	(*ClusterConfiguration)(nil),           // 5: plinth.cluster.v1.ClusterConfiguration
-	(*NodeRoles)(nil),                      // 6: plinth.cluster.v1.NodeRoles
-	(*NodeStatus)(nil),                     // 7: plinth.cluster.v1.NodeStatus
-	(*Node)(nil),                           // 8: plinth.cluster.v1.Node
-	(*DirectoryNode)(nil),                  // 9: plinth.cluster.v1.DirectoryNode
-	(*ClusterDirectory)(nil),               // 10: plinth.cluster.v1.ClusterDirectory
-	(*NodeRoles_ConsensusMember)(nil),      // 11: plinth.cluster.v1.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 12: plinth.cluster.v1.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 13: plinth.cluster.v1.NodeRoles.KubernetesWorker
-	(*NodeRoles_ConsensusMember_Peer)(nil), // 14: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	(ErrorReason)(0),                       // 5: plinth.cluster.v1.ErrorReason
+	(*ClusterConfiguration)(nil),           // 6: plinth.cluster.v1.ClusterConfiguration
+	(*NodeRoles)(nil),                      // 7: plinth.cluster.v1.NodeRoles
+	(*NodeStatus)(nil),                     // 8: plinth.cluster.v1.NodeStatus
+	(*NodeProblem)(nil),                    // 9: plinth.cluster.v1.NodeProblem
+	(*Node)(nil),                           // 10: plinth.cluster.v1.Node
+	(*DirectoryNode)(nil),                  // 11: plinth.cluster.v1.DirectoryNode
+	(*ClusterDirectory)(nil),               // 12: plinth.cluster.v1.ClusterDirectory
+	(*NodeRoles_ConsensusMember)(nil),      // 13: plinth.cluster.v1.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 14: plinth.cluster.v1.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 15: plinth.cluster.v1.NodeRoles.KubernetesWorker
+	(*NodeRoles_ConsensusMember_Peer)(nil), // 16: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
 }
 var file_cluster_v1_common_proto_depIdxs = []int32{
 	3,  // 0: plinth.cluster.v1.ClusterConfiguration.minimum_storage_security:type_name -> plinth.cluster.v1.StorageSecurity
-	11, // 1: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
-	12, // 2: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
-	13, // 3: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
-	0,  // 4: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
-	6,  // 5: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
-	7,  // 6: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
-	1,  // 7: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
-	2,  // 8: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	4,  // 9: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
-	9,  // 10: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
-	14, // 11: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 1: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
+	14, // 2: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
+	15, // 3: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
+	9,  // 4: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
+	0,  // 5: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
+	7,  // 6: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
+	8,  // 7: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
+	1,  // 8: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
+	2,  // 9: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
+	4,  // 10: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
+	11, // 11: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
+	16, // 12: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_common_proto_init() }
@@ -1130,8 +1302,8 @@ func file_cluster_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_common_proto_rawDesc), len(file_cluster_v1_common_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   10,
+			NumEnums:      6,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -708,7 +708,10 @@ func (*UpdateNodeStatusResponse) Descriptor() ([]byte, []int) {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The number (RFC 5280 CRL number) of the cluster CRL the node holds, 0
+	// for none. The leader answers with its CRL when it has a newer one.
+	CrlNumber     uint64 `protobuf:"varint,1,opt,name=crl_number,json=crlNumber,proto3" json:"crl_number,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -743,8 +746,23 @@ func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
 	return file_cluster_v1_curator_proto_rawDescGZIP(), []int{11}
 }
 
+func (x *HeartbeatRequest) GetCrlNumber() uint64 {
+	if x != nil {
+		return x.CrlNumber
+	}
+	return 0
+}
+
+// The leader answers every HeartbeatRequest, so a node that gets no
+// answer within a few heartbeat intervals knows its leader is gone even
+// when the TCP connection still looks open.
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster CRL, DER, signed by the cluster CA, if newer than the one
+	// the request named; empty otherwise. Every node checks it in every TLS
+	// handshake inside the cluster (decommissioned nodes' and former
+	// curators' certificates are revoked).
+	Crl           []byte `protobuf:"bytes,1,opt,name=crl,proto3" json:"crl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -777,6 +795,13 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 	return file_cluster_v1_curator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HeartbeatResponse) GetCrl() []byte {
+	if x != nil {
+		return x.Crl
+	}
+	return nil
 }
 
 type IssueCertificateRequest struct {
@@ -1274,9 +1299,12 @@ const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\x17UpdateNodeStatusRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x125\n" +
 	"\x06status\x18\x02 \x01(\v2\x1d.plinth.cluster.v1.NodeStatusR\x06status\"\x1a\n" +
-	"\x18UpdateNodeStatusResponse\"\x12\n" +
-	"\x10HeartbeatRequest\"\x13\n" +
-	"\x11HeartbeatResponse\"\x98\x02\n" +
+	"\x18UpdateNodeStatusResponse\"1\n" +
+	"\x10HeartbeatRequest\x12\x1d\n" +
+	"\n" +
+	"crl_number\x18\x01 \x01(\x04R\tcrlNumber\"%\n" +
+	"\x11HeartbeatResponse\x12\x10\n" +
+	"\x03crl\x18\x01 \x01(\fR\x03crl\"\x98\x02\n" +
 	"\x17IssueCertificateRequest\x12j\n" +
 	"\x11kubernetes_worker\x18\x01 \x01(\v2;.plinth.cluster.v1.IssueCertificateRequest.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\x88\x01\n" +
 	"\x10KubernetesWorker\x129\n" +

@@ -109,6 +109,87 @@ func (x *GetRegisterTicketResponse) GetTicket() []byte {
 	return nil
 }
 
+type RotateRegisterTicketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateRegisterTicketRequest) Reset() {
+	*x = RotateRegisterTicketRequest{}
+	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateRegisterTicketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateRegisterTicketRequest) ProtoMessage() {}
+
+func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateRegisterTicketRequest.ProtoReflect.Descriptor instead.
+func (*RotateRegisterTicketRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{2}
+}
+
+type RotateRegisterTicketResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new ticket (see GetRegisterTicketResponse.ticket).
+	Ticket        []byte `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateRegisterTicketResponse) Reset() {
+	*x = RotateRegisterTicketResponse{}
+	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateRegisterTicketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateRegisterTicketResponse) ProtoMessage() {}
+
+func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateRegisterTicketResponse.ProtoReflect.Descriptor instead.
+func (*RotateRegisterTicketResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RotateRegisterTicketResponse) GetTicket() []byte {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
 type GetClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -117,7 +198,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_management_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +210,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_management_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +223,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{2}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{4}
 }
 
 type GetClusterInfoResponse struct {
@@ -155,13 +236,16 @@ type GetClusterInfoResponse struct {
 	// The cluster policy, so tools can build node parameters that the
 	// cluster will accept.
 	Configuration *ClusterConfiguration `protobuf:"bytes,3,opt,name=configuration,proto3" json:"configuration,omitempty"`
+	// The cluster CRL, DER, signed by the cluster CA (see
+	// HeartbeatResponse.crl).
+	Crl           []byte `protobuf:"bytes,4,opt,name=crl,proto3" json:"crl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_management_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +257,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_management_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +270,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetClusterInfoResponse) GetDirectory() *ClusterDirectory {
@@ -210,6 +294,13 @@ func (x *GetClusterInfoResponse) GetConfiguration() *ClusterConfiguration {
 	return nil
 }
 
+func (x *GetClusterInfoResponse) GetCrl() []byte {
+	if x != nil {
+		return x.Crl
+	}
+	return nil
+}
+
 type GetNodesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A CEL expression over the Node message (e.g.
@@ -223,7 +314,7 @@ type GetNodesRequest struct {
 
 func (x *GetNodesRequest) Reset() {
 	*x = GetNodesRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +326,7 @@ func (x *GetNodesRequest) String() string {
 func (*GetNodesRequest) ProtoMessage() {}
 
 func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +339,7 @@ func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetNodesRequest) GetFilter() string {
@@ -270,7 +361,7 @@ type ApproveNodeRequest struct {
 
 func (x *ApproveNodeRequest) Reset() {
 	*x = ApproveNodeRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +373,7 @@ func (x *ApproveNodeRequest) String() string {
 func (*ApproveNodeRequest) ProtoMessage() {}
 
 func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +386,7 @@ func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
 func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ApproveNodeRequest) GetPublicKey() []byte {
@@ -313,7 +404,7 @@ type ApproveNodeResponse struct {
 
 func (x *ApproveNodeResponse) Reset() {
 	*x = ApproveNodeResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +416,7 @@ func (x *ApproveNodeResponse) String() string {
 func (*ApproveNodeResponse) ProtoMessage() {}
 
 func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +429,7 @@ func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
 func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{8}
 }
 
 type UpdateNodeRolesRequest struct {
@@ -363,7 +454,7 @@ type UpdateNodeRolesRequest struct {
 
 func (x *UpdateNodeRolesRequest) Reset() {
 	*x = UpdateNodeRolesRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +466,7 @@ func (x *UpdateNodeRolesRequest) String() string {
 func (*UpdateNodeRolesRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +479,7 @@ func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateNodeRolesRequest) GetNode() isUpdateNodeRolesRequest_Node {
@@ -461,7 +552,7 @@ type UpdateNodeRolesResponse struct {
 
 func (x *UpdateNodeRolesResponse) Reset() {
 	*x = UpdateNodeRolesResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +564,7 @@ func (x *UpdateNodeRolesResponse) String() string {
 func (*UpdateNodeRolesResponse) ProtoMessage() {}
 
 func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +577,7 @@ func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{10}
 }
 
 type DecommissionNodeRequest struct {
@@ -499,7 +590,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +602,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +615,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DecommissionNodeRequest) GetId() string {
@@ -542,7 +633,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +645,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +658,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{10}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12}
 }
 
 type EscrowFromClient struct {
@@ -583,7 +674,7 @@ type EscrowFromClient struct {
 
 func (x *EscrowFromClient) Reset() {
 	*x = EscrowFromClient{}
-	mi := &file_cluster_v1_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +686,7 @@ func (x *EscrowFromClient) String() string {
 func (*EscrowFromClient) ProtoMessage() {}
 
 func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +699,7 @@ func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EscrowFromClient) GetMessage() isEscrowFromClient_Message {
@@ -665,7 +756,7 @@ type EscrowFromServer struct {
 
 func (x *EscrowFromServer) Reset() {
 	*x = EscrowFromServer{}
-	mi := &file_cluster_v1_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +768,7 @@ func (x *EscrowFromServer) String() string {
 func (*EscrowFromServer) ProtoMessage() {}
 
 func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +781,7 @@ func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EscrowFromServer) GetMessage() isEscrowFromServer_Message {
@@ -751,7 +842,7 @@ type EscrowFromClient_Parameters struct {
 
 func (x *EscrowFromClient_Parameters) Reset() {
 	*x = EscrowFromClient_Parameters{}
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +854,7 @@ func (x *EscrowFromClient_Parameters) String() string {
 func (*EscrowFromClient_Parameters) ProtoMessage() {}
 
 func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +867,7 @@ func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Parameters.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Parameters) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13, 0}
 }
 
 func (x *EscrowFromClient_Parameters) GetRequestedIdentityName() string {
@@ -804,7 +895,7 @@ type EscrowFromClient_Proof struct {
 
 func (x *EscrowFromClient_Proof) Reset() {
 	*x = EscrowFromClient_Proof{}
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +907,7 @@ func (x *EscrowFromClient_Proof) String() string {
 func (*EscrowFromClient_Proof) ProtoMessage() {}
 
 func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +920,7 @@ func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Proof.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Proof) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13, 1}
 }
 
 func (x *EscrowFromClient_Proof) GetSignature() []byte {
@@ -851,7 +942,7 @@ type EscrowFromServer_NeededProofs struct {
 
 func (x *EscrowFromServer_NeededProofs) Reset() {
 	*x = EscrowFromServer_NeededProofs{}
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +954,7 @@ func (x *EscrowFromServer_NeededProofs) String() string {
 func (*EscrowFromServer_NeededProofs) ProtoMessage() {}
 
 func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +967,7 @@ func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_NeededProofs.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_NeededProofs) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14, 0}
 }
 
 func (x *EscrowFromServer_NeededProofs) GetNonce() []byte {
@@ -898,7 +989,7 @@ type EscrowFromServer_Fulfilled struct {
 
 func (x *EscrowFromServer_Fulfilled) Reset() {
 	*x = EscrowFromServer_Fulfilled{}
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1001,7 @@ func (x *EscrowFromServer_Fulfilled) String() string {
 func (*EscrowFromServer_Fulfilled) ProtoMessage() {}
 
 func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1014,7 @@ func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_Fulfilled.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_Fulfilled) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14, 1}
 }
 
 func (x *EscrowFromServer_Fulfilled) GetOwnerCertificate() []byte {
@@ -940,12 +1031,16 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x1bcluster/v1/management.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"\x1a\n" +
 	"\x18GetRegisterTicketRequest\"3\n" +
 	"\x19GetRegisterTicketResponse\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\fR\x06ticket\"\x1d\n" +
+	"\x1bRotateRegisterTicketRequest\"6\n" +
+	"\x1cRotateRegisterTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\fR\x06ticket\"\x17\n" +
-	"\x15GetClusterInfoRequest\"\xd1\x01\n" +
+	"\x15GetClusterInfoRequest\"\xe3\x01\n" +
 	"\x16GetClusterInfoResponse\x12A\n" +
 	"\tdirectory\x18\x01 \x01(\v2#.plinth.cluster.v1.ClusterDirectoryR\tdirectory\x12%\n" +
 	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate\x12M\n" +
-	"\rconfiguration\x18\x03 \x01(\v2'.plinth.cluster.v1.ClusterConfigurationR\rconfiguration\")\n" +
+	"\rconfiguration\x18\x03 \x01(\v2'.plinth.cluster.v1.ClusterConfigurationR\rconfiguration\x12\x10\n" +
+	"\x03crl\x18\x04 \x01(\fR\x03crl\")\n" +
 	"\x0fGetNodesRequest\x12\x16\n" +
 	"\x06filter\x18\x01 \x01(\tR\x06filter\"3\n" +
 	"\x12ApproveNodeRequest\x12\x1d\n" +
@@ -987,10 +1082,11 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x05nonce\x18\x01 \x01(\fR\x05nonce\x1a8\n" +
 	"\tFulfilled\x12+\n" +
 	"\x11owner_certificate\x18\x01 \x01(\fR\x10ownerCertificateB\t\n" +
-	"\amessage2\x87\x05\n" +
+	"\amessage2\x86\x06\n" +
 	"\n" +
 	"Management\x12t\n" +
-	"\x11GetRegisterTicket\x12+.plinth.cluster.v1.GetRegisterTicketRequest\x1a,.plinth.cluster.v1.GetRegisterTicketResponse\"\x04\x88\xb5\x18\x01\x12k\n" +
+	"\x11GetRegisterTicket\x12+.plinth.cluster.v1.GetRegisterTicketRequest\x1a,.plinth.cluster.v1.GetRegisterTicketResponse\"\x04\x88\xb5\x18\x01\x12}\n" +
+	"\x14RotateRegisterTicket\x12..plinth.cluster.v1.RotateRegisterTicketRequest\x1a/.plinth.cluster.v1.RotateRegisterTicketResponse\"\x04\x88\xb5\x18\v\x12k\n" +
 	"\x0eGetClusterInfo\x12(.plinth.cluster.v1.GetClusterInfoRequest\x1a).plinth.cluster.v1.GetClusterInfoResponse\"\x04\x88\xb5\x18\x02\x12O\n" +
 	"\bGetNodes\x12\".plinth.cluster.v1.GetNodesRequest\x1a\x17.plinth.cluster.v1.Node\"\x04\x88\xb5\x18\x020\x01\x12b\n" +
 	"\vApproveNode\x12%.plinth.cluster.v1.ApproveNodeRequest\x1a&.plinth.cluster.v1.ApproveNodeResponse\"\x04\x88\xb5\x18\x04\x12n\n" +
@@ -1012,52 +1108,56 @@ func file_cluster_v1_management_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_management_proto_rawDescData
 }
 
-var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_cluster_v1_management_proto_goTypes = []any{
 	(*GetRegisterTicketRequest)(nil),      // 0: plinth.cluster.v1.GetRegisterTicketRequest
 	(*GetRegisterTicketResponse)(nil),     // 1: plinth.cluster.v1.GetRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),         // 2: plinth.cluster.v1.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),        // 3: plinth.cluster.v1.GetClusterInfoResponse
-	(*GetNodesRequest)(nil),               // 4: plinth.cluster.v1.GetNodesRequest
-	(*ApproveNodeRequest)(nil),            // 5: plinth.cluster.v1.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),           // 6: plinth.cluster.v1.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),        // 7: plinth.cluster.v1.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),       // 8: plinth.cluster.v1.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),       // 9: plinth.cluster.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),      // 10: plinth.cluster.v1.DecommissionNodeResponse
-	(*EscrowFromClient)(nil),              // 11: plinth.cluster.v1.EscrowFromClient
-	(*EscrowFromServer)(nil),              // 12: plinth.cluster.v1.EscrowFromServer
-	(*EscrowFromClient_Parameters)(nil),   // 13: plinth.cluster.v1.EscrowFromClient.Parameters
-	(*EscrowFromClient_Proof)(nil),        // 14: plinth.cluster.v1.EscrowFromClient.Proof
-	(*EscrowFromServer_NeededProofs)(nil), // 15: plinth.cluster.v1.EscrowFromServer.NeededProofs
-	(*EscrowFromServer_Fulfilled)(nil),    // 16: plinth.cluster.v1.EscrowFromServer.Fulfilled
-	(*ClusterDirectory)(nil),              // 17: plinth.cluster.v1.ClusterDirectory
-	(*ClusterConfiguration)(nil),          // 18: plinth.cluster.v1.ClusterConfiguration
-	(*Node)(nil),                          // 19: plinth.cluster.v1.Node
+	(*RotateRegisterTicketRequest)(nil),   // 2: plinth.cluster.v1.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),  // 3: plinth.cluster.v1.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),         // 4: plinth.cluster.v1.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),        // 5: plinth.cluster.v1.GetClusterInfoResponse
+	(*GetNodesRequest)(nil),               // 6: plinth.cluster.v1.GetNodesRequest
+	(*ApproveNodeRequest)(nil),            // 7: plinth.cluster.v1.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),           // 8: plinth.cluster.v1.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),        // 9: plinth.cluster.v1.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),       // 10: plinth.cluster.v1.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),       // 11: plinth.cluster.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),      // 12: plinth.cluster.v1.DecommissionNodeResponse
+	(*EscrowFromClient)(nil),              // 13: plinth.cluster.v1.EscrowFromClient
+	(*EscrowFromServer)(nil),              // 14: plinth.cluster.v1.EscrowFromServer
+	(*EscrowFromClient_Parameters)(nil),   // 15: plinth.cluster.v1.EscrowFromClient.Parameters
+	(*EscrowFromClient_Proof)(nil),        // 16: plinth.cluster.v1.EscrowFromClient.Proof
+	(*EscrowFromServer_NeededProofs)(nil), // 17: plinth.cluster.v1.EscrowFromServer.NeededProofs
+	(*EscrowFromServer_Fulfilled)(nil),    // 18: plinth.cluster.v1.EscrowFromServer.Fulfilled
+	(*ClusterDirectory)(nil),              // 19: plinth.cluster.v1.ClusterDirectory
+	(*ClusterConfiguration)(nil),          // 20: plinth.cluster.v1.ClusterConfiguration
+	(*Node)(nil),                          // 21: plinth.cluster.v1.Node
 }
 var file_cluster_v1_management_proto_depIdxs = []int32{
-	17, // 0: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
-	18, // 1: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	13, // 2: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
-	14, // 3: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
-	15, // 4: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
-	16, // 5: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
+	19, // 0: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
+	20, // 1: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	15, // 2: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
+	16, // 3: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
+	17, // 4: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
+	18, // 5: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
 	0,  // 6: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
-	2,  // 7: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
-	4,  // 8: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
-	5,  // 9: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
-	7,  // 10: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
-	9,  // 11: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
-	11, // 12: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
-	1,  // 13: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
-	3,  // 14: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
-	19, // 15: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
-	6,  // 16: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
-	8,  // 17: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
-	10, // 18: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
-	12, // 19: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
+	2,  // 7: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
+	4,  // 8: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
+	6,  // 9: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
+	7,  // 10: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
+	9,  // 11: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
+	11, // 12: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
+	13, // 13: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
+	1,  // 14: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
+	3,  // 15: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
+	5,  // 16: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
+	21, // 17: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
+	8,  // 18: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
+	10, // 19: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
+	12, // 20: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
+	14, // 21: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
+	14, // [14:22] is the sub-list for method output_type
+	6,  // [6:14] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1070,15 +1170,15 @@ func file_cluster_v1_management_proto_init() {
 	}
 	file_cluster_v1_authorization_proto_init()
 	file_cluster_v1_common_proto_init()
-	file_cluster_v1_management_proto_msgTypes[7].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[9].OneofWrappers = []any{
 		(*UpdateNodeRolesRequest_Id)(nil),
 		(*UpdateNodeRolesRequest_PublicKey)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[11].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[13].OneofWrappers = []any{
 		(*EscrowFromClient_Parameters_)(nil),
 		(*EscrowFromClient_Proof_)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[12].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[14].OneofWrappers = []any{
 		(*EscrowFromServer_NeededProofs_)(nil),
 		(*EscrowFromServer_Fulfilled_)(nil),
 	}
@@ -1088,7 +1188,7 @@ func file_cluster_v1_management_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_management_proto_rawDesc), len(file_cluster_v1_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -25,12 +25,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Management_GetRegisterTicket_FullMethodName = "/plinth.cluster.v1.Management/GetRegisterTicket"
-	Management_GetClusterInfo_FullMethodName    = "/plinth.cluster.v1.Management/GetClusterInfo"
-	Management_GetNodes_FullMethodName          = "/plinth.cluster.v1.Management/GetNodes"
-	Management_ApproveNode_FullMethodName       = "/plinth.cluster.v1.Management/ApproveNode"
-	Management_UpdateNodeRoles_FullMethodName   = "/plinth.cluster.v1.Management/UpdateNodeRoles"
-	Management_DecommissionNode_FullMethodName  = "/plinth.cluster.v1.Management/DecommissionNode"
+	Management_GetRegisterTicket_FullMethodName    = "/plinth.cluster.v1.Management/GetRegisterTicket"
+	Management_RotateRegisterTicket_FullMethodName = "/plinth.cluster.v1.Management/RotateRegisterTicket"
+	Management_GetClusterInfo_FullMethodName       = "/plinth.cluster.v1.Management/GetClusterInfo"
+	Management_GetNodes_FullMethodName             = "/plinth.cluster.v1.Management/GetNodes"
+	Management_ApproveNode_FullMethodName          = "/plinth.cluster.v1.Management/ApproveNode"
+	Management_UpdateNodeRoles_FullMethodName      = "/plinth.cluster.v1.Management/UpdateNodeRoles"
+	Management_DecommissionNode_FullMethodName     = "/plinth.cluster.v1.Management/DecommissionNode"
 )
 
 // ManagementClient is the client API for Management service.
@@ -42,8 +43,13 @@ const (
 type ManagementClient interface {
 	// GetRegisterTicket returns the ticket new nodes present to
 	// RegisterNode. The ticket is generated once per cluster and stays the
-	// same, so it can be baked into provisioning media.
+	// same until the owner rotates it (RotateRegisterTicket), so it can be
+	// baked into provisioning media.
 	GetRegisterTicket(ctx context.Context, in *GetRegisterTicketRequest, opts ...grpc.CallOption) (*GetRegisterTicketResponse, error)
+	// RotateRegisterTicket replaces the register ticket with a new random
+	// one and returns it. The old ticket stops working at once; nodes that
+	// registered with it are not affected.
+	RotateRegisterTicket(ctx context.Context, in *RotateRegisterTicketRequest, opts ...grpc.CallOption) (*RotateRegisterTicketResponse, error)
 	// GetClusterInfo returns what a tool needs to provision new nodes
 	// (directory, CA) and the policy they must satisfy.
 	GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*GetClusterInfoResponse, error)
@@ -76,6 +82,16 @@ func (c *managementClient) GetRegisterTicket(ctx context.Context, in *GetRegiste
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetRegisterTicketResponse)
 	err := c.cc.Invoke(ctx, Management_GetRegisterTicket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) RotateRegisterTicket(ctx context.Context, in *RotateRegisterTicketRequest, opts ...grpc.CallOption) (*RotateRegisterTicketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateRegisterTicketResponse)
+	err := c.cc.Invoke(ctx, Management_RotateRegisterTicket_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +166,13 @@ func (c *managementClient) DecommissionNode(ctx context.Context, in *Decommissio
 type ManagementServer interface {
 	// GetRegisterTicket returns the ticket new nodes present to
 	// RegisterNode. The ticket is generated once per cluster and stays the
-	// same, so it can be baked into provisioning media.
+	// same until the owner rotates it (RotateRegisterTicket), so it can be
+	// baked into provisioning media.
 	GetRegisterTicket(context.Context, *GetRegisterTicketRequest) (*GetRegisterTicketResponse, error)
+	// RotateRegisterTicket replaces the register ticket with a new random
+	// one and returns it. The old ticket stops working at once; nodes that
+	// registered with it are not affected.
+	RotateRegisterTicket(context.Context, *RotateRegisterTicketRequest) (*RotateRegisterTicketResponse, error)
 	// GetClusterInfo returns what a tool needs to provision new nodes
 	// (directory, CA) and the policy they must satisfy.
 	GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoResponse, error)
@@ -182,6 +203,9 @@ type UnimplementedManagementServer struct{}
 
 func (UnimplementedManagementServer) GetRegisterTicket(context.Context, *GetRegisterTicketRequest) (*GetRegisterTicketResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRegisterTicket not implemented")
+}
+func (UnimplementedManagementServer) RotateRegisterTicket(context.Context, *RotateRegisterTicketRequest) (*RotateRegisterTicketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateRegisterTicket not implemented")
 }
 func (UnimplementedManagementServer) GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetClusterInfo not implemented")
@@ -233,6 +257,24 @@ func _Management_GetRegisterTicket_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ManagementServer).GetRegisterTicket(ctx, req.(*GetRegisterTicketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_RotateRegisterTicket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateRegisterTicketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).RotateRegisterTicket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_RotateRegisterTicket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).RotateRegisterTicket(ctx, req.(*RotateRegisterTicketRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -330,6 +372,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRegisterTicket",
 			Handler:    _Management_GetRegisterTicket_Handler,
+		},
+		{
+			MethodName: "RotateRegisterTicket",
+			Handler:    _Management_RotateRegisterTicket_Handler,
 		},
 		{
 			MethodName: "GetClusterInfo",

@@ -515,8 +515,15 @@ type NodeStorage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Protection of the data partition. Must not be weaker than the cluster
 	// policy when bootstrapping.
-	Security      StorageSecurity        `protobuf:"varint,1,opt,name=security,proto3,enum=plinth.node.v1.StorageSecurity" json:"security,omitempty"`
-	Filesystem    NodeStorage_Filesystem `protobuf:"varint,2,opt,name=filesystem,proto3,enum=plinth.node.v1.NodeStorage_Filesystem" json:"filesystem,omitempty"`
+	Security   StorageSecurity        `protobuf:"varint,1,opt,name=security,proto3,enum=plinth.node.v1.StorageSecurity" json:"security,omitempty"`
+	Filesystem NodeStorage_Filesystem `protobuf:"varint,2,opt,name=filesystem,proto3,enum=plinth.node.v1.NodeStorage_Filesystem" json:"filesystem,omitempty"`
+	// Which disk holds the data partition, when the node must choose: the
+	// kernel name ("vda", "nvme0n1") or the disk's serial number as the
+	// kernel reports it (/sys/block/NAME/serial, or device/serial). Empty:
+	// a disk that already carries a Plinth data partition is used; a blank
+	// disk only if it is the only disk. A blank disk is never chosen among
+	// several without this.
+	DataDisk      string `protobuf:"bytes,3,opt,name=data_disk,json=dataDisk,proto3" json:"data_disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,6 +570,13 @@ func (x *NodeStorage) GetFilesystem() NodeStorage_Filesystem {
 		return x.Filesystem
 	}
 	return NodeStorage_FILESYSTEM_UNSPECIFIED
+}
+
+func (x *NodeStorage) GetDataDisk() string {
+	if x != nil {
+		return x.DataDisk
+	}
+	return ""
 }
 
 // NodeTPM configures how this node uses its TPM.
@@ -777,12 +791,13 @@ const file_node_v1_parameters_proto_rawDesc = "" +
 	"\bRegister\x124\n" +
 	"\x16cluster_ca_certificate\x18\x01 \x01(\fR\x14clusterCaCertificate\x12'\n" +
 	"\x0fregister_ticket\x18\x02 \x01(\fR\x0eregisterTicket\x12+\n" +
-	"\x11curator_endpoints\x18\x03 \x03(\tR\x10curatorEndpoints\"\xe5\x01\n" +
+	"\x11curator_endpoints\x18\x03 \x03(\tR\x10curatorEndpoints\"\x82\x02\n" +
 	"\vNodeStorage\x12;\n" +
 	"\bsecurity\x18\x01 \x01(\x0e2\x1f.plinth.node.v1.StorageSecurityR\bsecurity\x12F\n" +
 	"\n" +
 	"filesystem\x18\x02 \x01(\x0e2&.plinth.node.v1.NodeStorage.FilesystemR\n" +
-	"filesystem\"Q\n" +
+	"filesystem\x12\x1b\n" +
+	"\tdata_disk\x18\x03 \x01(\tR\bdataDisk\"Q\n" +
 	"\n" +
 	"Filesystem\x12\x1a\n" +
 	"\x16FILESYSTEM_UNSPECIFIED\x10\x00\x12\x13\n" +
