@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/platform/layout"
 )
 
 // Config of one build.
@@ -206,7 +207,7 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 			files = append(files, initramfsFile{Path: modulePath(b.kernel.Version, mod.Path), Data: mod.Data, Mode: 0o644})
 			load = append(load, mod.Path)
 		}
-		files = append(files, initramfsFile{Path: ModuleLoadList, Data: []byte(strings.Join(load, "\n") + "\n"), Mode: 0o644})
+		files = append(files, initramfsFile{Path: layout.ModuleLoadList, Data: []byte(strings.Join(load, "\n") + "\n"), Mode: 0o644})
 		var buf bytes.Buffer
 		if err := writeInitramfs(&buf, sys, files); err != nil {
 			return "", err

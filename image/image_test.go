@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/verity"
 )
 
@@ -139,7 +140,7 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{SystemImagePath, "init", "dev/console", ModuleLoadList, "newroot", "proc"}
+	want := []string{layout.SystemImagePath, "init", "dev/console", layout.ModuleLoadList, "newroot", "proc"}
 	for _, mod := range m.EarlyModules {
 		k, _ := testKernel(t)
 		want = append(want, modulePath(m.KernelVersion, k.Modules[mod].Path))

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/u-root/u-root/pkg/cpio"
+
+	"plinth.dev/plinth/platform/layout"
 )
 
 // The initramfs is two concatenated cpio archives, which the kernel unpacks
@@ -24,13 +26,6 @@ import (
 // and uncompressed: compressing it again costs build and boot time for no
 // gain, and it sits at a fixed, easily found offset in the file.
 
-// SystemImagePath is where the system image lives in the initramfs.
-const SystemImagePath = "system.img"
-
-// ModuleLoadList lists the early modules in load order, one path per line,
-// relative to /lib/modules/VERSION.
-const ModuleLoadList = "etc/plinth/modules.load"
-
 // initramfsFile is one file of the compressed part.
 type initramfsFile struct {
 	Path string
@@ -39,7 +34,7 @@ type initramfsFile struct {
 }
 
 func writeInitramfs(w io.Writer, systemImage []byte, files []initramfsFile) error {
-	sys := []cpio.Record{cpio.StaticRecord(systemImage, cpio.Info{Name: SystemImagePath, Mode: cpio.S_IFREG | 0o400})}
+	sys := []cpio.Record{cpio.StaticRecord(systemImage, cpio.Info{Name: layout.SystemImagePath, Mode: cpio.S_IFREG | 0o400})}
 	if err := writeArchive(w, sys); err != nil {
 		return err
 	}
@@ -111,8 +106,8 @@ func SystemImageExtent(initramfs string) (offset, size int64, err error) {
 	if _, err := io.ReadFull(f, name); err != nil {
 		return 0, 0, err
 	}
-	if got := strings.TrimRight(string(name), "\x00"); got != SystemImagePath {
-		return 0, 0, fmt.Errorf("first initramfs entry is %q, not %s", got, SystemImagePath)
+	if got := strings.TrimRight(string(name), "\x00"); got != layout.SystemImagePath {
+		return 0, 0, fmt.Errorf("first initramfs entry is %q, not %s", got, layout.SystemImagePath)
 	}
 	offset = (110 + nameSize + 3) &^ 3
 	return offset, size, nil

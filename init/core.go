@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/grpclog"
 
 	"plinth.dev/plinth/api/clusterpb"
-	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/platform/cmdline"
 	"plinth.dev/plinth/platform/kmod"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/mount"
 	"plinth.dev/plinth/platform/network"
@@ -246,7 +246,7 @@ func moduleDir() string {
 
 func loadModules() (string, error) {
 	dir := moduleDir()
-	loaded, skipped, err := kmod.LoadList(dir, "/"+image.ModuleLoadList)
+	loaded, skipped, err := kmod.LoadList(dir, "/"+layout.ModuleLoadList)
 	detail := fmt.Sprintf("%d modules: %s", len(loaded), strings.Join(loaded, " "))
 	if len(skipped) > 0 {
 		detail += "; no hardware for: " + strings.Join(skipped, " ")
@@ -263,7 +263,7 @@ func openSystemImage(args map[string]string) (verity.Params, string, error) {
 	if err != nil {
 		return p, "", err
 	}
-	r, err := sysimage.Open("/"+image.SystemImagePath, p)
+	r, err := sysimage.Open("/"+layout.SystemImagePath, p)
 	if err != nil {
 		return p, "", err
 	}

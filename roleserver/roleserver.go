@@ -19,6 +19,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/network"
 	"plinth.dev/plinth/platform/supervisor"
@@ -83,14 +84,14 @@ func (c *Config) curatorPort() int {
 	if c.knobs != nil && c.knobs.curatorPort != 0 {
 		return c.knobs.curatorPort
 	}
-	return identity.CuratorPort
+	return layout.CuratorPort
 }
 
 func (c *Config) nodeMgmtPort() int {
 	if c.knobs != nil && c.knobs.nodeMgmtPort != 0 {
 		return c.knobs.nodeMgmtPort
 	}
-	return identity.NodeManagementPort
+	return layout.NodeManagementPort
 }
 
 func (c *Config) listenAddress(port int) string {

@@ -21,6 +21,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/owner"
 )
@@ -258,8 +259,8 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 
 func nodeForwards(n *ClusterNode) []netip.AddrPort {
 	return []netip.AddrPort{
-		netip.AddrPortFrom(n.Addr, identity.CuratorPort),
-		netip.AddrPortFrom(n.Addr, identity.NodeManagementPort),
+		netip.AddrPortFrom(n.Addr, layout.CuratorPort),
+		netip.AddrPortFrom(n.Addr, layout.NodeManagementPort),
 	}
 }
 
@@ -339,13 +340,13 @@ func (c *Cluster) Node(nameOrID string) *ClusterNode {
 // CuratorEndpoint is the host's 127.0.0.1:port forwarded to the node's
 // curator port.
 func (c *Cluster) CuratorEndpoint(n *ClusterNode) string {
-	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, identity.CuratorPort))
+	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, layout.CuratorPort))
 }
 
 // NodeManagementEndpoint is the host's 127.0.0.1:port forwarded to the
 // node's NodeManagement port.
 func (c *Cluster) NodeManagementEndpoint(n *ClusterNode) string {
-	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, identity.NodeManagementPort))
+	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, layout.NodeManagementPort))
 }
 
 // takeOwnership waits for the bootstrap node's curator (retrying while it
@@ -633,12 +634,12 @@ func (c *Cluster) registerParameters(ctx context.Context) (*nodepb.Register, err
 	for _, d := range info.GetDirectory().GetNodes() {
 		for _, a := range d.GetAddresses() {
 			if ip, err := netip.ParseAddr(a); err == nil && c.Switch.Subnet().Contains(ip) {
-				r.CuratorEndpoints = append(r.CuratorEndpoints, net.JoinHostPort(a, strconv.Itoa(identity.CuratorPort)))
+				r.CuratorEndpoints = append(r.CuratorEndpoints, net.JoinHostPort(a, strconv.Itoa(layout.CuratorPort)))
 			}
 		}
 	}
 	if len(r.CuratorEndpoints) == 0 {
-		r.CuratorEndpoints = []string{netip.AddrPortFrom(boot.Addr, identity.CuratorPort).String()}
+		r.CuratorEndpoints = []string{netip.AddrPortFrom(boot.Addr, layout.CuratorPort).String()}
 	}
 	return r, nil
 }

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/owner"
 )
@@ -144,7 +145,7 @@ func runTakeOwnership(ctx context.Context, args []string) error {
 	if *directory {
 		for _, d := range info.GetDirectory().GetNodes() {
 			for _, a := range d.GetAddresses() {
-				if ep := net.JoinHostPort(a, strconv.Itoa(identity.CuratorPort)); !slices.Contains(cfg.Curators, ep) {
+				if ep := net.JoinHostPort(a, strconv.Itoa(layout.CuratorPort)); !slices.Contains(cfg.Curators, ep) {
 					cfg.Curators = append(cfg.Curators, ep)
 				}
 			}

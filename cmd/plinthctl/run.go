@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/board"
-	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/owner"
 	"plinth.dev/plinth/vmtest"
 )
@@ -39,8 +39,8 @@ func runNode(ctx context.Context, args []string) error {
 	diskSize := fs.Int64("disk-size", 4<<30, "size of the data disk file created on first run")
 	paramsFile := fs.String("params", "", "node parameters (plinthctl params); default: STATE/parameters.pb, created on first run for a bootstrap node with a TPM")
 	ownerDir := fs.String("owner-dir", "", "owner configuration `dir` the first run writes the owner key to (default STATE/owner)")
-	curatorPort := fs.Int("curator-port", identity.CuratorPort, "host `port` on 127.0.0.1 forwarded to the node's curator (0: none)")
-	mgmtPort := fs.Int("mgmt-port", identity.NodeManagementPort, "host `port` on 127.0.0.1 forwarded to the node's NodeManagement (0: none)")
+	curatorPort := fs.Int("curator-port", layout.CuratorPort, "host `port` on 127.0.0.1 forwarded to the node's curator (0: none)")
+	mgmtPort := fs.Int("mgmt-port", layout.NodeManagementPort, "host `port` on 127.0.0.1 forwarded to the node's NodeManagement (0: none)")
 	fs.Parse(args)
 	if *ownerDir == "" {
 		*ownerDir = filepath.Join(*state, "owner")
@@ -65,7 +65,7 @@ func runNode(ctx context.Context, args []string) error {
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(*state, "disk.img"), *diskSize
 	o.TPMStateDir = filepath.Join(*state, "tpm")
 	o.Console = os.Stdout
-	for _, f := range []vmtest.Forward{{HostPort: *curatorPort, GuestPort: identity.CuratorPort}, {HostPort: *mgmtPort, GuestPort: identity.NodeManagementPort}} {
+	for _, f := range []vmtest.Forward{{HostPort: *curatorPort, GuestPort: layout.CuratorPort}, {HostPort: *mgmtPort, GuestPort: layout.NodeManagementPort}} {
 		if f.HostPort != 0 {
 			o.HostForwards = append(o.HostForwards, f)
 		}

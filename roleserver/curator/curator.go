@@ -13,6 +13,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/consensus/client"
@@ -39,7 +40,7 @@ type Config struct {
 	// ListenAddress of the gRPC server; default ":7835".
 	ListenAddress string
 	// AdvertisePort is the curator port sent in GetCurrentLeader; default
-	// identity.CuratorPort.
+	// layout.CuratorPort.
 	AdvertisePort int
 	// LeaderTTL is the lease TTL of the leadership key (rounded up to whole
 	// seconds); default 10s.
@@ -75,10 +76,10 @@ type Service struct {
 // New creates a curator; nothing happens until Run.
 func New(cfg Config) *Service {
 	if cfg.ListenAddress == "" {
-		cfg.ListenAddress = fmt.Sprintf(":%d", identity.CuratorPort)
+		cfg.ListenAddress = fmt.Sprintf(":%d", layout.CuratorPort)
 	}
 	if cfg.AdvertisePort == 0 {
-		cfg.AdvertisePort = identity.CuratorPort
+		cfg.AdvertisePort = layout.CuratorPort
 	}
 	if cfg.LeaderTTL <= 0 {
 		cfg.LeaderTTL = defaultLeaderTTL

@@ -71,7 +71,7 @@ type Config struct {
 	Version      string
 	BootTime     time.Time
 
-	// curatorPort replaces identity.CuratorPort in tests.
+	// curatorPort replaces layout.CuratorPort in tests.
 	curatorPort int
 
 	// What enrolment learnt, for KeepClusterKeyLocally.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/roleserver/identity"
 )
@@ -72,7 +73,7 @@ func (c *Config) port() int {
 	if c.curatorPort != 0 {
 		return c.curatorPort
 	}
-	return identity.CuratorPort
+	return layout.CuratorPort
 }
 
 // endpoints are the curators to try: the directory's first (it is newer),

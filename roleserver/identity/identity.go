@@ -39,14 +39,6 @@ import (
 	"plinth.dev/plinth/platform/pki"
 )
 
-// Fixed ports of the cluster services. Every node uses the same ones, so
-// a directory entry needs only addresses.
-const (
-	ConsensusPeerPort  = 7834
-	CuratorPort        = 7835
-	NodeManagementPort = 7836
-)
-
 // Organisational units that tell node and owner certificates apart.
 const (
 	unitNode  = "node"

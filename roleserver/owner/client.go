@@ -23,6 +23,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/identity"
 )
 
@@ -263,7 +264,7 @@ func (c *Client) Ticket(ctx context.Context) ([]byte, error) {
 
 // RegisterParameters returns what a new node's parameters need to
 // register: the cluster CA, the ticket and the curators' addresses from
-// the directory (with identity.CuratorPort).
+// the directory (with layout.CuratorPort).
 func (c *Client) RegisterParameters(ctx context.Context) (*nodepb.Register, error) {
 	info, err := c.ClusterInfo(ctx)
 	if err != nil {
@@ -276,7 +277,7 @@ func (c *Client) RegisterParameters(ctx context.Context) (*nodepb.Register, erro
 	r := &nodepb.Register{ClusterCaCertificate: info.GetCaCertificate(), RegisterTicket: ticket}
 	for _, n := range info.GetDirectory().GetNodes() {
 		for _, a := range n.GetAddresses() {
-			r.CuratorEndpoints = append(r.CuratorEndpoints, net.JoinHostPort(a, strconv.Itoa(identity.CuratorPort)))
+			r.CuratorEndpoints = append(r.CuratorEndpoints, net.JoinHostPort(a, strconv.Itoa(layout.CuratorPort)))
 		}
 	}
 	if len(r.CuratorEndpoints) == 0 {
@@ -307,7 +308,7 @@ func (c *Client) nodeConn(ctx context.Context, id string) (*grpc.ClientConn, err
 		if len(addrs) == 0 {
 			return nil, fmt.Errorf("owner: node %s has reported no address", id)
 		}
-		ep = net.JoinHostPort(addrs[0], strconv.Itoa(identity.NodeManagementPort))
+		ep = net.JoinHostPort(addrs[0], strconv.Itoa(layout.NodeManagementPort))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

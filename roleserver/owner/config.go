@@ -63,7 +63,7 @@ type Config struct {
 	Curators []string
 	// NodeEndpoints override where a node's NodeManagement service is
 	// reached (node ID → host:port). Without an entry the node's first
-	// reported address and identity.NodeManagementPort are used; vmtest
+	// reported address and layout.NodeManagementPort are used; vmtest
 	// sets entries for its forwarded loopback ports.
 	NodeEndpoints map[string]string
 }

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/resolver"
 
 	"plinth.dev/plinth/api/clusterpb"
-	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/platform/layout"
 )
 
 // Scheme is the gRPC target scheme the Resolver serves.
@@ -330,7 +330,7 @@ func (r *Resolver) setLeader(ep string, resp *clusterpb.GetCurrentLeaderResponse
 		host, _, _ = net.SplitHostPort(ep)
 	}
 	if port == 0 {
-		port = identity.CuratorPort
+		port = layout.CuratorPort
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	r.mu.Lock()
