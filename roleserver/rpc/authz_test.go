@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -289,5 +290,19 @@ func TestInterceptors(t *testing.T) {
 				t.Errorf("handler saw node ID %q", got.NodeID)
 			}
 		})
+	}
+}
+
+func TestErrorReason(t *testing.T) {
+	err := Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "node %s is decommissioned", "x")
+	if status.Code(err) != codes.PermissionDenied || status.Convert(err).Message() != "node x is decommissioned" {
+		t.Fatalf("status: %v", err)
+	}
+	if got := Reason(fmt.Errorf("wrapped: %w", err)); got != clusterpb.ErrorReason_NODE_DECOMMISSIONED {
+		t.Fatalf("Reason = %v", got)
+	}
+	// A plain status error with the same words carries no reason.
+	if got := Reason(status.Error(codes.PermissionDenied, "node x is decommissioned")); got != clusterpb.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		t.Fatalf("Reason of a message-only error = %v", got)
 	}
 }
