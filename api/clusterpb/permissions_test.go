@@ -68,7 +68,7 @@ func TestEveryRPCDeclaresPermission(t *testing.T) {
 	}
 	// Guards against the walk silently finding nothing (e.g. a package
 	// rename), which would make the test pass vacuously.
-	if want := 19; methods != want {
+	if want := 20; methods != want {
 		t.Errorf("walked %d methods, want %d; update the count when adding or removing RPCs", methods, want)
 	}
 }
@@ -102,4 +102,28 @@ func TestEphemeralPermissions(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestEveryPermissionIsGranted: each permission names the caller kinds
+// that hold it (granted_to), so the interceptor never guesses.
+func TestEveryPermissionIsGranted(t *testing.T) {
+	values := Permission_PERMISSION_UNSPECIFIED.Descriptor().Values()
+	for i := 0; i < values.Len(); i++ {
+		v := values.Get(i)
+		kinds := proto.GetExtension(v.Options(), E_GrantedTo).([]CallerKind)
+		if Permission(v.Number()) == Permission_PERMISSION_UNSPECIFIED {
+			if len(kinds) != 0 {
+				t.Errorf("PERMISSION_UNSPECIFIED is granted to %v", kinds)
+			}
+			continue
+		}
+		if len(kinds) == 0 {
+			t.Errorf("%s is granted to nobody (no granted_to option)", v.Name())
+		}
+		for _, k := range kinds {
+			if k == CallerKind_CALLER_KIND_UNSPECIFIED {
+				t.Errorf("%s is granted to CALLER_KIND_UNSPECIFIED", v.Name())
+			}
+		}
+	}
 }
