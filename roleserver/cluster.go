@@ -5,7 +5,6 @@ package roleserver
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/x509"
 	"fmt"
 
 	"plinth.dev/plinth/api/clusterpb"
@@ -13,7 +12,6 @@ import (
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/curator"
 	"plinth.dev/plinth/roleserver/identity"
-	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // heartbeatInterval is how often the heartbeat worker sends.
@@ -45,16 +43,14 @@ func bootstrapCluster(ctx context.Context, st *consensus.Status, bd *BootstrapDa
 	return creds, nil
 }
 
-// startCurator runs this node's curator as a child runnable, serving with
-// the permission interceptors of roleserver/rpc.
+// startCurator runs this node's curator as a child runnable (it installs
+// the authorization interceptor of roleserver/rpc itself).
 func (s *Service) startCurator(ctx context.Context, creds *identity.Credentials, cons consensus.ServiceHandle, running *activity) error {
-	authz := rpc.NewAuthorizer(func() *x509.Certificate { return creds.CA })
 	cfg := curator.Config{
 		Credentials:   creds,
 		Consensus:     cons,
 		ListenAddress: s.listenAddress(s.curatorPort()),
 		AdvertisePort: s.curatorPort(),
-		ServerOptions: authz.ServerOptions(),
 	}
 	if k := s.knobs; k != nil {
 		cfg.LeaderTTL, cfg.HeartbeatTimeout = k.curatorLeaderTTL, k.curatorHeartbeatTimeout

@@ -102,17 +102,35 @@ func (s *Service) watchAllNodes(ctx context.Context, conn *CuratorConnection, se
 		}
 		addrs := map[string]string{}
 		dir := &clusterpb.ClusterDirectory{}
+		former := map[string]bool{}
+		var curators []string
 		for id, n := range nodes {
-			if a := n.GetStatus().GetAddresses(); len(a) > 0 && n.GetState() != clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+			a := n.GetStatus().GetAddresses()
+			if n.GetState() == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+				for _, addr := range a {
+					former[addr] = true
+				}
+				continue
+			}
+			if len(a) > 0 {
 				addrs[id] = a[0]
 				if n.GetRoles().GetConsensusMember() != nil {
 					dir.Nodes = append(dir.Nodes, &clusterpb.DirectoryNode{Id: id, PublicKey: n.GetPublicKey(), Addresses: a})
 					if id != self {
-						conn.Resolver.AddEndpoint(net.JoinHostPort(a[0], strconv.Itoa(s.curatorPort())))
+						curators = append(curators, net.JoinHostPort(a[0], strconv.Itoa(s.curatorPort())))
 					}
 				}
 			}
 		}
+		// A decommissioned node's address is an endpoint no more, also
+		// where the node parameters name it.
+		for _, addr := range addrs {
+			delete(former, addr) // an address now used by a live node
+		}
+		slices.Sort(curators)
+		s.setEndpoints(conn.Resolver, func(e *curatorEndpoints) {
+			e.directory, e.former = curators, former
+		})
 		s.directoryChanged(ctx, dir)
 		changed := s.setHostsNodes(addrs)
 		if err := s.refreshHosts(self); err != nil {

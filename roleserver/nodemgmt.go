@@ -28,7 +28,7 @@ func (s *Service) runNodeManagement(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("nodemgmt: %w", err)
 	}
-	srv := rpc.NewServer(creds)
+	srv := rpc.NewServer(creds, log)
 	clusterpb.RegisterNodeManagementServer(srv, &nodeManagement{s: s, log: log})
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +80,11 @@ type knobs struct {
 	newConsensus func(consensus.Config) *consensus.Service
 	// curatorLeaderTTL and curatorHeartbeatTimeout shorten the curator's.
 	curatorLeaderTTL, curatorHeartbeatTimeout time.Duration
+	// saveRoles, if set, runs before every write of the roles file; an
+	// error fails the write (a full or failing disk).
+	saveRoles func(*clusterpb.NodeRoles) error
+	// retryInterval replaces rolesRetry.
+	retryInterval time.Duration
 }
 
 func (c *Config) curatorPort() int {
@@ -171,6 +178,9 @@ type Service struct {
 
 	mu            sync.Mutex
 	lastDirectory *clusterpb.ClusterDirectory
+	endpoints     curatorEndpoints
+	unsavedRoles  *clusterpb.NodeRoles // roles whose write failed, for retrySaveRoles
+	problems      map[string]*clusterpb.NodeProblem
 }
 
 // New makes a Role Server; nothing runs until Run and a Provide*Data call.
@@ -211,13 +221,24 @@ func (s *Service) ProvideJoinData(creds *identity.Credentials, dir *clusterpb.Cl
 func (s *Service) provide(creds *identity.Credentials, dir *clusterpb.ClusterDirectory) {
 	s.loadRoles()
 	s.node.Set(&nodeData{directory: dir, nodeID: identity.NodeID(creds.PublicKey())})
+	if creds.Trust == nil {
+		creds.Trust = identity.NewTrust(creds.CA)
+	}
+	var log *slog.Logger
+	if s.LogTree != nil {
+		log = s.LogTree.Logger("roleserver")
+	}
+	s.restoreCRL(creds.Trust, log)
 	s.Credentials.Set(creds)
 }
 
 // loadRoles sets Roles from /data/node/roles, once, unless something set
-// them already. A damaged or missing file never demotes a node whose etcd
-// data is on disk: such a node was a consensus member, and it may be the
-// member the cluster needs before any curator can tell it its roles.
+// them already. The file alone never retires a consensus member: if etcd
+// data is on disk, the node was a member, and stays one until the
+// curator says otherwise — even when the file is missing, damaged, or
+// stale because a write of newer roles failed. It may be the member the
+// cluster needs before any curator can tell it its roles; the curator's
+// word (rolefetch) is the only thing that moves the etcd data aside.
 func (s *Service) loadRoles() {
 	if get(&s.Roles) != nil || s.StorageRoot == nil {
 		return
@@ -227,14 +248,21 @@ func (s *Service) loadRoles() {
 	if err == nil {
 		err = proto.Unmarshal(b, roles)
 	}
+	var log *slog.Logger
+	if s.LogTree != nil {
+		log = s.LogTree.Logger("roleserver")
+	}
 	if err != nil {
 		roles = &clusterpb.NodeRoles{}
-		if s.hasEtcdData() {
-			roles.ConsensusMember = &clusterpb.NodeRoles_ConsensusMember{}
+		if !errors.Is(err, fs.ErrNotExist) && log != nil {
+			log.Error("persisted roles unreadable; waiting for the curator's", "file", s.StorageRoot.Data.Node.Roles.Path(), "err", err)
 		}
-		if !errors.Is(err, fs.ErrNotExist) && s.LogTree != nil {
-			s.LogTree.Logger("roleserver").Error("persisted roles unreadable; waiting for the curator's",
-				"file", s.StorageRoot.Data.Node.Roles.Path(), "err", err, "consensus_member_from_etcd_data", roles.ConsensusMember != nil)
+	}
+	if roles.ConsensusMember == nil && s.hasEtcdData() {
+		roles.ConsensusMember = &clusterpb.NodeRoles_ConsensusMember{}
+		if log != nil {
+			log.Warn("etcd data on disk but no consensus_member role saved: staying a member until the curator says otherwise",
+				"file", s.StorageRoot.Data.Node.Roles.Path())
 		}
 	}
 	s.Roles.Set(roles)
@@ -242,6 +270,11 @@ func (s *Service) loadRoles() {
 
 // saveRoles persists roles to /data/node/roles.
 func (s *Service) saveRoles(roles *clusterpb.NodeRoles) error {
+	if s.knobs != nil && s.knobs.saveRoles != nil {
+		if err := s.knobs.saveRoles(roles); err != nil {
+			return err
+		}
+	}
 	b, err := proto.Marshal(roles)
 	if err != nil {
 		return err
@@ -289,19 +322,16 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	res := rpc.NewResolver(log, func() credentials.TransportCredentials {
-		return credentials.NewTLS(identity.ClientTLSConfig(creds.CA, creds.TLSCertificate()))
+		return credentials.NewTLS(creds.ClientTLSConfig(identity.ServerCurator))
 	})
 	defer res.Close()
-	for _, n := range nd.directory.GetNodes() {
-		for _, a := range n.GetAddresses() {
-			res.AddEndpoint(net.JoinHostPort(a, strconv.Itoa(s.curatorPort())))
-		}
-	}
-	// The parameters' endpoints too: the directory saved at registration
-	// may name only curators that have since moved or lost the role.
-	for _, e := range s.CuratorEndpoints {
-		res.AddEndpoint(e)
-	}
+	// The directory saved at registration first, then the parameters'
+	// endpoints: the directory may name only curators that have since
+	// moved or lost the role.
+	s.setEndpoints(res, func(e *curatorEndpoints) {
+		e.directory = s.directoryEndpoints(nd.directory)
+		e.fallback = s.CuratorEndpoints
+	})
 	conn, err := res.Dial()
 	if err != nil {
 		return fmt.Errorf("roleserver: curator connection: %w", err)
@@ -319,16 +349,63 @@ func (s *Service) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if cp != nil && cp.Running {
-			res.AddEndpoint(s.localCurator())
-		} else {
-			res.RemoveEndpoint(s.localCurator())
-		}
+		s.setEndpoints(res, func(e *curatorEndpoints) {
+			e.local = ""
+			if cp != nil && cp.Running {
+				e.local = s.localCurator()
+			}
+		})
 		if eps := fmt.Sprint(res.Endpoints()); eps != logged {
 			log.Info("looking for the curator leader", "endpoints", eps)
 			logged = eps
 		}
 	}
+}
+
+// curatorEndpoints are where the resolver looks for the curator leader.
+type curatorEndpoints struct {
+	local     string   // this node's own curator while it runs
+	directory []string // the consensus members, as the cluster last said
+	fallback  []string // the node parameters' curator endpoints
+	// former are the addresses of decommissioned nodes: never an
+	// endpoint, whichever list names them.
+	former map[string]bool
+}
+
+// list is the resolver's endpoint list: local, directory, fallback, in
+// that order, without duplicates and without former nodes' addresses.
+func (e *curatorEndpoints) list() []string {
+	var out []string
+	for _, group := range [][]string{{e.local}, e.directory, e.fallback} {
+		for _, ep := range group {
+			host, _, err := net.SplitHostPort(ep)
+			if ep == "" || slices.Contains(out, ep) || (err == nil && e.former[host]) {
+				continue
+			}
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// setEndpoints changes the endpoint groups and hands the result to res.
+func (s *Service) setEndpoints(res *rpc.Resolver, change func(*curatorEndpoints)) {
+	s.mu.Lock()
+	change(&s.endpoints)
+	eps := s.endpoints.list()
+	s.mu.Unlock()
+	res.SetEndpoints(eps)
+}
+
+// directoryEndpoints are the curator endpoints of a directory.
+func (s *Service) directoryEndpoints(dir *clusterpb.ClusterDirectory) []string {
+	var out []string
+	for _, n := range dir.GetNodes() {
+		for _, a := range n.GetAddresses() {
+			out = append(out, net.JoinHostPort(a, strconv.Itoa(s.curatorPort())))
+		}
+	}
+	return out
 }
 
 // wait returns the first non-nil value of v.
@@ -376,7 +453,7 @@ func (s *Service) waitAddresses(ctx context.Context) ([]string, error) {
 
 // status is the node's own status, as pushed to the curator.
 func (s *Service) status() *clusterpb.NodeStatus {
-	st := &clusterpb.NodeStatus{Addresses: s.addresses(), Version: s.Version, BootCount: s.bootCount()}
+	st := &clusterpb.NodeStatus{Addresses: s.addresses(), Version: s.Version, BootCount: s.bootCount(), Problems: s.currentProblems()}
 	if !s.BootTime.IsZero() {
 		st.BootTimeUnixNanos = s.BootTime.UnixNano()
 	}
@@ -396,6 +473,42 @@ func (s *Service) bootCount() int64 {
 	}
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return n
+}
+
+// setProblem records an ongoing problem of component for the node status
+// (its start time is kept while it lasts).
+func (s *Service) setProblem(component, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.problems == nil {
+		s.problems = map[string]*clusterpb.NodeProblem{}
+	}
+	since := time.Now().UnixNano()
+	if p := s.problems[component]; p != nil {
+		since = p.SinceUnixNanos
+	}
+	s.problems[component] = &clusterpb.NodeProblem{Component: component, Message: msg, SinceUnixNanos: since}
+}
+
+// clearProblem ends component's problem; it reports whether there was one.
+func (s *Service) clearProblem(component string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, had := s.problems[component]
+	delete(s.problems, component)
+	return had
+}
+
+// currentProblems are the ongoing problems, by component.
+func (s *Service) currentProblems() []*clusterpb.NodeProblem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*clusterpb.NodeProblem, 0, len(s.problems))
+	for _, p := range s.problems {
+		out = append(out, proto.Clone(p).(*clusterpb.NodeProblem))
+	}
+	slices.SortFunc(out, func(a, b *clusterpb.NodeProblem) int { return strings.Compare(a.Component, b.Component) })
+	return out
 }
 
 // sleep waits d or until ctx ends.

@@ -57,6 +57,8 @@ type testNode struct {
 	lt    *logtree.Tree
 	old   []*logtree.Tree // of earlier runs, for the failure dump
 	knobs knobs
+	// config, if set, changes the Config before the Service is made.
+	config func(*Config)
 
 	svc    *Service
 	sup    atomic.Pointer[supervisor.Supervisor]
@@ -112,7 +114,7 @@ func newTestNode(t *testing.T) *testNode {
 func (n *testNode) start() {
 	n.t.Helper()
 	k := n.knobs
-	n.svc = New(Config{
+	cfg := Config{
 		StorageRoot: &n.root,
 		LogTree:     n.lt,
 		Version:     "v0.0.0-test",
@@ -127,7 +129,11 @@ func (n *testNode) start() {
 			return nil
 		},
 		knobs: &k,
-	})
+	}
+	if n.config != nil {
+		n.config(&cfg)
+	}
+	n.svc = New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.sup.Store(supervisor.New(ctx, n.lt, func(ctx context.Context) error {
@@ -191,7 +197,7 @@ func takeOwnership(t *testing.T, addr string, caCreds *identity.Credentials, own
 	}
 	var owner *identity.Credentials
 	eventually(t, 30*time.Second, "escrow", func() error {
-		capture := identity.NewCapturingCredentials(identity.ClientTLSConfig(caCreds.CA, eph))
+		capture := identity.NewCapturingCredentials(identity.ClientTLSConfig(identity.NewTrust(caCreds.CA), eph, identity.ServerCurator))
 		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(capture))
 		if err != nil {
 			return err
@@ -288,7 +294,7 @@ func TestBootstrap(t *testing.T) {
 	}
 
 	owner := takeOwnership(t, n.curatorAddr(), creds, ownerKey)
-	ownerTLS := credentials.NewTLS(owner.ClientTLSConfig())
+	ownerTLS := credentials.NewTLS(owner.ClientTLSConfig(identity.ServerCurator))
 	mgmt := clusterpb.NewManagementClient(dialTLS(t, n.curatorAddr(), ownerTLS))
 	node := waitHealthy(t, mgmt, id)
 	if node.GetState() != clusterpb.NodeState_NODE_STATE_UP || node.GetRoles().GetConsensusMember() == nil {
@@ -315,7 +321,7 @@ func TestBootstrap(t *testing.T) {
 	}
 
 	// NodeManagement over mTLS with the owner certificate.
-	nm := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), ownerTLS))
+	nm := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), credentials.NewTLS(owner.ClientTLSConfig(identity.ServerNode))))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := nm.Status(ctx, &clusterpb.StatusRequest{})
@@ -389,7 +395,7 @@ func TestBootstrap(t *testing.T) {
 	}
 
 	// The node's own certificate may read status but not logs or power.
-	nodeNM := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), credentials.NewTLS(creds.ClientTLSConfig())))
+	nodeNM := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), credentials.NewTLS(creds.ClientTLSConfig(identity.ServerNode))))
 	if _, err := nodeNM.Status(ctx, &clusterpb.StatusRequest{}); err != nil {
 		t.Errorf("node Status: %v", err)
 	}

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"log/slog"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // runRoleFetch follows this node's record at the curator: new roles are
@@ -29,6 +28,7 @@ func (s *Service) runRoleFetch(ctx context.Context) error {
 		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	go s.retrySaveRoles(ctx)
 	var b backoff
 	health := clusterpb.NodeHealth_NODE_HEALTH_UNSPECIFIED
 	for {
@@ -36,7 +36,7 @@ func (s *Service) runRoleFetch(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if status.Code(err) == codes.PermissionDenied && strings.Contains(status.Convert(err).Message(), "decommissioned") {
+		if rpc.Reason(err) == clusterpb.ErrorReason_NODE_DECOMMISSIONED {
 			// The curator refuses a decommissioned node everything, so
 			// its tombstone may never arrive on a watch: the refusal is
 			// the tombstone. Dropping the roles also drops a locally
@@ -97,15 +97,17 @@ func (s *Service) watchOwnNode(ctx context.Context, conn *CuratorConnection, id 
 	}
 }
 
-// setRoles persists and publishes roles if they differ from the current.
+// setRoles publishes roles (the curator's word) if they differ from the
+// current ones, and persists them. A failed write does not hold the roles
+// back — the curator decides what runs — but is retried until it works
+// (retrySaveRoles) and shown in the node's status meanwhile, so that the
+// file does not stay stale unnoticed.
 func (s *Service) setRoles(ctx context.Context, roles *clusterpb.NodeRoles) {
 	if cur := get(&s.Roles); cur != nil && proto.Equal(cur, roles) {
 		return
 	}
 	log := supervisor.Logger(ctx)
-	if err := s.saveRoles(roles); err != nil {
-		log.Error("persisting roles", "err", err)
-	}
+	s.persistRoles(log, roles)
 	log.Info("roles changed",
 		"consensus_member", roles.GetConsensusMember() != nil,
 		"kubernetes_controller", roles.GetKubernetesController() != nil,
@@ -114,6 +116,46 @@ func (s *Service) setRoles(ctx context.Context, roles *clusterpb.NodeRoles) {
 	if roles.GetConsensusMember() == nil {
 		if err := s.keepClusterKeyLocally(false); err != nil {
 			log.Error("removing the locally sealed cluster unlock key", "err", err)
+		}
+	}
+}
+
+// rolesRetry is how often a failed write of the roles file is retried.
+const rolesRetry = 5 * time.Second
+
+// persistRoles writes roles to /data/node/roles; on failure it keeps them
+// for retrySaveRoles and reports the problem in the node status.
+func (s *Service) persistRoles(log *slog.Logger, roles *clusterpb.NodeRoles) {
+	err := s.saveRoles(roles)
+	s.mu.Lock()
+	if err != nil {
+		s.unsavedRoles = roles
+	} else {
+		s.unsavedRoles = nil
+	}
+	s.mu.Unlock()
+	if err != nil {
+		log.Error("saving roles failed; retrying", "file", s.StorageRoot.Data.Node.Roles.Path(), "err", err)
+		s.setProblem("roles", fmt.Sprintf("saving roles to %s failed (retrying every %v): %v", s.StorageRoot.Data.Node.Roles.Path(), rolesRetry, err))
+		return
+	}
+	if s.clearProblem("roles") {
+		log.Info("roles saved", "file", s.StorageRoot.Data.Node.Roles.Path())
+	}
+}
+
+// retrySaveRoles retries a failed write of the roles file until ctx ends.
+func (s *Service) retrySaveRoles(ctx context.Context) {
+	every := rolesRetry
+	if s.knobs != nil && s.knobs.retryInterval != 0 {
+		every = s.knobs.retryInterval
+	}
+	for sleep(ctx, every) == nil {
+		s.mu.Lock()
+		roles := s.unsavedRoles
+		s.mu.Unlock()
+		if roles != nil {
+			s.persistRoles(supervisor.Logger(ctx), roles)
 		}
 	}
 }
@@ -214,10 +256,12 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 		return err
 	}
 	acks := make(chan error, 1)
+	trust := conn.Credentials.Trust
 	go func() {
 		first := true
 		for {
-			if _, err := stream.Recv(); err != nil {
+			resp, err := stream.Recv()
+			if err != nil {
 				if errors.Is(err, io.EOF) {
 					err = errors.New("curator closed the heartbeat stream")
 				}
@@ -230,12 +274,17 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 				first = false
 				b.reset()
 			}
+			if len(resp.GetCrl()) > 0 {
+				if err := s.acceptCRL(trust, resp.GetCrl(), supervisor.Logger(ctx)); err != nil {
+					supervisor.Logger(ctx).Warn("cluster CRL", "err", err)
+				}
+			}
 		}
 	}()
 	t := time.NewTicker(heartbeatInterval)
 	defer t.Stop()
 	for {
-		if err := stream.Send(&clusterpb.HeartbeatRequest{}); err != nil {
+		if err := stream.Send(&clusterpb.HeartbeatRequest{CrlNumber: trust.CRLNumber()}); err != nil {
 			// The real reason comes from Recv.
 			select {
 			case err := <-acks:

@@ -10,17 +10,14 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // Escrow hands the owner certificate to whoever proves it holds the owner
 // key from the bootstrap parameters; see package escrow for the proof.
 func (a aaaServer) Escrow(srv clusterpb.AAA_EscrowServer) error {
-	const method = "Escrow"
 	ctx := srv.Context()
-	p, err := a.caller(ctx, method, identity.KindEphemeral)
-	if err != nil {
-		return err
-	}
+	p := rpc.PeerFrom(ctx)
 	kv, _, err := a.backend()
 	if err != nil {
 		return err

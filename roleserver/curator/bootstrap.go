@@ -56,9 +56,11 @@ func Bootstrap(ctx context.Context, cl client.Namespaced, req BootstrapRequest) 
 		if err != nil {
 			return nil, nil, err
 		}
-		cert, err := identity.IssueNodeCertificate(existing, req.NodePublicKey)
+		cert, err := issueRecorded(ctx, cl, id, certNode, func() (*x509.Certificate, error) {
+			return identity.IssueNodeCertificate(existing, req.NodePublicKey)
+		})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("curator: bootstrap: %w", err)
 		}
 		return existing.Certificate, cert, nil
 	}
@@ -71,8 +73,16 @@ func Bootstrap(ctx context.Context, cl client.Namespaced, req BootstrapRequest) 
 	if err != nil {
 		return nil, nil, err
 	}
-	ticket := make([]byte, 32)
-	if _, err := rand.Read(ticket); err != nil {
+	ticket, err := newTicket()
+	if err != nil {
+		return nil, nil, err
+	}
+	crl, err := newCA.NewCRL()
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := identity.IssueNodeCertificate(newCA, req.NodePublicKey)
+	if err != nil {
 		return nil, nil, err
 	}
 	cfgBytes, err := proto.Marshal(cfg)
@@ -102,6 +112,8 @@ func Bootstrap(ctx context.Context, cl client.Namespaced, req BootstrapRequest) 
 		clientv3.OpPut(keyConfiguration, string(cfgBytes)),
 		clientv3.OpPut(nodeKey(id), node),
 		clientv3.OpPut(joinKeyKey(req.JoinPublicKey), id),
+		clientv3.OpPut(keyCRL, string(crl.Raw)),
+		recordCert(id, certNode, cert),
 	).Commit()
 	if err != nil {
 		return nil, nil, fmt.Errorf("curator: bootstrap: writing cluster state: %w", err)
@@ -109,10 +121,6 @@ func Bootstrap(ctx context.Context, cl client.Namespaced, req BootstrapRequest) 
 	if !resp.Succeeded {
 		// Someone (a concurrent attempt) got there first.
 		return Bootstrap(ctx, cl, req)
-	}
-	cert, err := identity.IssueNodeCertificate(newCA, req.NodePublicKey)
-	if err != nil {
-		return nil, nil, err
 	}
 	return newCA.Certificate, cert, nil
 }
@@ -139,4 +147,13 @@ func bootstrapped(ctx context.Context, cl client.Namespaced, id string) (*pki.CA
 		return nil, fmt.Errorf("curator: bootstrap: %w", err)
 	}
 	return ca, nil
+}
+
+// newTicket is a random register ticket.
+func newTicket() ([]byte, error) {
+	t := make([]byte, 32)
+	if _, err := rand.Read(t); err != nil {
+		return nil, err
+	}
+	return t, nil
 }

@@ -14,14 +14,21 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/consensus/client"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // HeartbeatInterval is how often nodes send a heartbeat.
 const HeartbeatInterval = 3 * time.Second
+
+// maxRequestSize bounds every request the curator reads (gRPC's default
+// is 4 MiB): nothing a node or the owner sends needs more, and a
+// registering node must not be able to make the curator buffer much.
+const maxRequestSize = 256 << 10
 
 // Defaults of Config.
 const (
@@ -31,8 +38,10 @@ const (
 
 // Config configures a curator.
 type Config struct {
-	// Credentials are this node's; the server serves TLS with them and
-	// trusts their CA to classify callers.
+	// Credentials are this node's. The curator serves with a curator
+	// certificate it issues itself for the same key, and classifies
+	// callers against Credentials.Trust (the CA and the cluster CRL, which
+	// the curator keeps current from etcd).
 	Credentials *identity.Credentials
 	// Consensus is the local consensus member: its Status gives the
 	// curator's namespaced etcd client and AddNode/RemoveNode.
@@ -51,7 +60,8 @@ type Config struct {
 	// AddNodeOptions are passed to consensus AddNode (tests only).
 	AddNodeOptions func(nodeID string) []*consensus.AddNodeOption
 	// ServerOptions are added to the gRPC server's options (after the TLS
-	// credentials), e.g. the permission interceptors of roleserver/rpc.
+	// credentials and the authorization interceptor of roleserver/rpc,
+	// which the curator always installs itself).
 	ServerOptions []grpc.ServerOption
 }
 
@@ -64,6 +74,7 @@ type Service struct {
 	kv      client.Namespaced // nil while not running
 	cstatus *consensus.Status // the consensus status kv came from
 	term    *term             // non-nil while this curator leads
+	crl     *pki.CRL          // the cluster CRL as last read from etcd
 
 	// leader is who leads, as this curator last saw it (nil: unknown).
 	leader    memory.Value[*leaderInfo]
@@ -119,16 +130,6 @@ func (s *Service) Run(ctx context.Context) error {
 		return errors.New("curator: no cluster state in etcd (Bootstrap was not run)")
 	}
 
-	lis, err := net.Listen("tcp", s.cfg.ListenAddress)
-	if err != nil {
-		return fmt.Errorf("curator: %w", err)
-	}
-	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.cfg.Credentials.ServerTLSConfig()))}, s.cfg.ServerOptions...)
-	srv := grpc.NewServer(opts...)
-	clusterpb.RegisterCuratorServer(srv, curatorServer{Service: s})
-	clusterpb.RegisterManagementServer(srv, managementServer{Service: s})
-	clusterpb.RegisterAAAServer(srv, aaaServer{Service: s})
-
 	s.mu.Lock()
 	s.kv, s.cstatus = kv, st
 	s.mu.Unlock()
@@ -138,12 +139,35 @@ func (s *Service) Run(ctx context.Context) error {
 		s.mu.Unlock()
 		s.setLeader(nil)
 	}()
+	creds, err := s.curatorCredentials(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("curator: issuing this curator's certificate: %w", err)
+	}
+	trust := creds.Trust
+
+	lis, err := net.Listen("tcp", s.cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("curator: %w", err)
+	}
+	authz := rpc.NewAuthorizer(trust, log, s.checkCaller)
+	opts := append([]grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig())),
+		grpc.MaxRecvMsgSize(maxRequestSize),
+	}, authz.ServerOptions()...)
+	srv := grpc.NewServer(append(opts, s.cfg.ServerOptions...)...)
+	clusterpb.RegisterCuratorServer(srv, curatorServer{Service: s})
+	clusterpb.RegisterManagementServer(srv, managementServer{Service: s})
+	clusterpb.RegisterAAAServer(srv, aaaServer{Service: s})
 
 	inner, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		s.followCRL(inner, kv, trust, log)
+	}()
 	go func() {
 		defer wg.Done()
 		if err := srv.Serve(lis); err != nil {

@@ -250,14 +250,14 @@ func ephemeral(t *testing.T, addr string, ca *x509.Certificate, key ed25519.Priv
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds := identity.NewCapturingCredentials(identity.ClientTLSConfig(ca, cert))
+	creds := identity.NewCapturingCredentials(identity.ClientTLSConfig(identity.NewTrust(ca), cert, identity.ServerCurator))
 	conn := dial(t, addr, creds)
 	connected(t, conn)
 	return conn, creds
 }
 
 func withCreds(t *testing.T, addr string, c *identity.Credentials) *grpc.ClientConn {
-	return dial(t, addr, credentials.NewTLS(c.ClientTLSConfig()))
+	return dial(t, addr, credentials.NewTLS(c.ClientTLSConfig(identity.ServerCurator)))
 }
 
 // cluster is a test cluster bootstrapped by its first member.

@@ -16,18 +16,14 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/pki"
-	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // IssueCertificate signs the kubelet's certificates with the Kubernetes
 // CA, a CA of its own (created on first use, kept in etcd) so that cluster
 // node certificates mean nothing to the API server and the reverse.
 func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.IssueCertificateRequest) (*clusterpb.IssueCertificateResponse, error) {
-	const method = "IssueCertificate"
-	p, err := c.caller(ctx, method, identity.KindNode)
-	if err != nil {
-		return nil, err
-	}
+	p := rpc.PeerFrom(ctx)
 	if _, err := c.leaderTerm(); err != nil {
 		return nil, err
 	}
@@ -35,7 +31,7 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 	if err != nil {
 		return nil, err
 	}
-	n, err := c.callerNode(ctx, kv, method, p)
+	n, err := callerRecord(ctx, kv, p)
 	if err != nil {
 		return nil, err
 	}

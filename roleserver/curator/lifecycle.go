@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/subtle"
+	"math/big"
+	"net/netip"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,6 +16,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // checkTPMPolicy refuses a node the cluster configuration forbids.
@@ -27,12 +30,45 @@ func checkTPMPolicy(cfg *clusterpb.ClusterConfiguration, usage clusterpb.NodeTPM
 		"cluster policy requires nodes to seal their secrets in a TPM (allow_nodes_without_tpm is false), node reports tpm_usage %s", usage)
 }
 
+// Bounds of what a registering node may put into etcd.
+const (
+	// maxNewNodes is how many nodes may wait for approval at once; more
+	// registrations are refused (REGISTRATION_QUEUE_FULL) until the owner
+	// approves or decommissions some, so a leaked ticket cannot fill etcd.
+	maxNewNodes = 32
+	// maxStatusSize bounds a NodeStatus as stored.
+	maxStatusSize  = 4 << 10
+	maxAddresses   = 16
+	maxVersionSize = 256
+	maxProblems    = 16
+)
+
+// checkStatus refuses a node status too large to store or with addresses
+// that are not IP addresses.
+func checkStatus(st *clusterpb.NodeStatus) error {
+	if n := proto.Size(st); n > maxStatusSize {
+		return status.Errorf(codes.InvalidArgument, "status has %d bytes, at most %d are accepted", n, maxStatusSize)
+	}
+	if len(st.GetAddresses()) > maxAddresses {
+		return status.Errorf(codes.InvalidArgument, "status has %d addresses, at most %d are accepted", len(st.GetAddresses()), maxAddresses)
+	}
+	for _, a := range st.GetAddresses() {
+		if _, err := netip.ParseAddr(a); err != nil {
+			return status.Errorf(codes.InvalidArgument, "status address %q is not an IP address", a)
+		}
+	}
+	if len(st.GetVersion()) > maxVersionSize {
+		return status.Errorf(codes.InvalidArgument, "status version has %d bytes, at most %d are accepted", len(st.GetVersion()), maxVersionSize)
+	}
+	if len(st.GetProblems()) > maxProblems {
+		return status.Errorf(codes.InvalidArgument, "status has %d problems, at most %d are accepted", len(st.GetProblems()), maxProblems)
+	}
+	return nil
+}
+
 func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.RegisterNodeRequest) (*clusterpb.RegisterNodeResponse, error) {
 	const method = "RegisterNode"
-	p, err := c.caller(ctx, method, identity.KindEphemeral)
-	if err != nil {
-		return nil, err
-	}
+	p := rpc.PeerFrom(ctx)
 	// Served by every member, like Management: a node that registers
 	// knows only the curators in its parameters, and every write here is
 	// an etcd transaction that holds without a leader's guard.
@@ -46,7 +82,10 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 		return nil, etcdErr(method, err)
 	}
 	if len(ticket) == 0 || subtle.ConstantTimeCompare(ticket, req.RegisterTicket) != 1 {
-		return nil, status.Error(codes.PermissionDenied, "register ticket is not valid for this cluster")
+		return nil, rpc.Error(codes.PermissionDenied, clusterpb.ErrorReason_INVALID_TICKET, "register ticket is not valid for this cluster")
+	}
+	if err := checkStatus(req.Status); err != nil {
+		return nil, err
 	}
 	cfg, err := loadConfiguration(ctx, kv)
 	if err != nil {
@@ -62,11 +101,20 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 			return nil, etcdErr(method, err)
 		}
 		if n != nil {
+			if !p.PublicKey.Equal(ed25519.PublicKey(n.PublicKey)) {
+				return nil, status.Errorf(codes.PermissionDenied, "node ID %s is taken by another key", id)
+			}
 			if n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
-				return nil, status.Errorf(codes.PermissionDenied, "node %s was decommissioned: its key can never register again", id)
+				return nil, rpc.Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "node %s was decommissioned: its key can never register again", id)
 			}
 			// NEW, STANDBY or UP: registered already, nothing changes.
 			return &clusterpb.RegisterNodeResponse{}, nil
+		}
+		if waiting, err := countNew(ctx, kv); err != nil {
+			return nil, err
+		} else if waiting >= maxNewNodes {
+			return nil, rpc.Error(codes.ResourceExhausted, clusterpb.ErrorReason_REGISTRATION_QUEUE_FULL,
+				"%d nodes already wait for approval (at most %d may): the owner must approve or decommission some first (or rotate the ticket if it leaked)", waiting, maxNewNodes)
 		}
 		created, err := createNode(ctx, kv, t, &clusterpb.Node{
 			Id:        id,
@@ -83,6 +131,21 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 		}
 	}
 	return nil, status.Errorf(codes.Aborted, "node %s kept changing while registering; retry", id)
+}
+
+// countNew counts the nodes waiting for approval.
+func countNew(ctx context.Context, kv clientv3.KV) (int, error) {
+	nodes, _, err := listNodes(ctx, kv)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, node := range nodes {
+		if node.State == clusterpb.NodeState_NODE_STATE_NEW {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // createNode writes a new node record if none exists; false if one
@@ -105,16 +168,14 @@ func createNode(ctx context.Context, kv clientv3.KV, g guard, n *clusterpb.Node)
 	}
 	return resp.Succeeded, nil
 }
+
+// CommitNode authorizes before it does any work: the session proof and
+// the node record's state and key are checked first; only then is the CA
+// loaded, a key generated and a certificate signed.
 func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNodeRequest) (*clusterpb.CommitNodeResponse, error) {
 	const method = "CommitNode"
-	p, err := c.caller(ctx, method, identity.KindEphemeral)
-	if err != nil {
-		return nil, err
-	}
-	// Served by every member, like Management: a node that registers
-	// knows only the curators in its parameters, and every write here is
-	// an etcd transaction that holds without a leader's guard.
-	var t guard
+	p := rpc.PeerFrom(ctx)
+	// Served by every member, like RegisterNode.
 	kv, _, err := c.backend()
 	if err != nil {
 		return nil, err
@@ -126,60 +187,24 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 	if err := identity.VerifySessionProof(joinPub, p.TLS, identity.ExporterCommitNode, nil, req.JoinKeyProof); err != nil {
 		return nil, status.Errorf(codes.PermissionDenied, "join_key_proof does not prove possession of the join key on this connection: %v", err)
 	}
-	ca, err := loadCA(ctx, kv)
-	if err != nil {
-		return nil, err
-	}
 	id := identity.NodeID(p.PublicKey)
-	cuk := make([]byte, 32)
-	if _, err := rand.Read(cuk); err != nil {
-		return nil, internalErr("generating cluster unlock key", err)
-	}
-	cert, err := identity.IssueNodeCertificate(ca, p.PublicKey)
+	n, _, err := getNode(ctx, kv, id)
 	if err != nil {
-		return nil, internalErr("issuing node certificate", err)
+		return nil, etcdErr(method, err)
+	}
+	if err := commitAllowed(n, id, p); err != nil {
+		return nil, err
 	}
 	if owner, err := ownerKeyIs(ctx, kv, joinPub); err != nil {
 		return nil, err
 	} else if owner {
 		return nil, status.Error(codes.InvalidArgument, "join_public_key is the owner key")
 	}
-	again := false
-	_, err = updateNode(ctx, kv, t, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
-		again = false
-		if n == nil {
-			return nil, status.Errorf(codes.NotFound, "node %s is not registered (call RegisterNode first)", id)
-		}
-		switch n.State {
-		case clusterpb.NodeState_NODE_STATE_NEW:
-			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not approved yet (state NEW): the owner must approve it first", id)
-		case clusterpb.NodeState_NODE_STATE_UP:
-			// Repeated by the node that committed (it proved both its node
-			// key and its join key): its reply was lost. Anyone else is
-			// refused below.
-			again = true
-			return nil, errNoChange
-		case clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
-			return nil, status.Errorf(codes.PermissionDenied, "node %s is decommissioned", id)
-		case clusterpb.NodeState_NODE_STATE_STANDBY:
-		default:
-			return nil, status.Errorf(codes.FailedPrecondition, "node %s is in state %s", id, n.State)
-		}
-		if other, _, err := getValue(ctx, kv, joinKeyKey(joinPub)); err != nil {
-			return nil, etcdErr(method, err)
-		} else if other != nil {
-			return nil, status.Errorf(codes.AlreadyExists, "join_public_key is already the join key of node %s", other)
-		}
-		n.State = clusterpb.NodeState_NODE_STATE_UP
-		return []clientv3.Op{
-			clientv3.OpPut(joinKeyKey(joinPub), id),
-			clientv3.OpPut(unlockKeyKey(id), string(cuk)),
-		}, nil
-	}, clientv3.Compare(clientv3.CreateRevision(joinKeyKey(joinPub)), "=", 0))
-	if err != nil {
-		return nil, err
-	}
+	again := n.State == clusterpb.NodeState_NODE_STATE_UP
 	if again {
+		// Repeated by the node that committed (it proved both its node
+		// key and its join key): its reply was lost. Anyone else is
+		// refused here, before anything is issued.
 		owner, _, err := getValue(ctx, kv, joinKeyKey(joinPub))
 		if err != nil {
 			return nil, etcdErr(method, err)
@@ -187,8 +212,52 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 		if string(owner) != id {
 			return nil, status.Errorf(codes.FailedPrecondition, "node %s already committed (state UP) with another join key: credentials are handed out only once", id)
 		}
+	}
+
+	// Authorized: now the work.
+	ca, err := loadCA(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := identity.IssueNodeCertificate(ca, p.PublicKey)
+	if err != nil {
+		return nil, internalErr("issuing node certificate", err)
+	}
+	var cuk []byte
+	if again {
+		if _, err := kv.Txn(ctx).Then(recordCert(id, certNode, cert)).Commit(); err != nil {
+			return nil, etcdErr("recording node certificate", err)
+		}
 		if cuk, _, err = getValue(ctx, kv, unlockKeyKey(id)); err != nil {
 			return nil, etcdErr(method, err)
+		}
+	} else {
+		cuk = make([]byte, 32)
+		if _, err := rand.Read(cuk); err != nil {
+			return nil, internalErr("generating cluster unlock key", err)
+		}
+		_, err = updateNode(ctx, kv, nil, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+			// The record may have changed since it was checked above.
+			if err := commitAllowed(n, id, p); err != nil {
+				return nil, err
+			}
+			if n.State != clusterpb.NodeState_NODE_STATE_STANDBY {
+				return nil, status.Errorf(codes.Aborted, "node %s changed to %s while committing; retry", id, n.State)
+			}
+			if other, _, err := getValue(ctx, kv, joinKeyKey(joinPub)); err != nil {
+				return nil, etcdErr(method, err)
+			} else if other != nil {
+				return nil, status.Errorf(codes.AlreadyExists, "join_public_key is already the join key of node %s", other)
+			}
+			n.State = clusterpb.NodeState_NODE_STATE_UP
+			return []clientv3.Op{
+				clientv3.OpPut(joinKeyKey(joinPub), id),
+				clientv3.OpPut(unlockKeyKey(id), string(cuk)),
+				recordCert(id, certNode, cert),
+			}, nil
+		}, clientv3.Compare(clientv3.CreateRevision(joinKeyKey(joinPub)), "=", 0))
+		if err != nil {
+			return nil, err
 		}
 	}
 	return &clusterpb.CommitNodeResponse{
@@ -196,6 +265,27 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 		NodeCertificate:  cert.Raw,
 		ClusterUnlockKey: cuk,
 	}, nil
+}
+
+// commitAllowed says whether the caller may commit node id (n its record):
+// registered for this very key, approved, not decommissioned. UP is
+// allowed (a repeated commit) and checked further by the caller.
+func commitAllowed(n *clusterpb.Node, id string, p *identity.Peer) error {
+	if n == nil {
+		return status.Errorf(codes.NotFound, "node %s is not registered (call RegisterNode first)", id)
+	}
+	if !p.PublicKey.Equal(ed25519.PublicKey(n.PublicKey)) {
+		return status.Errorf(codes.PermissionDenied, "node ID %s is registered for another key", id)
+	}
+	switch n.State {
+	case clusterpb.NodeState_NODE_STATE_STANDBY, clusterpb.NodeState_NODE_STATE_UP:
+		return nil
+	case clusterpb.NodeState_NODE_STATE_NEW:
+		return rpc.Error(codes.FailedPrecondition, clusterpb.ErrorReason_NODE_NOT_APPROVED, "node %s is not approved yet (state NEW): the owner must approve it first", id)
+	case clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
+		return rpc.Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "node %s is decommissioned", id)
+	}
+	return status.Errorf(codes.FailedPrecondition, "node %s is in state %s", id, n.State)
 }
 
 // ownerKeyIs reports whether pub is the owner key.
@@ -209,10 +299,7 @@ func ownerKeyIs(ctx context.Context, kv clientv3.KV, pub ed25519.PublicKey) (boo
 
 func (c curatorServer) JoinNode(ctx context.Context, req *clusterpb.JoinNodeRequest) (*clusterpb.JoinNodeResponse, error) {
 	const method = "JoinNode"
-	p, err := c.caller(ctx, method, identity.KindEphemeral)
-	if err != nil {
-		return nil, err
-	}
+	p := rpc.PeerFrom(ctx)
 	// Any member answers (see RegisterNode): a rebooted node may know
 	// only curators that are followers now.
 	kv, _, err := c.backend()
@@ -235,7 +322,7 @@ func (c curatorServer) JoinNode(ctx context.Context, req *clusterpb.JoinNodeRequ
 	case n == nil:
 		return nil, status.Errorf(codes.NotFound, "node %s of this join key is unknown", id)
 	case n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED:
-		return nil, status.Errorf(codes.PermissionDenied, "node %s is decommissioned and may not rejoin", id)
+		return nil, rpc.Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "node %s is decommissioned and may not rejoin", id)
 	case n.State != clusterpb.NodeState_NODE_STATE_UP:
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s, not UP", id, n.State)
 	}
@@ -254,12 +341,12 @@ func (c curatorServer) JoinNode(ctx context.Context, req *clusterpb.JoinNodeRequ
 
 func (c curatorServer) UpdateNodeStatus(ctx context.Context, req *clusterpb.UpdateNodeStatusRequest) (*clusterpb.UpdateNodeStatusResponse, error) {
 	const method = "UpdateNodeStatus"
-	p, err := c.caller(ctx, method, identity.KindNode)
-	if err != nil {
-		return nil, err
-	}
+	p := rpc.PeerFrom(ctx)
 	if req.NodeId != p.NodeID {
 		return nil, status.Errorf(codes.PermissionDenied, "%s: node %s may only update its own status, not that of %q", method, p.NodeID, req.NodeId)
+	}
+	if err := checkStatus(req.Status); err != nil {
+		return nil, err
 	}
 	t, err := c.leaderTerm()
 	if err != nil {
@@ -267,9 +354,6 @@ func (c curatorServer) UpdateNodeStatus(ctx context.Context, req *clusterpb.Upda
 	}
 	kv, _, err := c.backend()
 	if err != nil {
-		return nil, err
-	}
-	if _, err := c.callerNode(ctx, kv, method, p); err != nil {
 		return nil, err
 	}
 	_, err = updateNode(ctx, kv, t, p.NodeID, func(n *clusterpb.Node) ([]clientv3.Op, error) {
@@ -286,12 +370,8 @@ func (c curatorServer) UpdateNodeStatus(ctx context.Context, req *clusterpb.Upda
 }
 
 func (c curatorServer) Heartbeat(srv clusterpb.Curator_HeartbeatServer) error {
-	const method = "Heartbeat"
 	ctx := srv.Context()
-	p, err := c.caller(ctx, method, identity.KindNode)
-	if err != nil {
-		return err
-	}
+	p := rpc.PeerFrom(ctx)
 	t, err := c.leaderTerm()
 	if err != nil {
 		return err
@@ -300,17 +380,18 @@ func (c curatorServer) Heartbeat(srv clusterpb.Curator_HeartbeatServer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.callerNode(ctx, kv, method, p); err != nil {
-		return err
+	type received struct {
+		req *clusterpb.HeartbeatRequest
+		err error
 	}
-	reqs := make(chan error)
+	reqs := make(chan received)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
 		for {
-			_, err := srv.Recv()
+			req, err := srv.Recv()
 			select {
-			case reqs <- err:
+			case reqs <- received{req, err}:
 			case <-done:
 				return
 			}
@@ -320,18 +401,26 @@ func (c curatorServer) Heartbeat(srv clusterpb.Curator_HeartbeatServer) error {
 		}
 	}()
 	for {
+		var req *clusterpb.HeartbeatRequest
 		select {
 		case <-t.ctx.Done():
 			return errUnavailable("not the leader any more")
-		case err := <-reqs:
-			if err != nil {
+		case r := <-reqs:
+			if r.err != nil {
 				return nil // the node closed the stream or went away
 			}
+			req = r.req
 		}
 		if err := c.heartbeat(ctx, kv, t, p.NodeID); err != nil {
 			return err
 		}
-		if err := srv.Send(&clusterpb.HeartbeatResponse{}); err != nil {
+		// Every request is answered (the node takes silence for a dead
+		// leader), with the CRL when the node's is older.
+		resp := &clusterpb.HeartbeatResponse{}
+		if crl := c.currentCRL(); crl != nil && crl.List.Number.Cmp(new(big.Int).SetUint64(req.GetCrlNumber())) > 0 {
+			resp.Crl = crl.Raw
+		}
+		if err := srv.Send(resp); err != nil {
 			return err
 		}
 	}
@@ -367,11 +456,7 @@ func (s *Service) heartbeat(ctx context.Context, kv clientv3.KV, t *term, id str
 }
 
 func (c curatorServer) GetCurrentLeader(req *clusterpb.GetCurrentLeaderRequest, srv clusterpb.Curator_GetCurrentLeaderServer) error {
-	const method = "GetCurrentLeader"
 	ctx := srv.Context()
-	if _, err := c.caller(ctx, method, identity.KindNode, identity.KindOwner); err != nil {
-		return err
-	}
 	w := c.leader.Watch()
 	defer w.Close()
 	var last *clusterpb.GetCurrentLeaderResponse

@@ -19,9 +19,6 @@ import (
 
 func (m managementServer) GetRegisterTicket(ctx context.Context, _ *clusterpb.GetRegisterTicketRequest) (*clusterpb.GetRegisterTicketResponse, error) {
 	const method = "GetRegisterTicket"
-	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
-		return nil, err
-	}
 	kv, _, err := m.backend()
 	if err != nil {
 		return nil, err
@@ -36,11 +33,27 @@ func (m managementServer) GetRegisterTicket(ctx context.Context, _ *clusterpb.Ge
 	return &clusterpb.GetRegisterTicketResponse{Ticket: ticket}, nil
 }
 
-func (m managementServer) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInfoRequest) (*clusterpb.GetClusterInfoResponse, error) {
-	const method = "GetClusterInfo"
-	if _, err := m.caller(ctx, method, identity.KindOwner, identity.KindNode); err != nil {
+func (m managementServer) RotateRegisterTicket(ctx context.Context, _ *clusterpb.RotateRegisterTicketRequest) (*clusterpb.RotateRegisterTicketResponse, error) {
+	kv, _, err := m.backend()
+	if err != nil {
 		return nil, err
 	}
+	ticket, err := newTicket()
+	if err != nil {
+		return nil, internalErr("generating a ticket", err)
+	}
+	resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keyTicket), ">", 0)).
+		Then(clientv3.OpPut(keyTicket, string(ticket))).Commit()
+	if err != nil {
+		return nil, etcdErr("writing the register ticket", err)
+	}
+	if !resp.Succeeded {
+		return nil, status.Error(codes.FailedPrecondition, "no register ticket: cluster not bootstrapped")
+	}
+	return &clusterpb.RotateRegisterTicketResponse{Ticket: ticket}, nil
+}
+
+func (m managementServer) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInfoRequest) (*clusterpb.GetClusterInfoResponse, error) {
 	kv, _, err := m.backend()
 	if err != nil {
 		return nil, err
@@ -53,11 +66,19 @@ func (m managementServer) GetClusterInfo(ctx context.Context, _ *clusterpb.GetCl
 	if err != nil {
 		return nil, err
 	}
-	return &clusterpb.GetClusterInfoResponse{
+	resp := &clusterpb.GetClusterInfoResponse{
 		Directory:     directory(nodes),
 		CaCertificate: m.cfg.Credentials.CA.Raw,
 		Configuration: cfg,
-	}, nil
+	}
+	crl, _, err := loadCRL(ctx, kv, m.cfg.Credentials.CA)
+	if err != nil {
+		return nil, err
+	}
+	if crl != nil {
+		resp.Crl = crl.Raw
+	}
+	return resp, nil
 }
 
 // directory lists the UP consensus members, i.e. the nodes running a
@@ -78,11 +99,7 @@ func directory(nodes []*clusterpb.Node) *clusterpb.ClusterDirectory {
 }
 
 func (m managementServer) GetNodes(req *clusterpb.GetNodesRequest, srv clusterpb.Management_GetNodesServer) error {
-	const method = "GetNodes"
 	ctx := srv.Context()
-	if _, err := m.caller(ctx, method, identity.KindOwner, identity.KindNode); err != nil {
-		return err
-	}
 	filter, err := parseFilter(req.Filter)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "filter: %v", err)
@@ -111,10 +128,6 @@ func (m managementServer) GetNodes(req *clusterpb.GetNodesRequest, srv clusterpb
 }
 
 func (m managementServer) ApproveNode(ctx context.Context, req *clusterpb.ApproveNodeRequest) (*clusterpb.ApproveNodeResponse, error) {
-	const method = "ApproveNode"
-	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
-		return nil, err
-	}
 	if len(req.PublicKey) != ed25519.PublicKeySize {
 		return nil, status.Errorf(codes.InvalidArgument, "public_key has %d bytes, want %d", len(req.PublicKey), ed25519.PublicKeySize)
 	}
@@ -148,9 +161,6 @@ func (m managementServer) ApproveNode(ctx context.Context, req *clusterpb.Approv
 
 func (m managementServer) DecommissionNode(ctx context.Context, req *clusterpb.DecommissionNodeRequest) (*clusterpb.DecommissionNodeResponse, error) {
 	const method = "DecommissionNode"
-	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
-		return nil, err
-	}
 	kv, st, err := m.backend()
 	if err != nil {
 		return nil, err
@@ -163,6 +173,10 @@ func (m managementServer) DecommissionNode(ctx context.Context, req *clusterpb.D
 		return nil, status.Errorf(codes.NotFound, "no node %q", req.Id)
 	}
 	if n.State == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+		// Done before, but the revocation below may not have been.
+		if err := revoke(ctx, kv, n.Id); err != nil {
+			return nil, err
+		}
 		return &clusterpb.DecommissionNodeResponse{}, nil
 	}
 	// etcd's member list decides, not the record: a concurrent role
@@ -192,6 +206,12 @@ func (m managementServer) DecommissionNode(ctx context.Context, req *clusterpb.D
 		if err := st.RemoveNode(ctx, req.Id); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "node %s is decommissioned but still an etcd member (retry DecommissionNode): %v", req.Id, err)
 		}
+	}
+	// Every certificate the node ever got goes on the CRL, which every
+	// node checks in every handshake: the node is nobody from now on,
+	// also to the nodes that never ask the curator about it.
+	if err := revoke(ctx, kv, req.Id); err != nil {
+		return nil, status.Errorf(status.Code(err), "node %s is decommissioned but its certificates are not revoked yet (retry DecommissionNode): %v", req.Id, status.Convert(err).Message())
 	}
 	return &clusterpb.DecommissionNodeResponse{}, nil
 }
@@ -233,14 +253,15 @@ func (s *Service) removeConsensusMember(ctx context.Context, kv clientv3.KV, st 
 	if err := st.RemoveNode(ctx, id); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "removing the consensus member of %s: %v", id, err)
 	}
+	// A former member runs no curator: nobody may accept it as one.
+	if err := revoke(ctx, kv, id, certCurator); err != nil {
+		return status.Errorf(status.Code(err), "the consensus member of %s is removed but its curator certificates are not revoked yet (retry): %v", id, status.Convert(err).Message())
+	}
 	return nil
 }
 
 func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.UpdateNodeRolesRequest) (*clusterpb.UpdateNodeRolesResponse, error) {
 	const method = "UpdateNodeRoles"
-	if _, err := m.caller(ctx, method, identity.KindOwner); err != nil {
-		return nil, err
-	}
 	var id string
 	switch n := req.Node.(type) {
 	case *clusterpb.UpdateNodeRolesRequest_Id:

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
-	"plinth.dev/plinth/roleserver/identity"
 )
 
 // watchBatch is how many nodes one replay event carries at most.
@@ -17,9 +16,6 @@ const watchBatch = 64
 
 func (c curatorServer) Watch(req *clusterpb.WatchRequest, srv clusterpb.Curator_WatchServer) error {
 	const method = "Watch"
-	if _, err := c.caller(srv.Context(), method, identity.KindNode, identity.KindOwner); err != nil {
-		return err
-	}
 	t, err := c.leaderTerm()
 	if err != nil {
 		return err

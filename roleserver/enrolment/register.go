@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,6 +24,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // Retry pacing: a refusal needs a person to act, so it is retried
@@ -119,7 +119,7 @@ func (c *Config) register(ctx context.Context, l *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tlsCfg := identity.ClientTLSConfig(ca, eph)
+	tlsCfg := identity.ClientTLSConfig(identity.NewTrust(ca), eph, identity.ServerCurator)
 	endpoints := c.endpoints(nil)
 	l.Info("registering with the cluster", "node", id, "curators", endpoints, "tpm", c.TPMUsage.String())
 
@@ -145,7 +145,7 @@ func (c *Config) register(ctx context.Context, l *slog.Logger) error {
 			commit, err = clusterpb.NewCuratorClient(cc).CommitNode(ctx, &clusterpb.CommitNodeRequest{
 				JoinPublicKey: joinKey.Public().(ed25519.PublicKey), JoinKeyProof: proof,
 			})
-			if status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "not approved") {
+			if rpc.Reason(err) == clusterpb.ErrorReason_NODE_NOT_APPROVED {
 				// Not approved yet: expected, not a refusal.
 				return errNotYet
 			}
@@ -207,7 +207,7 @@ func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) er
 		return c.openAndProvide(ctx, l, cuk, js, h.Enrolment, c.RoleServer.ProvideJoinData)
 	}
 	l.Info("rejoining the cluster with the sealed join key", "curators", endpoints)
-	err = c.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(js.CA, eph), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
+	err = c.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(identity.NewTrust(js.CA), eph, identity.ServerCurator), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
 		proof, err := identity.SessionProof(js.JoinKey, st, identity.ExporterJoinNode, nil)
 		if err != nil {
 			return err
@@ -288,7 +288,7 @@ func (c *Config) clusterDirectory(ctx context.Context, l *slog.Logger, creds *id
 	var dir *clusterpb.ClusterDirectory
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err := c.untilAccepted(cctx, l, "cluster directory", endpoints, creds.ClientTLSConfig(), func(ctx context.Context, cc *grpc.ClientConn, _ tls.ConnectionState) error {
+	err := c.untilAccepted(cctx, l, "cluster directory", endpoints, creds.ClientTLSConfig(identity.ServerCurator), func(ctx context.Context, cc *grpc.ClientConn, _ tls.ConnectionState) error {
 		info, err := clusterpb.NewManagementClient(cc).GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
 		if err == nil {
 			dir = info.GetDirectory()

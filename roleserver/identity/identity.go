@@ -1,21 +1,38 @@
 // Package identity is who is who in a Plinth cluster: node IDs, the
-// certificates the cluster CA issues to nodes and to the owner, the
+// certificates the cluster CA issues to nodes, curators and the owner, the
 // ephemeral self-signed certificates of nodes that have no cluster
-// certificate (yet), and how a gRPC server tells them apart.
+// certificate (yet), the cluster CRL, and how TLS peers tell them apart.
 //
-//	cluster CA (ed25519, key kept by the curator in etcd)
-//	 ├── node certificate   CN=<node ID>  OU=node   server+client
-//	 └── owner certificate  CN=owner      OU=owner  client
+//	cluster CA (ed25519, key kept by the curators in etcd)
+//	 ├── node certificate     CN=<node ID>  OU=node     server+client
+//	 ├── curator certificate  CN=<node ID>  OU=curator  server only
+//	 ├── owner certificate    CN=owner      OU=owner    client
+//	 └── cluster CRL          serials of decommissioned nodes' certificates
+//	                          and of former curators' certificates
 //
-//	ephemeral certificate   self-signed, CN=ephemeral, for the caller's own
-//	                        key: proves possession, grants nothing but the
-//	                        REGISTER_NODE / ESCROW_OWNERSHIP permissions
+//	ephemeral certificate     self-signed, CN=ephemeral, for the caller's own
+//	                          key: proves possession, grants nothing but the
+//	                          REGISTER_NODE / ESCROW_OWNERSHIP permissions
+//
+// Why a separate curator certificate: a node certificate says "a node of
+// this cluster", which a decommissioned or compromised worker also holds.
+// Whoever answers as the curator leader can hand out roles and decide
+// whether a node keeps its cluster unlock key, so only the curators — the
+// consensus members, which hold the CA key anyway — get certificates that
+// clients accept for the Curator, Management and AAA services. A curator
+// issues its own when it starts; the curators revoke them (and every
+// certificate of a decommissioned node) in the cluster CRL.
+//
+// Every TLS handshake inside the cluster checks the CRL a party holds
+// (Trust): servers when they classify callers, clients when they verify
+// servers. Nodes receive the newest CRL with every heartbeat answer.
 //
 // Servers request (but do not verify at the TLS layer) client
 // certificates, because a self-signed ephemeral certificate must get
 // through the handshake; PeerFromContext then classifies the caller, and
 // the permission interceptor (roleserver/rpc) decides. Clients always
-// verify the server against the cluster CA, except for the owner's one
+// verify the server against the cluster CA and the role they need from
+// it (ServerCurator or ServerNode), except for the owner's one
 // trust-on-first-use hand-over (takeownership), which pins what it saw.
 package identity
 
@@ -39,10 +56,12 @@ import (
 	"plinth.dev/plinth/platform/pki"
 )
 
-// Organisational units that tell node and owner certificates apart.
+// Organisational units that tell node, curator and owner certificates
+// apart.
 const (
-	unitNode  = "node"
-	unitOwner = "owner"
+	unitNode    = "node"
+	unitCurator = "curator"
+	unitOwner   = "owner"
 	// ephemeralName is the common name of self-signed ephemeral certificates.
 	ephemeralName = "ephemeral"
 	// OwnerName is the common name of the owner's certificate.
@@ -53,15 +72,24 @@ const nodeIDPrefix = "plinth-"
 
 // NodeID derives a node's ID from its public key, so that it is stable and
 // cannot be chosen by the node. It is a valid DNS label (hostname, etcd
-// member name).
+// member name). 128 bits of the hash: a second key with the same ID is out
+// of reach even with a birthday search (the curator also compares the
+// whole key with its record on every call).
 func NodeID(pub ed25519.PublicKey) string {
 	sum := sha256.Sum256(pub)
-	return nodeIDPrefix + hex.EncodeToString(sum[:8])
+	return nodeIDPrefix + hex.EncodeToString(sum[:16])
 }
 
 // IssueNodeCertificate signs a node's certificate for its public key.
 func IssueNodeCertificate(ca *pki.CA, pub ed25519.PublicKey) (*x509.Certificate, error) {
 	return issue(ca, pub, NodeID(pub), unitNode, pki.UsageServerAndClient)
+}
+
+// IssueCuratorCertificate signs the server certificate a curator serves
+// with: only these are accepted by clients of the Curator, Management and
+// AAA services.
+func IssueCuratorCertificate(ca *pki.CA, pub ed25519.PublicKey) (*x509.Certificate, error) {
+	return issue(ca, pub, NodeID(pub), unitCurator, pki.UsageServer)
 }
 
 // IssueOwnerCertificate signs the owner's client certificate.
@@ -75,8 +103,11 @@ func issue(ca *pki.CA, pub ed25519.PublicKey, cn, unit string, usage pki.Usage) 
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("identity: public key has %d bytes, want %d", len(pub), ed25519.PublicKeySize)
 	}
-	ekus := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	if usage == pki.UsageServerAndClient {
+	var ekus []x509.ExtKeyUsage
+	if usage == pki.UsageClient || usage == pki.UsageServerAndClient {
+		ekus = append(ekus, x509.ExtKeyUsageClientAuth)
+	}
+	if usage == pki.UsageServer || usage == pki.UsageServerAndClient {
 		ekus = append(ekus, x509.ExtKeyUsageServerAuth)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
@@ -93,7 +124,7 @@ func issue(ca *pki.CA, pub ed25519.PublicKey, cn, unit string, usage pki.Usage) 
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           ekus,
 	}
-	if unit == unitNode {
+	if unit == unitNode || unit == unitCurator {
 		tmpl.DNSNames = []string{cn}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, pub, ca.Key)
@@ -123,12 +154,31 @@ func EphemeralCertificate(key ed25519.PrivateKey) (tls.Certificate, error) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-// Credentials are a key with its certificate from the cluster CA: a node's
-// (NodeCredentials) or the owner's.
+// Credentials are a key with its certificate from the cluster CA: a node's,
+// a curator's or the owner's, with what the holder trusts.
 type Credentials struct {
 	PrivateKey  ed25519.PrivateKey
 	Certificate *x509.Certificate
 	CA          *x509.Certificate
+	// Trust is the CA and the newest CRL known; shared by every server
+	// and client built from these credentials (and from WithCertificate).
+	// nil means the CA alone, without a CRL.
+	Trust *Trust
+}
+
+// trust is c.Trust, or the CA alone.
+func (c *Credentials) trust() *Trust {
+	if c.Trust != nil {
+		return c.Trust
+	}
+	return NewTrust(c.CA)
+}
+
+// WithCertificate returns credentials for the same key and trust with
+// another certificate from the same CA (a curator's server certificate).
+func (c *Credentials) WithCertificate(cert *x509.Certificate) (*Credentials, error) {
+	out := &Credentials{PrivateKey: c.PrivateKey, Certificate: cert, CA: c.CA, Trust: c.trust()}
+	return out, out.check()
 }
 
 // NewCredentials checks that cert is for key and chains to ca.
@@ -141,7 +191,7 @@ func NewCredentials(key ed25519.PrivateKey, certDER, caDER []byte) (*Credentials
 	if err != nil {
 		return nil, fmt.Errorf("identity: CA certificate: %w", err)
 	}
-	c := &Credentials{PrivateKey: key, Certificate: cert, CA: ca}
+	c := &Credentials{PrivateKey: key, Certificate: cert, CA: ca, Trust: NewTrust(ca)}
 	return c, c.check()
 }
 
@@ -177,16 +227,35 @@ func (c *Credentials) ServerTLSConfig() *tls.Config {
 	}
 }
 
+// ServerRole is what a client needs the server it dials to be.
+type ServerRole int
+
+const (
+	// ServerCurator: a curator (Curator, Management and AAA services).
+	ServerCurator ServerRole = iota + 1
+	// ServerNode: any node of the cluster (NodeManagement).
+	ServerNode
+)
+
+func (r ServerRole) unit() string {
+	if r == ServerCurator {
+		return unitCurator
+	}
+	return unitNode
+}
+
 // ClientTLSConfig presents these credentials and accepts only a server
-// whose node certificate chains to the cluster CA (any node: which node
-// answers is the resolver's business, see VerifyServerNode).
-func (c *Credentials) ClientTLSConfig() *tls.Config {
-	return ClientTLSConfig(c.CA, c.TLSCertificate())
+// with a certificate for role from the cluster CA that the CRL does not
+// revoke (which one answers is the resolver's business: it pins a node ID
+// as the TLS server name).
+func (c *Credentials) ClientTLSConfig(role ServerRole) *tls.Config {
+	return ClientTLSConfig(c.trust(), c.TLSCertificate(), role)
 }
 
 // ClientTLSConfig presents cert (ephemeral or from the CA) and verifies the
-// server against ca: it must hold a node certificate from the cluster CA.
-func ClientTLSConfig(ca *x509.Certificate, cert tls.Certificate) *tls.Config {
+// server against trust: it must hold an unrevoked certificate for role
+// from the cluster CA.
+func ClientTLSConfig(trust *Trust, cert tls.Certificate, role ServerRole) *tls.Config {
 	return &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS13,
@@ -194,7 +263,7 @@ func ClientTLSConfig(ca *x509.Certificate, cert tls.Certificate) *tls.Config {
 		// from DHCP), so the chain is checked here instead of by hostname.
 		InsecureSkipVerify: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, err := verifyServer(ca, raw)
+			_, err := verifyServer(trust, raw, role)
 			return err
 		},
 		// A node ID as the server name (set by the leader resolver) pins
@@ -211,9 +280,14 @@ func ClientTLSConfig(ca *x509.Certificate, cert tls.Certificate) *tls.Config {
 	}
 }
 
-// verifyServer checks that the server presented a node certificate from
-// ca and returns it.
-func verifyServer(ca *x509.Certificate, raw [][]byte) (*x509.Certificate, error) {
+// ErrWrongRole: the server's certificate is from the cluster CA but not
+// for the role the client needs (e.g. a node certificate where a curator
+// must answer).
+var ErrWrongRole = errors.New("identity: server certificate is not for the required role")
+
+// verifyServer checks that the server presented an unrevoked certificate
+// for role from the trusted CA and returns it.
+func verifyServer(trust *Trust, raw [][]byte, role ServerRole) (*x509.Certificate, error) {
 	if len(raw) == 0 {
 		return nil, errors.New("identity: server sent no certificate")
 	}
@@ -221,11 +295,11 @@ func verifyServer(ca *x509.Certificate, raw [][]byte) (*x509.Certificate, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := pki.Verify(ca, nil, cert, pki.UsageServer); err != nil {
-		return nil, fmt.Errorf("identity: server is not a node of this cluster: %w", err)
+	if err := trust.Verify(cert, pki.UsageServer); err != nil {
+		return nil, fmt.Errorf("identity: server is not a member of this cluster: %w", err)
 	}
-	if unit(cert) != unitNode {
-		return nil, fmt.Errorf("identity: server certificate %q is not a node certificate", cert.Subject.CommonName)
+	if unit(cert) != role.unit() {
+		return nil, fmt.Errorf("%w: %q is a %s certificate, a %s must answer", ErrWrongRole, cert.Subject.CommonName, unit(cert), role.unit())
 	}
 	return cert, nil
 }
@@ -291,7 +365,7 @@ func Load(dir string) (*Credentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("identity: %s: %w", filepath.Join(dir, caFile), err)
 	}
-	c := &Credentials{PrivateKey: key, Certificate: cert, CA: ca}
+	c := &Credentials{PrivateKey: key, Certificate: cert, CA: ca, Trust: NewTrust(ca)}
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("identity: %s: %w", dir, err)
 	}

@@ -50,7 +50,7 @@ func nodeCreds(t *testing.T, ca *pki.CA) *Credentials {
 func TestNodeIDIsStableDNSLabel(t *testing.T) {
 	k := newKey(t)
 	id := NodeID(k.Public().(ed25519.PublicKey))
-	if id != NodeID(k.Public().(ed25519.PublicKey)) || !strings.HasPrefix(id, "plinth-") || len(id) != 23 {
+	if id != NodeID(k.Public().(ed25519.PublicKey)) || !strings.HasPrefix(id, "plinth-") || len(id) != 39 {
 		t.Fatalf("NodeID = %q", id)
 	}
 	if id == NodeID(newKey(t).Public().(ed25519.PublicKey)) {
@@ -108,7 +108,7 @@ func handshake(t *testing.T, server *Credentials, clientCfg *tls.Config) (*Peer,
 			done <- result{nil, err}
 			return
 		}
-		p, err := Classify(s.ConnectionState(), server.CA)
+		p, err := Classify(s.ConnectionState(), server.trust())
 		done <- result{p, err}
 	}()
 	c := tls.Client(b, clientCfg)
@@ -128,7 +128,7 @@ func TestClassify(t *testing.T) {
 	server := nodeCreds(t, ca)
 	client := nodeCreds(t, ca)
 
-	p, serr, cerr := handshake(t, server, client.ClientTLSConfig())
+	p, serr, cerr := handshake(t, server, client.ClientTLSConfig(ServerNode))
 	if serr != nil || cerr != nil || p.Kind != KindNode || p.NodeID != client.ID() {
 		t.Fatalf("node: %+v %v %v", p, serr, cerr)
 	}
@@ -142,7 +142,7 @@ func TestClassify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, serr, cerr = handshake(t, server, owner.ClientTLSConfig()); serr != nil || cerr != nil || p.Kind != KindOwner {
+	if p, serr, cerr = handshake(t, server, owner.ClientTLSConfig(ServerNode)); serr != nil || cerr != nil || p.Kind != KindOwner {
 		t.Fatalf("owner: %+v %v %v", p, serr, cerr)
 	}
 
@@ -151,7 +151,7 @@ func TestClassify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, serr, cerr = handshake(t, server, ClientTLSConfig(ca.Certificate, eph))
+	p, serr, cerr = handshake(t, server, ClientTLSConfig(NewTrust(ca.Certificate), eph, ServerNode))
 	if serr != nil || cerr != nil || p.Kind != KindEphemeral || !p.PublicKey.Equal(ek.Public()) {
 		t.Fatalf("ephemeral: %+v %v %v", p, serr, cerr)
 	}
@@ -159,12 +159,12 @@ func TestClassify(t *testing.T) {
 	// A node certificate from another cluster is merely self-signed-less:
 	// neither from this CA nor self-signed.
 	foreign := nodeCreds(t, newCA(t))
-	if _, serr, _ = handshake(t, server, ClientTLSConfig(ca.Certificate, foreign.TLSCertificate())); !errors.Is(serr, ErrUnauthenticated) {
+	if _, serr, _ = handshake(t, server, ClientTLSConfig(NewTrust(ca.Certificate), foreign.TLSCertificate(), ServerNode)); !errors.Is(serr, ErrUnauthenticated) {
 		t.Fatalf("foreign node certificate: %v", serr)
 	}
 
 	// The client refuses a server from another cluster.
-	if _, _, cerr = handshake(t, foreign, client.ClientTLSConfig()); cerr == nil {
+	if _, _, cerr = handshake(t, foreign, client.ClientTLSConfig(ServerNode)); cerr == nil {
 		t.Fatal("client accepted a server from another cluster")
 	}
 }
@@ -174,8 +174,8 @@ func TestSessionProofBindsToSession(t *testing.T) {
 	server := nodeCreds(t, ca)
 	k := newKey(t)
 	eph, _ := EphemeralCertificate(k)
-	p1, _, _ := handshake(t, server, ClientTLSConfig(ca.Certificate, eph))
-	p2, _, _ := handshake(t, server, ClientTLSConfig(ca.Certificate, eph))
+	p1, _, _ := handshake(t, server, ClientTLSConfig(NewTrust(ca.Certificate), eph, ServerNode))
+	p2, _, _ := handshake(t, server, ClientTLSConfig(NewTrust(ca.Certificate), eph, ServerNode))
 	proof, err := SessionProof(k, p1.TLS, ExporterJoinNode, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -196,12 +196,12 @@ func errNotExist() error { return fs.ErrNotExist }
 func TestServerNamePinsNode(t *testing.T) {
 	ca := newCA(t)
 	server, client, other := nodeCreds(t, ca), nodeCreds(t, ca), nodeCreds(t, ca)
-	cfg := client.ClientTLSConfig()
+	cfg := client.ClientTLSConfig(ServerNode)
 	cfg.ServerName = server.ID()
 	if _, serr, cerr := handshake(t, server, cfg); serr != nil || cerr != nil {
 		t.Fatalf("the named node refused: %v %v", serr, cerr)
 	}
-	cfg = client.ClientTLSConfig()
+	cfg = client.ClientTLSConfig(ServerNode)
 	cfg.ServerName = other.ID()
 	if _, _, cerr := handshake(t, server, cfg); cerr == nil || !strings.Contains(cerr.Error(), "expected node") {
 		t.Fatalf("another node of the cluster accepted in place of %s: %v", other.ID(), cerr)

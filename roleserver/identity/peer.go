@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -60,8 +59,8 @@ type Peer struct {
 var ErrUnauthenticated = errors.New("identity: caller presented no usable certificate")
 
 // PeerFromContext classifies the caller of a gRPC call on a server that
-// used ServerTLSConfig. ca is the cluster CA the server trusts.
-func PeerFromContext(ctx context.Context, ca *x509.Certificate) (*Peer, error) {
+// used ServerTLSConfig, against what the server trusts.
+func PeerFromContext(ctx context.Context, trust *Trust) (*Peer, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return nil, ErrUnauthenticated
@@ -70,11 +69,13 @@ func PeerFromContext(ctx context.Context, ca *x509.Certificate) (*Peer, error) {
 	if !ok {
 		return nil, ErrUnauthenticated
 	}
-	return Classify(info.State, ca)
+	return Classify(info.State, trust)
 }
 
-// Classify decides what a TLS client is from its certificate.
-func Classify(state tls.ConnectionState, ca *x509.Certificate) (*Peer, error) {
+// Classify decides what a TLS client is from its certificate. A
+// certificate from the CA that the CRL revokes is ErrRevoked (wrapped in
+// ErrUnauthenticated): such a caller is nobody, not an ephemeral key.
+func Classify(state tls.ConnectionState, trust *Trust) (*Peer, error) {
 	if len(state.PeerCertificates) == 0 {
 		return nil, ErrUnauthenticated
 	}
@@ -84,9 +85,9 @@ func Classify(state tls.ConnectionState, ca *x509.Certificate) (*Peer, error) {
 		return nil, fmt.Errorf("%w: not an ed25519 key", ErrUnauthenticated)
 	}
 	out := &Peer{PublicKey: pub, TLS: state}
-	if ca != nil && cert.CheckSignatureFrom(ca) == nil {
-		if err := pki.Verify(ca, nil, cert, pki.UsageClient); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+	if trust != nil && trust.CA != nil && cert.CheckSignatureFrom(trust.CA) == nil {
+		if err := trust.Verify(cert, pki.UsageClient); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 		}
 		switch unit(cert) {
 		case unitNode:

@@ -91,6 +91,9 @@ type DataNodeDirectory struct {
 	// Hosts caches the node ID → address map of the cluster (hosts file
 	// format), restored at boot so etcd peers named <node ID> resolve.
 	Hosts File `file:"hosts"`
+	// ClusterCRL is the newest cluster CRL this node received (DER), so
+	// that revocations hold from the first handshake after a reboot.
+	ClusterCRL File `file:"cluster-crl"`
 }
 
 // EphemeralDirectory is a tmpfs: gone at reboot.

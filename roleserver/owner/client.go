@@ -103,7 +103,7 @@ func (c *Client) curatorConn(ep string) (*grpc.ClientConn, error) {
 	if cc := c.curators[ep]; cc != nil {
 		return cc, nil
 	}
-	cc, err := dial(ep, credentials.NewTLS(c.creds.ClientTLSConfig()))
+	cc, err := dial(ep, credentials.NewTLS(c.creds.ClientTLSConfig(identity.ServerCurator)))
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func (c *Client) nodeConn(ctx context.Context, id string) (*grpc.ClientConn, err
 	if cc := c.nodes[key]; cc != nil {
 		return cc, nil
 	}
-	cfg := c.creds.ClientTLSConfig()
+	cfg := c.creds.ClientTLSConfig(identity.ServerNode)
 	cfg.VerifyPeerCertificate = verifyNode(id, cfg.VerifyPeerCertificate)
 	cc, err := dial(ep, credentials.NewTLS(cfg))
 	if err != nil {

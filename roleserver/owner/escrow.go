@@ -69,7 +69,7 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey)
 	}
 
 	// Second connection: owner certificate, same server certificate.
-	pinned := identity.ClientTLSConfig(nil, tls.Certificate{Certificate: [][]byte{ownerDER}, PrivateKey: key})
+	pinned := identity.ClientTLSConfig(nil, tls.Certificate{Certificate: [][]byte{ownerDER}, PrivateKey: key}, identity.ServerCurator)
 	pinned.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
 		if len(raw) == 0 || !bytes.Equal(raw[0], server.Raw) {
 			return errors.New("owner: the server changed its certificate between escrow and GetClusterInfo")
@@ -92,8 +92,8 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey)
 	if !ca.IsCA {
 		return nil, nil, fmt.Errorf("owner: cluster CA certificate %q is not a CA", ca.Subject)
 	}
-	// The server must be a node of the cluster whose CA it named...
-	check := identity.ClientTLSConfig(ca, tls.Certificate{}).VerifyPeerCertificate
+	// The server must be a curator of the cluster whose CA it named...
+	check := identity.ClientTLSConfig(identity.NewTrust(ca), tls.Certificate{}, identity.ServerCurator).VerifyPeerCertificate
 	if err := check([][]byte{server.Raw}, nil); err != nil {
 		return nil, nil, fmt.Errorf("owner: server %q does not belong to the cluster CA it reports: %w", server.Subject.CommonName, err)
 	}

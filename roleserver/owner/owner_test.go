@@ -43,7 +43,8 @@ type fakeCluster struct {
 	mu       sync.Mutex
 	approved [][]byte
 	calls    int
-	addr     string
+	addr     string // AAA and Management, served with a curator certificate
+	nodeAddr string // NodeManagement, served with the node certificate
 }
 
 func newCA(t *testing.T, name string) *pki.CA {
@@ -83,17 +84,34 @@ func newFakeCluster(t *testing.T, ca *pki.CA, ownerPub ed25519.PublicKey) *fakeC
 		t.Fatal(err)
 	}
 	f.addr = lis.Addr().String()
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig())))
+	curatorCert, err := identity.IssueCuratorCertificate(ca, nodeKey.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	curator, err := creds.WithCertificate(curatorCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(curator.ServerTLSConfig())))
 	clusterpb.RegisterAAAServer(srv, f)
 	clusterpb.RegisterManagementServer(srv, f)
-	clusterpb.RegisterNodeManagementServer(srv, f)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
+
+	nlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.nodeAddr = nlis.Addr().String()
+	nsrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig())))
+	clusterpb.RegisterNodeManagementServer(nsrv, f)
+	go nsrv.Serve(nlis)
+	t.Cleanup(nsrv.Stop)
 	return f
 }
 
 func (f *fakeCluster) Escrow(s grpc.BidiStreamingServer[clusterpb.EscrowFromClient, clusterpb.EscrowFromServer]) error {
-	p, err := identity.PeerFromContext(s.Context(), f.node.CA)
+	p, err := identity.PeerFromContext(s.Context(), identity.NewTrust(f.node.CA))
 	if err != nil || p.Kind != identity.KindEphemeral || !p.PublicKey.Equal(f.ownerPub) {
 		return status.Error(codes.PermissionDenied, "not the owner key")
 	}
@@ -132,7 +150,7 @@ func (f *fakeCluster) owner(ctx context.Context) error {
 	if f.mgmtErr != nil {
 		return f.mgmtErr
 	}
-	p, err := identity.PeerFromContext(ctx, f.issuer.Certificate)
+	p, err := identity.PeerFromContext(ctx, identity.NewTrust(f.issuer.Certificate))
 	if err != nil || p.Kind != identity.KindOwner {
 		return status.Error(codes.PermissionDenied, "owner only")
 	}
@@ -447,7 +465,7 @@ func TestNodeManagementChecksNode(t *testing.T) {
 	key := newKey(t)
 	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
 	c := ownerClient(t, f, key, f.addr)
-	c.SetNodeEndpoint(f.node.ID(), f.addr)
+	c.SetNodeEndpoint(f.node.ID(), f.nodeAddr)
 	var got []string
 	err := c.Logs(ctx(t), f.node.ID(), &clusterpb.LogsRequest{Dn: "root.x"}, func(e *clusterpb.LogEntry) error {
 		got = append(got, e.GetDn()+":"+e.GetMessage())
@@ -457,7 +475,7 @@ func TestNodeManagementChecksNode(t *testing.T) {
 		t.Fatalf("logs %v, %v", got, err)
 	}
 	// An override pointing at another node's server is caught by the TLS check.
-	c.SetNodeEndpoint("plinth-00000000000000aa", f.addr)
+	c.SetNodeEndpoint("plinth-00000000000000aa", f.nodeAddr)
 	err = c.Logs(ctx(t), "plinth-00000000000000aa", &clusterpb.LogsRequest{}, func(*clusterpb.LogEntry) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "reached node "+f.node.ID()) {
 		t.Errorf("logs from the wrong node: %v", err)

@@ -2,10 +2,13 @@ package rpc
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,40 +23,41 @@ import (
 	"plinth.dev/plinth/roleserver/identity"
 )
 
-// permissions is the whole policy: which kind of caller holds which
-// permission. Kept as one literal so it can be audited at a glance.
-var permissions = map[identity.Kind][]clusterpb.Permission{
-	identity.KindOwner: {
-		clusterpb.Permission_GET_REGISTER_TICKET,
-		clusterpb.Permission_READ_CLUSTER_STATUS,
-		clusterpb.Permission_UPDATE_NODE_ROLES,
-		clusterpb.Permission_APPROVE_NODE,
-		clusterpb.Permission_DECOMMISSION_NODE,
-		clusterpb.Permission_READ_NODE_LOGS,
-		clusterpb.Permission_NODE_POWER,
-	},
-	identity.KindNode: {
-		clusterpb.Permission_READ_CLUSTER_STATUS,
-		clusterpb.Permission_UPDATE_NODE_SELF,
-	},
-	identity.KindEphemeral: {
-		clusterpb.Permission_REGISTER_NODE,
-		clusterpb.Permission_ESCROW_OWNERSHIP,
-	},
+// grants is the policy as the .proto declares it: which caller kinds
+// hold each permission (the granted_to option on every Permission value
+// in api/cluster/v1/authorization.proto). Read once from the descriptors.
+var grants = sync.OnceValue(func() map[clusterpb.Permission][]clusterpb.CallerKind {
+	out := map[clusterpb.Permission][]clusterpb.CallerKind{}
+	values := clusterpb.Permission_PERMISSION_UNSPECIFIED.Descriptor().Values()
+	for i := 0; i < values.Len(); i++ {
+		v := values.Get(i)
+		out[clusterpb.Permission(v.Number())] = proto.GetExtension(v.Options(), clusterpb.E_GrantedTo).([]clusterpb.CallerKind)
+	}
+	return out
+})
+
+// callerKind is the API's name for an identity kind.
+func callerKind(k identity.Kind) clusterpb.CallerKind {
+	switch k {
+	case identity.KindOwner:
+		return clusterpb.CallerKind_CALLER_KIND_OWNER
+	case identity.KindNode:
+		return clusterpb.CallerKind_CALLER_KIND_NODE
+	case identity.KindEphemeral:
+		return clusterpb.CallerKind_CALLER_KIND_EPHEMERAL
+	}
+	return clusterpb.CallerKind_CALLER_KIND_UNSPECIFIED
 }
 
-// Permitted reports whether a caller of kind holds permission p.
-// Unauthenticated callers and PERMISSION_UNSPECIFIED are never permitted.
+// Permitted reports whether a caller of kind holds permission p, as the
+// permission's granted_to option says. Unauthenticated callers and
+// PERMISSION_UNSPECIFIED are never permitted.
 func Permitted(kind identity.Kind, p clusterpb.Permission) bool {
-	if p == clusterpb.Permission_PERMISSION_UNSPECIFIED {
+	ck := callerKind(kind)
+	if p == clusterpb.Permission_PERMISSION_UNSPECIFIED || ck == clusterpb.CallerKind_CALLER_KIND_UNSPECIFIED {
 		return false
 	}
-	for _, q := range permissions[kind] {
-		if q == p {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(grants()[p], ck)
 }
 
 // RequiredPermission returns the permission the method named by a gRPC full
@@ -89,16 +93,37 @@ func RequiredPermission(fullMethod string) (clusterpb.Permission, error) {
 	return p, nil
 }
 
-// Authorizer is the server-side permission check.
+// Authorizer is the server-side permission check, the one place that
+// decides who may call what: it classifies the caller from its TLS
+// certificate (checking the CRL), looks up the method's
+// required_permission, checks the caller's kind against the permission's
+// granted_to, and then runs the service's CallerCheck. Handlers get the
+// authenticated caller from PeerFrom and never decide again. It also
+// turns a panic in a handler into an INTERNAL error, logged with its
+// stack, instead of a crashed node.
 type Authorizer struct {
-	ca func() *x509.Certificate
+	trust *identity.Trust
+	log   *slog.Logger
+	check CallerCheck
 }
 
-// NewAuthorizer checks callers against the cluster CA returned by ca (a
-// function so that a server started before the CA is known, or across a
-// CA change, always uses the current one).
-func NewAuthorizer(ca func() *x509.Certificate) *Authorizer {
-	return &Authorizer{ca: ca}
+// CallerCheck is a service's own verification of an authenticated caller
+// beyond its certificate, run on every call after the permission check:
+// the curator checks a node caller against its record (the whole key, not
+// decommissioned). A non-nil error refuses the call; return a status
+// error (see Error) to choose its code.
+type CallerCheck func(ctx context.Context, p *identity.Peer) error
+
+// NewAuthorizer checks callers against trust (the cluster CA and the CRL
+// held). log receives recovered panics; check may be nil.
+func NewAuthorizer(trust *identity.Trust, log *slog.Logger, check CallerCheck) *Authorizer {
+	if trust == nil {
+		panic(errors.New("rpc: NewAuthorizer needs a trust"))
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Authorizer{trust: trust, log: log, check: check}
 }
 
 type peerKey struct{}
@@ -112,11 +137,12 @@ func PeerFrom(ctx context.Context) *identity.Peer {
 
 // authorize classifies the caller and checks the method's permission.
 func (a *Authorizer) authorize(ctx context.Context, fullMethod string) (context.Context, error) {
-	var ca *x509.Certificate
-	if a.ca != nil {
-		ca = a.ca()
+	p, err := identity.PeerFromContext(ctx, a.trust)
+	if errors.Is(err, identity.ErrRevoked) {
+		// Only a decommissioned node's node certificate is ever revoked
+		// for a caller; saying so lets the node drop what it holds.
+		return nil, Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "%s: %v (the node is decommissioned)", fullMethod, err)
 	}
-	p, err := identity.PeerFromContext(ctx, ca)
 	if err != nil || p.Kind == identity.KindUnauthenticated {
 		if err == nil {
 			err = identity.ErrUnauthenticated
@@ -130,13 +156,33 @@ func (a *Authorizer) authorize(ctx context.Context, fullMethod string) (context.
 	if !Permitted(p.Kind, perm) {
 		return nil, status.Errorf(codes.PermissionDenied, "%s requires permission %s, which a caller of kind %s does not have", fullMethod, perm, p.Kind)
 	}
+	if a.check != nil {
+		if err := a.check(ctx, p); err != nil {
+			if _, ok := status.FromError(err); !ok {
+				err = status.Errorf(codes.PermissionDenied, "%s: %v", fullMethod, err)
+			}
+			return nil, err
+		}
+	}
 	return context.WithValue(ctx, peerKey{}, p), nil
+}
+
+// recovered turns a panic into an INTERNAL error; use as
+// `defer a.recovered(method, &err)`.
+func (a *Authorizer) recovered(method string, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	a.log.Error("panic in gRPC handler", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	*err = status.Errorf(codes.Internal, "%s: internal error (the server logged it)", method)
 }
 
 // Unary is the grpc.UnaryServerInterceptor of the authorizer.
 func (a *Authorizer) Unary() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := a.authorize(ctx, info.FullMethod)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (_ any, err error) {
+		defer a.recovered(info.FullMethod, &err)
+		ctx, err = a.authorize(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +192,8 @@ func (a *Authorizer) Unary() grpc.UnaryServerInterceptor {
 
 // Stream is the grpc.StreamServerInterceptor of the authorizer.
 func (a *Authorizer) Stream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer a.recovered(info.FullMethod, &err)
 		ctx, err := a.authorize(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
@@ -169,13 +216,17 @@ type authorizedStream struct {
 func (s *authorizedStream) Context() context.Context { return s.ctx }
 
 // NewServer is a gRPC server serving TLS with creds (node credentials),
-// with every call checked by an Authorizer trusting creds.CA. extra options
-// are appended (more interceptors run after the authorizer).
-func NewServer(creds *identity.Credentials, extra ...grpc.ServerOption) *grpc.Server {
+// with every call checked by an Authorizer trusting creds.Trust (the CA
+// and the CRL the node holds). extra options are appended.
+func NewServer(creds *identity.Credentials, log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 	if creds == nil {
 		panic(errors.New("rpc: NewServer needs credentials"))
 	}
-	a := NewAuthorizer(func() *x509.Certificate { return creds.CA })
+	trust := creds.Trust
+	if trust == nil {
+		trust = identity.NewTrust(creds.CA)
+	}
+	a := NewAuthorizer(trust, log, nil)
 	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig()))}, a.ServerOptions()...)
 	return grpc.NewServer(append(opts, extra...)...)
 }

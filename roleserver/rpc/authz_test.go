@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -37,13 +38,14 @@ var wantAllowed = map[string][]identity.Kind{
 	"/plinth.cluster.v1.Curator/IssueCertificate": {identity.KindNode},
 	"/plinth.cluster.v1.Curator/GetCurrentLeader": {identity.KindNode, identity.KindOwner},
 
-	"/plinth.cluster.v1.Management/GetRegisterTicket": {identity.KindOwner},
-	"/plinth.cluster.v1.Management/GetClusterInfo":    {identity.KindNode, identity.KindOwner},
-	"/plinth.cluster.v1.Management/GetNodes":          {identity.KindNode, identity.KindOwner},
-	"/plinth.cluster.v1.Management/ApproveNode":       {identity.KindOwner},
-	"/plinth.cluster.v1.Management/UpdateNodeRoles":   {identity.KindOwner},
-	"/plinth.cluster.v1.Management/DecommissionNode":  {identity.KindOwner},
-	"/plinth.cluster.v1.AAA/Escrow":                   {identity.KindEphemeral},
+	"/plinth.cluster.v1.Management/GetRegisterTicket":    {identity.KindOwner},
+	"/plinth.cluster.v1.Management/RotateRegisterTicket": {identity.KindOwner},
+	"/plinth.cluster.v1.Management/GetClusterInfo":       {identity.KindNode, identity.KindOwner},
+	"/plinth.cluster.v1.Management/GetNodes":             {identity.KindNode, identity.KindOwner},
+	"/plinth.cluster.v1.Management/ApproveNode":          {identity.KindOwner},
+	"/plinth.cluster.v1.Management/UpdateNodeRoles":      {identity.KindOwner},
+	"/plinth.cluster.v1.Management/DecommissionNode":     {identity.KindOwner},
+	"/plinth.cluster.v1.AAA/Escrow":                      {identity.KindEphemeral},
 
 	"/plinth.cluster.v1.NodeManagement/Logs":     {identity.KindOwner},
 	"/plinth.cluster.v1.NodeManagement/Status":   {identity.KindNode, identity.KindOwner},
@@ -102,8 +104,8 @@ func TestPermissionTable(t *testing.T) {
 			t.Errorf("%s is in wantAllowed but not in the registry", m)
 		}
 	}
-	if len(seen) != 19 {
-		t.Errorf("walked %d methods, want 19", len(seen))
+	if len(seen) != 20 {
+		t.Errorf("walked %d methods, want 20", len(seen))
 	}
 }
 
@@ -192,7 +194,7 @@ func (f *fakeServers) UpdateNodeStatus(ctx context.Context, _ *clusterpb.UpdateN
 func TestInterceptors(t *testing.T) {
 	p := newTestPKI(t)
 	fake := &fakeServers{}
-	srv := NewServer(p.node())
+	srv := NewServer(p.node(), nil)
 	clusterpb.RegisterManagementServer(srv, fake)
 	clusterpb.RegisterCuratorServer(srv, fake)
 	addr := serve(t, srv)
@@ -304,5 +306,81 @@ func TestErrorReason(t *testing.T) {
 	// A plain status error with the same words carries no reason.
 	if got := Reason(status.Error(codes.PermissionDenied, "node x is decommissioned")); got != clusterpb.ErrorReason_ERROR_REASON_UNSPECIFIED {
 		t.Fatalf("Reason of a message-only error = %v", got)
+	}
+}
+
+// panicking panics in GetRegisterTicket.
+type panicking struct {
+	clusterpb.UnimplementedManagementServer
+}
+
+func (panicking) GetRegisterTicket(context.Context, *clusterpb.GetRegisterTicketRequest) (*clusterpb.GetRegisterTicketResponse, error) {
+	var m map[string]int
+	m["boom"]++ // nil map write: a real bug, not a deliberate panic(...)
+	return nil, nil
+}
+
+// TestPanicIsInternalError: a panicking handler answers INTERNAL and the
+// server keeps serving, instead of taking the process down.
+func TestPanicIsInternalError(t *testing.T) {
+	p := newTestPKI(t)
+	srv := NewServer(p.node(), nil)
+	clusterpb.RegisterManagementServer(srv, panicking{})
+	conn := dial(t, serve(t, srv), p.clientCreds(p.owner().TLSCertificate()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < 2; i++ {
+		_, err := clusterpb.NewManagementClient(conn).GetRegisterTicket(ctx, &clusterpb.GetRegisterTicketRequest{})
+		if status.Code(err) != codes.Internal {
+			t.Fatalf("call %d: %v, want Internal", i, err)
+		}
+	}
+}
+
+// TestCallerCheckAndCRL: the service's CallerCheck runs for every call in
+// the one interceptor, and a caller whose certificate the CRL revokes is
+// refused before any handler runs.
+func TestCallerCheckAndCRL(t *testing.T) {
+	p := newTestPKI(t)
+	node, banned := p.node(), p.node()
+	trust := identity.NewTrust(p.ca.Certificate)
+	fake := &fakeServers{}
+	a := NewAuthorizer(trust, nil, func(ctx context.Context, peer *identity.Peer) error {
+		if peer.NodeID == banned.ID() {
+			return Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "node %s is decommissioned", peer.NodeID)
+		}
+		return nil
+	})
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(node.ServerTLSConfig()))}, a.ServerOptions()...)...)
+	clusterpb.RegisterManagementServer(srv, fake)
+	addr := serve(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	getNodes := func(c *identity.Credentials) error {
+		s, err := clusterpb.NewManagementClient(dial(t, addr, p.clientCreds(c.TLSCertificate()))).GetNodes(ctx, &clusterpb.GetNodesRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		return err
+	}
+	if err := getNodes(node); err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	if err := getNodes(banned); Reason(err) != clusterpb.ErrorReason_NODE_DECOMMISSIONED {
+		t.Fatalf("refused by the caller check: %v", err)
+	}
+	crl, err := p.ca.Revoke(nil, node.Certificate.SerialNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trust.SetCRL(crl.Raw); err != nil {
+		t.Fatal(err)
+	}
+	calls := len(fake.peers)
+	if err := getNodes(node); status.Code(err) != codes.PermissionDenied || Reason(err) != clusterpb.ErrorReason_NODE_DECOMMISSIONED {
+		t.Fatalf("revoked node: %v", err)
+	}
+	if len(fake.peers) != calls {
+		t.Fatal("the handler ran for a revoked caller")
 	}
 }

@@ -48,6 +48,18 @@ func (p *testPKI) node() *identity.Credentials {
 	return &identity.Credentials{PrivateKey: key, Certificate: cert, CA: p.ca.Certificate}
 }
 
+// curator is a curator's credentials: what clients of the Curator
+// service accept.
+func (p *testPKI) curator() *identity.Credentials {
+	p.t.Helper()
+	key := newKey(p.t)
+	cert, err := identity.IssueCuratorCertificate(p.ca, key.Public().(ed25519.PublicKey))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return &identity.Credentials{PrivateKey: key, Certificate: cert, CA: p.ca.Certificate}
+}
+
 func (p *testPKI) owner() *identity.Credentials {
 	p.t.Helper()
 	key := newKey(p.t)
@@ -61,7 +73,7 @@ func (p *testPKI) owner() *identity.Credentials {
 // clientCreds presents cert (nothing if it is empty) and verifies the
 // server against the test CA.
 func (p *testPKI) clientCreds(cert tls.Certificate) credentials.TransportCredentials {
-	cfg := identity.ClientTLSConfig(p.ca.Certificate, cert)
+	cfg := identity.ClientTLSConfig(identity.NewTrust(p.ca.Certificate), cert, identity.ServerNode)
 	if cert.Certificate == nil {
 		cfg.Certificates = nil
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/roleserver/identity"
 )
 
 // fakeCurator answers GetCurrentLeader with its current idea of the leader
@@ -32,7 +33,7 @@ type fakeCurator struct {
 
 func newFakeCurator(t *testing.T, p *testPKI, name string) *fakeCurator {
 	f := &fakeCurator{name: name, changed: make(chan struct{})}
-	f.srv = NewServer(p.node())
+	f.srv = NewServer(p.curator(), nil)
 	clusterpb.RegisterCuratorServer(f.srv, f)
 	f.addr = serve(t, f.srv)
 	return f
@@ -119,7 +120,7 @@ func waitLeader(t *testing.T, r *Resolver, want *fakeCurator) {
 func newTestResolver(t *testing.T, p *testPKI) *Resolver {
 	node := p.node()
 	r := NewResolver(slog.New(slog.DiscardHandler), func() credentials.TransportCredentials {
-		return credentials.NewTLS(node.ClientTLSConfig())
+		return credentials.NewTLS(node.ClientTLSConfig(identity.ServerCurator))
 	})
 	r.retryMin, r.retryMax = 20*time.Millisecond, 100*time.Millisecond
 	t.Cleanup(r.Close)
