@@ -1,0 +1,64 @@
+// Command kube is the multi-call Kubernetes binary of a Plinth node: one
+// executable in the system image for every Kubernetes component the Role
+// Server runs, each as its own child process.
+//
+//	kube apiserver          ARGS   kube-apiserver
+//	kube controller-manager ARGS   kube-controller-manager
+//	kube scheduler          ARGS   kube-scheduler
+//	kube kubelet            ARGS   kubelet
+//	kube proxy              ARGS   kube-proxy
+//
+// Why one binary: the components share most of their code (client-go,
+// apimachinery, the API types), so one executable is a fraction of the
+// size of five. Each component is built only when it is called, because
+// Kubernetes does global set-up (flags, feature gates, metrics
+// registries) inside its New…Command functions, and two components'
+// set-up must never meet in one process.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
+)
+
+// components maps a name to its command, made only when called.
+var components = map[string]func() *cobra.Command{
+	"apiserver":          func() *cobra.Command { return apiserver.NewAPIServerCommand() },
+	"controller-manager": func() *cobra.Command { return controllermanager.NewControllerManagerCommand() },
+	"scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"kubelet":            func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
+	"proxy":              func() *cobra.Command { return proxy.NewProxyCommand() },
+}
+
+func main() {
+	name, args := filepath.Base(os.Args[0]), os.Args[1:]
+	name = strings.TrimPrefix(name, "kube-")
+	if _, ok := components[name]; !ok && len(args) > 0 {
+		name, args = strings.TrimPrefix(args[0], "kube-"), args[1:]
+	}
+	newCmd, ok := components[name]
+	if !ok {
+		var names []string
+		for n := range components {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(os.Stderr, "usage: kube COMPONENT [flags]\ncomponents: %s\n", strings.Join(names, ", "))
+		os.Exit(2)
+	}
+	cmd := newCmd()
+	cmd.SetArgs(args)
+	os.Exit(cli.Run(cmd))
+}
