@@ -252,12 +252,10 @@ func (s *Service) startConsensus(ctx context.Context, key ed25519.PrivateKey, no
 		NodeID:         nodeID,
 		NodePrivateKey: key,
 	}
-	var cons *consensus.Service
-	if s.knobs != nil && s.knobs.newConsensus != nil {
-		cons = s.knobs.newConsensus(cfg)
-	} else {
-		cons = consensus.New(cfg)
+	if s.knobs != nil {
+		cfg.Tuning = s.knobs.consensusTuning
 	}
+	cons := consensus.New(cfg)
 	run := func(ctx context.Context) error {
 		inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel()
