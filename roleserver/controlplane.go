@@ -159,7 +159,10 @@ func (s *Service) bootstrap(ctx context.Context, nd *nodeData) error {
 	if err := creds.Save(dir); err != nil {
 		return fmt.Errorf("saving node credentials: %w", err)
 	}
-	log.Info("cluster bootstrapped: node certificate issued and saved", "credentials", dir)
+	// The owner compares this with what plinthctl takeownership prints
+	// (or passes it as -ca-fingerprint): the console is the channel that
+	// needs no trust in the network.
+	log.Info("cluster bootstrapped: node certificate issued and saved", "credentials", dir, "ca-sha256", pki.Fingerprint(creds.CA))
 	s.Roles.Set(roles)
 	s.Credentials.Set(creds)
 	if err := s.startCurator(ctx, creds, cons, &curators); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -20,6 +21,25 @@ import (
 	"plinth.dev/plinth/roleserver/identity"
 )
 
+// ErrCAFingerprintMismatch is returned by TakeOwnership when the cluster
+// CA does not have the fingerprint given with WithCAFingerprint.
+var ErrCAFingerprintMismatch = errors.New("owner: the cluster CA does not have the expected fingerprint")
+
+// TakeOwnershipOption changes how TakeOwnership trusts the cluster.
+type TakeOwnershipOption func(*takeOwnershipOptions)
+
+type takeOwnershipOptions struct {
+	caFingerprint *[sha256.Size]byte
+}
+
+// WithCAFingerprint pins the cluster CA to the SHA-256 fingerprint of its
+// certificate (pki.Fingerprint), learnt over a channel the owner trusts,
+// such as the bootstrap node's console. Without it the CA is trusted on
+// first use.
+func WithCAFingerprint(sum [sha256.Size]byte) TakeOwnershipOption {
+	return func(o *takeOwnershipOptions) { o.caFingerprint = &sum }
+}
+
 // TakeOwnership performs the one-time ownership hand-over with the curator
 // at endpoint (host:port) for the owner key named in the bootstrap
 // parameters, and returns the owner's credentials and the cluster info.
@@ -30,7 +50,19 @@ import (
 // certificate, that must present the very same server certificate. Both
 // the server's node certificate and the owner certificate must chain to
 // that CA, or nothing is returned.
-func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey) (*identity.Credentials, *clusterpb.GetClusterInfoResponse, error) {
+//
+// With WithCAFingerprint, a CA with another fingerprint fails with
+// ErrCAFingerprintMismatch as soon as GetClusterInfo names it, and nothing
+// is returned to save. The server presents only its node certificate, so
+// the CA cannot be seen earlier: what went out by then is the escrow
+// proof, which signs that TLS connection's exporter value and so is
+// worthless on any other connection, and the owner certificate the same
+// server had just issued, shown back to it.
+func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey, opts ...TakeOwnershipOption) (*identity.Credentials, *clusterpb.GetClusterInfoResponse, error) {
+	var o takeOwnershipOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if len(key) != ed25519.PrivateKeySize {
 		return nil, nil, errors.New("owner: invalid owner key")
 	}
@@ -88,6 +120,10 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey)
 	ca, err := x509.ParseCertificate(info.GetCaCertificate())
 	if err != nil {
 		return nil, nil, fmt.Errorf("owner: cluster CA certificate: %w", err)
+	}
+	if want := o.caFingerprint; want != nil && sha256.Sum256(ca.Raw) != *want {
+		return nil, nil, fmt.Errorf("%w: the cluster at %s reports a CA with fingerprint %s, want %s",
+			ErrCAFingerprintMismatch, endpoint, pki.Fingerprint(ca), pki.FormatFingerprint(*want))
 	}
 	if !ca.IsCA {
 		return nil, nil, fmt.Errorf("owner: cluster CA certificate %q is not a CA", ca.Subject)
