@@ -3,6 +3,7 @@ module plinth.dev/plinth
 go 1.26.0
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/google/go-tpm v0.9.8
 	github.com/google/go-tpm-tools v0.4.10
 	github.com/insomniacslk/dhcp v0.0.0-20231206064809-8c70d406f6d2

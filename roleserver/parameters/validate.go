@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/pki"
 )
 
 // maxPCR is one past the highest PCR index of a PC Client TPM (24 PCRs).
@@ -101,6 +102,9 @@ func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path stri
 func validateBootstrap(b *nodepb.Bootstrap, add adder) {
 	if n := len(b.GetOwnerPublicKey()); n != ed25519.PublicKeySize {
 		add("bootstrap.owner_public_key: %d bytes, want a raw %d-byte ed25519 public key", n, ed25519.PublicKeySize)
+	} else if err := pki.CheckEd25519PublicKey(b.GetOwnerPublicKey()); err != nil {
+		// Whoever could forge the owner's signatures would own the cluster.
+		add("bootstrap.owner_public_key: refused, anyone could sign as this owner: %w", err)
 	}
 }
 

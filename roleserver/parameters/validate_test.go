@@ -1,6 +1,7 @@
 package parameters
 
 import (
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/pki"
 )
 
 func TestValidateAcceptsFixtures(t *testing.T) {
@@ -19,6 +21,41 @@ func TestValidateAcceptsFixtures(t *testing.T) {
 	}
 	if err := Validate(registerDoc(t)); err != nil {
 		t.Errorf("register: %v", err)
+	}
+}
+
+// The bootstrap owner key must be a real key, not only 32 bytes: a
+// small-order or non-canonical point would let anyone sign as the owner.
+func TestValidateRefusesWeakOwnerKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, hex string
+		want      error
+	}{
+		{"identity", "0100000000000000000000000000000000000000000000000000000000000000", pki.ErrKeySmallOrder},
+		{"order 2", "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", pki.ErrKeySmallOrder},
+		{"order 4", "0000000000000000000000000000000000000000000000000000000000000000", pki.ErrKeySmallOrder},
+		{"order 8", "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05", pki.ErrKeySmallOrder},
+		{"non-canonical", "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", pki.ErrKeyNotCanonical},
+		{"not on the curve", "0200000000000000000000000000000000000000000000000000000000000000", pki.ErrKeyNotOnCurve},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := bootstrapDoc()
+			p.GetBootstrap().OwnerPublicKey, _ = hex.DecodeString(tc.hex)
+			err := Validate(p)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Validate: %v, want %v", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "bootstrap.owner_public_key") {
+				t.Errorf("error %q does not name the field", err)
+			}
+			if _, err := Encode(p); !errors.Is(err, tc.want) {
+				t.Errorf("Encode: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// A normal key (the fixtures') passes.
+	if err := Validate(bootstrapDoc()); err != nil {
+		t.Errorf("normal owner key: %v", err)
 	}
 }
 
