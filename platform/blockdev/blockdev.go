@@ -80,8 +80,8 @@ func PartitionPath(disk string, n int) string {
 }
 
 // RereadPartitions asks the kernel to re-read disk's partition table and
-// waits until partition 1's node exists.
-func RereadPartitions(disk string) error {
+// waits until the node of partition n (1-based) exists.
+func RereadPartitions(disk string, n int) error {
 	f, err := os.OpenFile(disk, os.O_RDONLY, 0)
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func RereadPartitions(disk string) error {
 	if err != nil {
 		return fmt.Errorf("re-reading partition table of %s: %w", disk, err)
 	}
-	p := PartitionPath(disk, 1)
+	p := PartitionPath(disk, n)
 	for i := 0; i < 100; i++ {
 		if _, err := os.Stat(p); err == nil {
 			return nil
