@@ -93,10 +93,10 @@ func (o *opener) step(name string, fn func() error) error {
 	return nil
 }
 
-// Open finds the data disk, sets it up if (and only if) it is blank or its
-// first-time setup was interrupted, unlocks it and mounts it. A disk whose
-// header says setup completed is never formatted; a disk that is neither
-// blank nor ours is refused.
+// Open opens the data disk c.Disk (as FindDataDisk chose it), sets it up
+// if (and only if) it is blank or its first-time setup was interrupted,
+// unlocks it and mounts it. A disk whose header says setup completed is
+// never formatted; a disk that is neither blank nor ours is refused.
 func Open(ctx context.Context, c Config) (*Result, error) {
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -159,14 +159,7 @@ func Open(ctx context.Context, c Config) (*Result, error) {
 // every call of a boot uses the disk chosen once (FindDataDisk).
 func (o *opener) findDisk() error {
 	if o.Disk == "" {
-		disks, err := blockdev.WaitForDisk(5 * time.Second)
-		if err != nil {
-			return err
-		}
-		if len(disks) == 0 {
-			return errNoDisk
-		}
-		o.Disk = disks[0].Path
+		return errNoDisk
 	}
 	sz, err := blockdev.Size(o.Disk)
 	if err != nil {
@@ -453,4 +446,9 @@ func Close(mountPoint string) error {
 	return nil
 }
 
-func humanSize(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+func humanSize(n int64) string {
+	if n < 1<<30 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}

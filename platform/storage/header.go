@@ -1,9 +1,15 @@
-// Package storage holds the on-disk format of the node's data disk: the
-// Plinth data partition type, the header at the start of that partition,
-// the checks that decide whether a disk is blank, and the derivation of
-// the volume key.
+// Package storage holds the node's data disk: which disk it is
+// (diskchoice.go: chosen once per boot, never by probe order), the Plinth
+// data partition type and how the partition is found and checked
+// (layout.go: by GPT entry number, against the kernel's device and the
+// header's partition GUID), the header at the start of that partition,
+// the checks that decide whether a disk is blank, the derivation of the
+// volume key, and opening the volume (datadisk.go).
 //
 // # Layout
+//
+// As Plinth partitions a blank disk; on a flashed disk the data partition
+// is one of several (ESP, system slots) and may follow empty entries.
 //
 //	data disk (GPT, see platform/gpt)
 //	+------+-----+---------+-------------------------------------------+---------+-----+

@@ -154,6 +154,19 @@ func TestPartitionDeviceCheck(t *testing.T) {
 	}
 }
 
+// TestNoImplicitDisk: every call names the disk chosen for this boot.
+func TestNoImplicitDisk(t *testing.T) {
+	if _, err := Peek(""); !errors.Is(err, errNoDisk) {
+		t.Errorf("Peek(\"\"): %v", err)
+	}
+	if err := UpdateEnrolment("", []byte("x")); !errors.Is(err, errNoDisk) {
+		t.Errorf("UpdateEnrolment(\"\"): %v", err)
+	}
+	if _, err := Open(t.Context(), Config{Mode: ModeCrypt}); !errors.Is(err, errNoDisk) {
+		t.Errorf("Open without a disk: %v", err)
+	}
+}
+
 // TestSeveralDataPartitionsRefused: two Plinth data partitions on one
 // disk are ambiguous.
 func TestSeveralDataPartitionsRefused(t *testing.T) {
