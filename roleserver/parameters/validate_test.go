@@ -132,6 +132,12 @@ func TestValidateErrors(t *testing.T) {
 		{"hostname too long", boot(func(p *nodepb.Parameters) { p.Network.Hostname = strings.Repeat("a", 64) }), "64 characters, at most 63"},
 		{"hostname dash", boot(func(p *nodepb.Parameters) { p.Network.Hostname = "-node" }), "starts or ends with '-'"},
 		{"hostname empty label", boot(func(p *nodepb.Parameters) { p.Network.Hostname = "node..lab" }), "empty label"},
+
+		{"data disk as a path", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "/dev/vdb" }), `storage.data_disk "/dev/vdb": a path; give the kernel name without /dev/`},
+		{"data disk with a space", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "WD 123" }), `storage.data_disk "WD 123": character ' '`},
+		{"data disk with a newline", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "vdb\n" }), `character '\n'`},
+		{"data disk not ASCII", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "dïsk" }), `character 'ï'`},
+		{"data disk too long", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = strings.Repeat("S", 65) }), "storage.data_disk \"" + strings.Repeat("S", 65) + "\": 65 characters, at most 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Validate(tc.doc(t))
@@ -142,6 +148,17 @@ func TestValidateErrors(t *testing.T) {
 				t.Errorf("error %q\nwant it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// storage.data_disk takes kernel names and serial numbers as disks report them.
+func TestValidateDataDisk(t *testing.T) {
+	for _, d := range []string{"", "vda", "vdb", "sda", "nvme0n1", "mmcblk0", "QM00001", "S4EVNX0N123456K", "WD-WCC4N7KJ1234", "plinth-second", "0000:00:1f.2", strings.Repeat("S", 64)} {
+		p := bootstrapDoc()
+		p.Storage.DataDisk = d
+		if err := Validate(p); err != nil {
+			t.Errorf("%q: %v", d, err)
+		}
 	}
 }
 
