@@ -23,6 +23,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/owner"
 )
@@ -354,11 +355,22 @@ func (c *Cluster) NodeManagementEndpoint(n *ClusterNode) string {
 // is not up yet) and saves the owner configuration.
 func (c *Cluster) takeOwnership(ctx context.Context, boot *ClusterNode, key ed25519.PrivateKey) error {
 	ep := c.CuratorEndpoint(boot)
-	c.logf("%s: waiting for its curator (forwarded to %s) to take ownership", boot.Name, ep)
+	// The CA fingerprint the bootstrap node logs on its console (a
+	// channel the owner trusts) pins the CA: nothing is sent to a server
+	// presenting another one.
+	lines, err := boot.VM().WaitForLine(ctx, bootstrappedLine)
+	if err != nil {
+		return fmt.Errorf("vmtest: %s: no bootstrap line with the CA fingerprint: %w", boot.Name, err)
+	}
+	fp, err := pki.ParseFingerprint(lines[1])
+	if err != nil {
+		return err
+	}
+	c.logf("%s: waiting for its curator (forwarded to %s) to take ownership, CA pinned to %s", boot.Name, ep, pki.FormatFingerprint(fp))
 	var creds *identity.Credentials
-	err := c.retry(ctx, boot, "taking ownership", func(ctx context.Context) error {
+	err = c.retry(ctx, boot, "taking ownership", func(ctx context.Context) error {
 		var err error
-		creds, _, err = owner.TakeOwnership(ctx, ep, key)
+		creds, _, err = owner.TakeOwnership(ctx, ep, key, owner.WithCAFingerprint(fp))
 		return err
 	})
 	if err != nil {
@@ -377,6 +389,10 @@ func (c *Cluster) takeOwnership(ctx context.Context, boot *ClusterNode, key ed25
 	c.logf("took ownership; owner configuration in %s", c.OwnerDir())
 	return nil
 }
+
+// bootstrappedLine is the bootstrap node's console line naming the
+// cluster CA's fingerprint.
+var bootstrappedLine = regexp.MustCompile(`I root\.roleserver\.controlplane: cluster bootstrapped: .*ca-sha256=([0-9A-F:]+)`)
 
 // curatorsLocked lists the forwarded curator ports of the nodes started
 // so far, the bootstrap node first: nodes without a curator refuse at
