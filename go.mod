@@ -3,6 +3,7 @@ module plinth.dev/plinth
 go 1.26.8
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/google/go-tpm v0.9.8
 	github.com/google/go-tpm-tools v0.4.10
 	github.com/insomniacslk/dhcp v0.0.0-20260719225207-c76316d4aa82

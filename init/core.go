@@ -92,18 +92,10 @@ func bootCore() int {
 			chip, keys, detail, err = measureBoot(l, params, system)
 			return detail, err
 		}},
+		// Which disk is chosen here, once; enrolment uses the same one.
 		{"open data disk", func() (detail string, err error) {
-			if diskCfg, err = dataDiskConfig(l, params, keys, local); err != nil {
-				return "", err
-			}
-			if registering {
-				return "deferred: this node's volume key needs the cluster unlock key, which enrolment fetches once the network is up", nil
-			}
-			r, err := datadisk.Open(context.Background(), diskCfg)
-			if err != nil {
-				return "", err
-			}
-			return volumeOpened(l, chip, local, r)
+			diskCfg, detail, err = openDataDisk(l, params, keys, chip, local, registering)
+			return detail, err
 		}},
 	}
 	for _, s := range steps {
@@ -117,7 +109,7 @@ func bootCore() int {
 		l.Info(s.name, "detail", detail, "took", time.Since(t))
 	}
 	if args["plinth.bench"] == "storage" {
-		benchmarkStorage(l)
+		benchmarkStorage(l, diskCfg.Disk)
 	}
 	reportHardware(l)
 	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,8 +73,33 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params) (*t
 		chip.Name(), measure.PCR, v[measure.PCR][:8], pcrs), nil
 }
 
+// openDataDisk chooses the data disk — once per boot: enrolment's Peek,
+// UpdateEnrolment and Open get this choice in the returned Config.Disk —
+// and opens it, unless the node registers: its volume key needs the
+// cluster unlock key, so enrolment opens the volume once the network is up.
+func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, chip *tpm.TPM, root *localstorage.Root, registering bool) (datadisk.Config, string, error) {
+	cfg, err := dataDiskConfig(l, p, keys, root)
+	if err != nil {
+		return cfg, "", err
+	}
+	disk, err := datadisk.FindDataDisk(context.Background(), p.Params.GetStorage().GetDataDisk(), l)
+	if err != nil {
+		return cfg, "", err
+	}
+	cfg.Disk = disk.Path
+	if registering {
+		return cfg, disk.String() + "; opening deferred: this node's volume key needs the cluster unlock key, which enrolment fetches once the network is up", nil
+	}
+	r, err := datadisk.Open(context.Background(), cfg)
+	if err != nil {
+		return cfg, "", err
+	}
+	detail, err := volumeOpened(l, chip, root, r)
+	return cfg, detail, err
+}
+
 // dataDiskConfig places the local storage tree and says how to open the
-// data volume; registering nodes open it later, in enrolment.
+// data volume.
 func dataDiskConfig(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, root *localstorage.Root) (datadisk.Config, error) {
 	if err := localstorage.Place(root, "/"); err != nil {
 		return datadisk.Config{}, err
@@ -178,21 +204,27 @@ func countBoot(l *slog.Logger, root *localstorage.Root) (string, error) {
 
 // benchmarkStorage runs only when the kernel command line asks for it
 // (plinth.bench=storage, set by `make bench`): it measures dm-crypt
-// against the raw disk on the second disk, which the benchmark provides
-// as scratch space, and never on the data disk.
-func benchmarkStorage(l *slog.Logger) {
+// against the raw disk on a second disk, which the benchmark provides as
+// scratch space, and never on the data disk.
+func benchmarkStorage(l *slog.Logger, dataDisk string) {
 	disks, err := blockdev.Disks()
-	if err != nil || len(disks) < 2 {
-		l.Error("storage benchmark needs a second (scratch) disk", "err", err)
+	var scratch string
+	for _, d := range disks {
+		if d.Path != dataDisk && scratch == "" {
+			scratch = d.Path
+		}
+	}
+	if err != nil || scratch == "" || dataDisk == "" {
+		l.Error("storage benchmark needs a second (scratch) disk besides the data disk", "err", err)
 		return
 	}
 	const size = 128 << 20
-	r, err := datadisk.BenchmarkCrypt(disks[1].Path, size)
+	r, err := datadisk.BenchmarkCrypt(scratch, size)
 	if err != nil {
 		l.Error("storage benchmark", "err", err)
 		return
 	}
-	l.Info("storage benchmark", "disk", disks[1].Path, "bytes", size,
+	l.Info("storage benchmark", "disk", scratch, "bytes", size,
 		"raw_write_mbps", fmt.Sprintf("%.1f", r.Raw.WriteMBps), "raw_read_mbps", fmt.Sprintf("%.1f", r.Raw.ReadMBps),
 		"crypt_write_mbps", fmt.Sprintf("%.1f", r.Crypt.WriteMBps), "crypt_read_mbps", fmt.Sprintf("%.1f", r.Crypt.ReadMBps))
 }

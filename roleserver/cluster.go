@@ -54,11 +54,7 @@ func (s *Service) startCurator(ctx context.Context, creds *identity.Credentials,
 	}
 	if k := s.knobs; k != nil {
 		cfg.LeaderTTL, cfg.HeartbeatTimeout = k.curatorLeaderTTL, k.curatorHeartbeatTimeout
-		if k.peerPort != 0 {
-			cfg.AddNodeOptions = func(string) []*consensus.AddNodeOption {
-				return []*consensus.AddNodeOption{consensus.LoopbackPeerForTest(k.peerPort)}
-			}
-		}
+		cfg.AddNodeOptions = k.addNodeOptions
 	}
 	cur := curator.New(cfg)
 	return supervisor.Run(ctx, "curator", func(ctx context.Context) error {

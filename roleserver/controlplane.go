@@ -159,7 +159,10 @@ func (s *Service) bootstrap(ctx context.Context, nd *nodeData) error {
 	if err := creds.Save(dir); err != nil {
 		return fmt.Errorf("saving node credentials: %w", err)
 	}
-	log.Info("cluster bootstrapped: node certificate issued and saved", "credentials", dir)
+	// The owner compares this with what plinthctl takeownership prints
+	// (or passes it as -ca-fingerprint): the console is the channel that
+	// needs no trust in the network.
+	log.Info("cluster bootstrapped: node certificate issued and saved", "credentials", dir, "ca-sha256", pki.Fingerprint(creds.CA))
 	s.Roles.Set(roles)
 	s.Credentials.Set(creds)
 	if err := s.startCurator(ctx, creds, cons, &curators); err != nil {
@@ -252,12 +255,10 @@ func (s *Service) startConsensus(ctx context.Context, key ed25519.PrivateKey, no
 		NodeID:         nodeID,
 		NodePrivateKey: key,
 	}
-	var cons *consensus.Service
-	if s.knobs != nil && s.knobs.newConsensus != nil {
-		cons = s.knobs.newConsensus(cfg)
-	} else {
-		cons = consensus.New(cfg)
+	if s.knobs != nil {
+		cfg.Tuning = s.knobs.consensusTuning
 	}
+	cons := consensus.New(cfg)
 	run := func(ctx context.Context) error {
 		inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel()

@@ -69,15 +69,19 @@ type Config struct {
 	knobs *knobs
 }
 
-// knobs let an in-process test run Services on loopback ports.
+// knobs let an in-process test run Services on loopback ports. They are
+// plain settings handed to consensus and the curator; the test values
+// come from the tests (roleserver/internal/testutil).
 type knobs struct {
-	curatorPort, nodeMgmtPort, peerPort int
+	curatorPort, nodeMgmtPort int
 	// listenHost is the host the servers bind ("" = all interfaces).
 	listenHost string
 	// addresses replace the network service's.
 	addresses []string
-	// newConsensus replaces consensus.New.
-	newConsensus func(consensus.Config) *consensus.Service
+	// consensusTuning is the consensus member's consensus.Config.Tuning.
+	consensusTuning consensus.Tuning
+	// addNodeOptions is the curator's curator.Config.AddNodeOptions.
+	addNodeOptions func(nodeID string) []*consensus.AddNodeOption
 	// curatorLeaderTTL and curatorHeartbeatTimeout shorten the curator's.
 	curatorLeaderTTL, curatorHeartbeatTimeout time.Duration
 	// saveRoles, if set, runs before every write of the roles file; an

@@ -26,6 +26,7 @@ import (
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
@@ -83,13 +84,13 @@ func newTestNode(t *testing.T) *testNode {
 	}
 	peerPort := freePort(t)
 	n.knobs = knobs{
-		curatorPort:  freePort(t),
-		nodeMgmtPort: freePort(t),
-		peerPort:     peerPort,
-		listenHost:   "127.0.0.1",
-		addresses:    []string{"127.0.0.1"},
-		newConsensus: func(cfg consensus.Config) *consensus.Service {
-			return consensus.NewLoopbackForTest(cfg, peerPort)
+		curatorPort:     freePort(t),
+		nodeMgmtPort:    freePort(t),
+		listenHost:      "127.0.0.1",
+		addresses:       []string{"127.0.0.1"},
+		consensusTuning: testutil.LoopbackTuning(peerPort),
+		addNodeOptions: func(string) []*consensus.AddNodeOption {
+			return []*consensus.AddNodeOption{testutil.LoopbackPeer(peerPort)}
 		},
 		curatorLeaderTTL: 2 * time.Second,
 	}

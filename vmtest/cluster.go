@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/owner"
 )
@@ -353,11 +355,22 @@ func (c *Cluster) NodeManagementEndpoint(n *ClusterNode) string {
 // is not up yet) and saves the owner configuration.
 func (c *Cluster) takeOwnership(ctx context.Context, boot *ClusterNode, key ed25519.PrivateKey) error {
 	ep := c.CuratorEndpoint(boot)
-	c.logf("%s: waiting for its curator (forwarded to %s) to take ownership", boot.Name, ep)
+	// The CA fingerprint the bootstrap node logs on its console (a
+	// channel the owner trusts) pins the CA: nothing is sent to a server
+	// presenting another one.
+	lines, err := boot.VM().WaitForLine(ctx, bootstrappedLine)
+	if err != nil {
+		return fmt.Errorf("vmtest: %s: no bootstrap line with the CA fingerprint: %w", boot.Name, err)
+	}
+	fp, err := pki.ParseFingerprint(lines[1])
+	if err != nil {
+		return err
+	}
+	c.logf("%s: waiting for its curator (forwarded to %s) to take ownership, CA pinned to %s", boot.Name, ep, pki.FormatFingerprint(fp))
 	var creds *identity.Credentials
-	err := c.retry(ctx, boot, "taking ownership", func(ctx context.Context) error {
+	err = c.retry(ctx, boot, "taking ownership", func(ctx context.Context) error {
 		var err error
-		creds, _, err = owner.TakeOwnership(ctx, ep, key)
+		creds, _, err = owner.TakeOwnership(ctx, ep, key, owner.WithCAFingerprint(fp))
 		return err
 	})
 	if err != nil {
@@ -376,6 +389,10 @@ func (c *Cluster) takeOwnership(ctx context.Context, boot *ClusterNode, key ed25
 	c.logf("took ownership; owner configuration in %s", c.OwnerDir())
 	return nil
 }
+
+// bootstrappedLine is the bootstrap node's console line naming the
+// cluster CA's fingerprint.
+var bootstrappedLine = regexp.MustCompile(`I root\.roleserver\.controlplane: cluster bootstrapped: .*ca-sha256=([0-9A-F:]+)`)
 
 // curatorsLocked lists the forwarded curator ports of the nodes started
 // so far, the bootstrap node first: nodes without a curator refuse at
@@ -520,9 +537,25 @@ func (c *Cluster) known(n *ClusterNode, id string) error {
 	return c.updateOwnerLocked()
 }
 
+// AddNodeOption changes how AddNode brings a node in.
+type AddNodeOption func(*addNodeOptions)
+
+type addNodeOptions struct{ powerCutBeforeApproval bool }
+
+// PowerCutBeforeApproval cuts the new node's power (SIGKILL of QEMU) once
+// it registered, starts it again and makes sure it comes back with the
+// same identity (no second NEW record) before approving it.
+func PowerCutBeforeApproval() AddNodeOption {
+	return func(o *addNodeOptions) { o.powerCutBeforeApproval = true }
+}
+
 // AddNode boots one more node with register parameters from the cluster,
 // approves it when it shows up NEW and waits until it is UP.
-func (c *Cluster) AddNode(ctx context.Context) (*ClusterNode, error) {
+func (c *Cluster) AddNode(ctx context.Context, opts ...AddNodeOption) (*ClusterNode, error) {
+	var o addNodeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	n, err := c.freeSlot(ctx)
 	if err != nil {
 		return nil, err
@@ -555,6 +588,11 @@ func (c *Cluster) AddNode(ctx context.Context) (*ClusterNode, error) {
 	if err := c.known(n, rec.GetId()); err != nil {
 		return nil, err
 	}
+	if rec.GetState() == clusterpb.NodeState_NODE_STATE_NEW && o.powerCutBeforeApproval {
+		if err := c.powerCutWhileNew(ctx, n, rec); err != nil {
+			return nil, err
+		}
+	}
 	if rec.GetState() == clusterpb.NodeState_NODE_STATE_NEW {
 		c.logf("%s is %s: NEW, approving", n.Name, rec.GetId())
 		if err := c.retry(ctx, n, "approving", func(ctx context.Context) error {
@@ -577,6 +615,47 @@ func (c *Cluster) AddNode(ctx context.Context) (*ClusterNode, error) {
 	n.mark(&n.times.Healthy)
 	c.logf("%s is HEALTHY (%s after boot)", n.Name, time.Since(start).Round(time.Second))
 	return n, nil
+}
+
+// powerCutWhileNew kills n while it waits for approval, starts it again
+// and checks that it resumes its registration: the same node ID, still
+// NEW, and no other NEW record appeared.
+func (c *Cluster) powerCutWhileNew(ctx context.Context, n *ClusterNode, rec *clusterpb.Node) error {
+	newRecords := func() (int, error) {
+		nodes, err := c.Client().Nodes(ctx)
+		count := 0
+		for _, r := range nodes {
+			if r.GetState() == clusterpb.NodeState_NODE_STATE_NEW {
+				count++
+			}
+		}
+		return count, err
+	}
+	before, err := newRecords()
+	if err != nil {
+		return err
+	}
+	c.logf("%s: power cut while it waits for approval", n.Name)
+	if err := c.KillNode(n); err != nil {
+		return err
+	}
+	if err := c.StartNode(ctx, n); err != nil {
+		return err
+	}
+	if _, err := n.VM().WaitForLine(ctx, regexp.MustCompile(`I root\.enrolment: resuming the registration begun before a reboot node=`+regexp.QuoteMeta(rec.GetId()))); err != nil {
+		return fmt.Errorf("vmtest: %s did not resume its registration as %s: %w", n.Name, rec.GetId(), err)
+	}
+	if _, err := n.VM().WaitForLine(ctx, regexp.MustCompile(`I root\.enrolment: registered: waiting for the owner to approve this node`)); err != nil {
+		return err
+	}
+	after, err := newRecords()
+	if err != nil {
+		return err
+	}
+	if after != before {
+		return fmt.Errorf("vmtest: %d NEW records after %s's power cut, %d before: it registered a second identity", after, n.Name, before)
+	}
+	return nil
 }
 
 func upAndHealthy(r *clusterpb.Node) bool {

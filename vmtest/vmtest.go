@@ -26,10 +26,14 @@ type NodeOptions struct {
 	Cmdline   string // -append
 	MemoryMiB int    // default 1024
 	CPUs      int    // default 2
-	// Disk: a raw image file attached as virtio-blk (if=virtio,format=raw,cache=unsafe).
+	// Disk: a raw image file attached as virtio-blk (format=raw,cache=unsafe).
 	// If DiskPath is set and the file does not exist and DiskSizeBytes > 0, create a sparse file of that size.
 	DiskPath      string
 	DiskSizeBytes int64
+	// Disks are further disks, attached after DiskPath in this order. The
+	// guest probes virtio disks in PCI slot order, which is this order:
+	// DiskPath is vda, Disks[0] vdb, and so on.
+	Disks []Disk
 	// TPM: unless NoTPM, start a swtpm for this node. TPMStateDir persists TPM state between launches
 	// (same dir => same TPM); if empty, a fresh temporary state dir is used and removed on Close.
 	NoTPM       bool
@@ -46,6 +50,24 @@ type NodeOptions struct {
 	WorkDir string
 	// Console: optional extra writer that receives the raw serial console bytes live (make run uses os.Stdout).
 	Console io.Writer
+}
+
+// Disk is a raw disk image file attached as a virtio-blk device.
+type Disk struct {
+	Path string
+	// SizeBytes creates Path as a sparse file of this size if it does not exist.
+	SizeBytes int64
+	// Serial is the serial number the guest sees (QEMU serial=), if set.
+	Serial string
+}
+
+// disks returns every disk of o in attachment order.
+func (o NodeOptions) disks() []Disk {
+	var ds []Disk
+	if o.DiskPath != "" {
+		ds = append(ds, Disk{Path: o.DiskPath, SizeBytes: o.DiskSizeBytes})
+	}
+	return append(ds, o.Disks...)
 }
 
 // Forward maps a TCP port on the host's 127.0.0.1 to a port of the guest.
@@ -133,8 +155,13 @@ func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("vmtest: %w", err)
 	}
-	if err := prepareDisk(o.DiskPath, o.DiskSizeBytes); err != nil {
-		return nil, fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+	for _, d := range o.disks() {
+		if d.Path == "" {
+			return nil, fmt.Errorf("vmtest: node %s: a disk without a path", o.Name)
+		}
+		if err := prepareDisk(d.Path, d.SizeBytes); err != nil {
+			return nil, fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+		}
 	}
 
 	n = &Node{opts: o, exited: make(chan struct{}), changed: make(chan struct{}), extra: o.Console}
@@ -289,8 +316,15 @@ func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
 		args = append(args, "-append", o.Cmdline)
 	}
 	args = append(args, "-device", "virtio-rng-pci")
-	if o.DiskPath != "" {
-		args = append(args, "-drive", "if=virtio,format=raw,cache=unsafe,file="+qemuOpt(o.DiskPath))
+	// -device (not -drive if=virtio, whose devices QEMU adds after every
+	// -device) so that the disks take PCI slots in this order.
+	for i, d := range o.disks() {
+		id := fmt.Sprintf("disk%d", i)
+		dev := "virtio-blk-pci,drive=" + id
+		if d.Serial != "" {
+			dev += ",serial=" + qemuOpt(d.Serial)
+		}
+		args = append(args, "-drive", "if=none,id="+id+",format=raw,cache=unsafe,file="+qemuOpt(d.Path), "-device", dev)
 	}
 	if tpmSock != "" {
 		args = append(args,

@@ -2,65 +2,57 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
+	"io"
 
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/image"
 )
 
 func init() {
-	commands["build"] = command{"build a node image (kernel, initramfs with system image, manifest)", runBuild}
+	register("build", "build a node image (kernel, initramfs with system image, manifest)", func() verb { return new(buildCmd) })
 }
 
-func runBuild(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("build", flag.ExitOnError)
-	boardName := fs.String("board", board.Default, "board to build for")
-	kernelPkg := fs.String("kernel-package", "", "path of the board's Debian kernel package (default: fetched into -cache)")
-	cache := fs.String("cache", "out/cache", "directory for downloaded kernel packages")
-	initBin := fs.String("init", "", "static /init binary (make builds out/init)")
-	out := fs.String("out", "out/image/"+board.Default, "output directory")
-	version := fs.String("version", "dev", "version recorded in the image")
+// buildCmd is `plinthctl build`: the image builder (package image) for
+// one board.
+type buildCmd struct {
+	board         string
+	kernelPackage string
+	cache         string
+	init          string
+	out           string
+	version       string
+}
+
+func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("build", stderr)
+	fs.StringVar(&c.board, "board", board.Default, "board to build for")
+	fs.StringVar(&c.kernelPackage, "kernel-package", "", "path of the board's Debian kernel package (default: fetched into -cache)")
+	fs.StringVar(&c.cache, "cache", "out/cache", "directory for downloaded kernel packages")
+	fs.StringVar(&c.init, "init", "", "static /init binary (make builds out/init)")
+	fs.StringVar(&c.out, "out", "out/image/"+board.Default, "output directory")
+	fs.StringVar(&c.version, "version", "dev", "version recorded in the image")
 	fs.Parse(args)
-	b, err := board.Get(*boardName)
+	b, err := board.Get(c.board)
 	if err != nil {
 		return err
 	}
-	if *initBin == "" {
+	if c.init == "" {
 		return fmt.Errorf("-init is required (make builds out/bin/init)")
 	}
-	if *kernelPkg == "" {
-		if *kernelPkg, err = image.FetchKernelPackage(ctx, b.KernelPackage, *cache, os.Stdout); err != nil {
+	if c.kernelPackage == "" {
+		if c.kernelPackage, err = image.FetchKernelPackage(ctx, b.KernelPackage, c.cache, stdout); err != nil {
 			return err
 		}
 	}
-	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: *kernelPkg, Init: *initBin, OutDir: *out, Version: *version, Progress: os.Stdout})
+	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, OutDir: c.out, Version: c.version, Progress: stdout})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("image for %s in %s\n  kernel %s\n  verity root hash %s\n", m.Board, *out, m.KernelVersion, m.Verity.RootHash)
+	fmt.Fprintf(stdout, "image for %s in %s\n  kernel %s\n  verity root hash %s\n", m.Board, c.out, m.KernelVersion, m.Verity.RootHash)
 	for _, name := range []string{image.KernelFile, image.InitramfsFile, image.SystemFile} {
 		a := m.Artefacts[name]
-		fmt.Printf("  %-14s %8.1f MiB  sha256 %s\n", name, float64(a.Size)/(1<<20), a.SHA256[:16])
+		fmt.Fprintf(stdout, "  %-14s %8.1f MiB  sha256 %s\n", name, float64(a.Size)/(1<<20), a.SHA256[:16])
 	}
 	return nil
-}
-
-func init() {
-	commands["fetch-kernel"] = command{"download the board's Debian kernel package into the cache", func(ctx context.Context, args []string) error {
-		fs := flag.NewFlagSet("fetch-kernel", flag.ExitOnError)
-		boardName := fs.String("board", board.Default, "board")
-		cache := fs.String("cache", "out/cache", "cache directory")
-		fs.Parse(args)
-		b, err := board.Get(*boardName)
-		if err != nil {
-			return err
-		}
-		p, err := image.FetchKernelPackage(ctx, b.KernelPackage, *cache, os.Stderr)
-		if err == nil {
-			fmt.Println(p)
-		}
-		return err
-	}}
 }

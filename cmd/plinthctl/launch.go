@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,65 +16,73 @@ import (
 )
 
 func init() {
-	commands["launch"] = command{"launch a local test cluster of N nodes in QEMU (vmtest)", runLaunch}
+	register("launch", "launch a local test cluster of N nodes in QEMU (vmtest)", func() verb { return new(launchCmd) })
 }
 
-// runLaunch starts a cluster, prints how to reach it and keeps it running
-// until Ctrl-C, which powers every node off.
-func runLaunch(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("launch", flag.ExitOnError)
-	nodes := fs.Int("nodes", 1, "number of nodes (the first bootstraps the cluster)")
-	imageDir := fs.String("image", "out/image/"+board.Default, "image directory (plinthctl build -out)")
-	dir := fs.String("dir", "out/cluster", "directory for the nodes' disks, TPM state and logs, and the owner configuration (DIR/owner)")
-	fresh := fs.Bool("fresh", false, "delete DIR first if it holds an earlier cluster")
-	consoles := fs.Bool("console", false, "copy every node's console to stderr, prefixed with its name")
+// launchCmd is `plinthctl launch`: it starts a cluster, prints how to
+// reach it and keeps it running until Ctrl-C, which powers every node off.
+type launchCmd struct {
+	nodes    int
+	image    string
+	dir      string
+	fresh    bool
+	consoles bool
+}
+
+func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlagSet("launch", stderr)
+	fs.IntVar(&c.nodes, "nodes", 1, "number of nodes (the first bootstraps the cluster)")
+	fs.StringVar(&c.image, "image", "out/image/"+board.Default, "image directory (plinthctl build -out)")
+	fs.StringVar(&c.dir, "dir", "out/cluster", "directory for the nodes' disks, TPM state and logs, and the owner configuration (DIR/owner)")
+	fs.BoolVar(&c.fresh, "fresh", false, "delete DIR first if it holds an earlier cluster")
+	fs.BoolVar(&c.consoles, "console", false, "copy every node's console to stderr, prefixed with its name")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	img, err := vmtest.LoadImage(*imageDir)
+	img, err := vmtest.LoadImage(c.image)
 	if err != nil {
 		return err
 	}
-	if entries, err := os.ReadDir(*dir); err == nil && len(entries) > 0 {
-		if !*fresh {
-			return fmt.Errorf("%s is not empty (an earlier cluster?): remove it or pass -fresh", *dir)
+	if entries, err := os.ReadDir(c.dir); err == nil && len(entries) > 0 {
+		if !c.fresh {
+			return fmt.Errorf("%s is not empty (an earlier cluster?): remove it or pass -fresh", c.dir)
 		}
-		if err := os.RemoveAll(*dir); err != nil {
+		if err := os.RemoveAll(c.dir); err != nil {
 			return err
 		}
 	}
-	o := vmtest.ClusterOptions{Nodes: *nodes, Image: img, Dir: *dir, Progress: os.Stderr, DiskSizeBytes: 4 << 30}
-	if *consoles {
+	o := vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: c.dir, Progress: stderr, DiskSizeBytes: 4 << 30}
+	if c.consoles {
 		var mu sync.Mutex
-		o.Console = func(name string) io.Writer { return &prefixWriter{mu: &mu, w: os.Stderr, prefix: name + "| "} }
+		o.Console = func(name string) io.Writer { return &prefixWriter{mu: &mu, w: stderr, prefix: name + "| "} }
 	}
-	fmt.Fprintf(os.Stderr, "plinthctl: launching %d node(s) (%s acceleration); this takes minutes under TCG\n", *nodes, accel())
-	c, err := vmtest.LaunchCluster(ctx, o)
+	fmt.Fprintf(stderr, "plinthctl: launching %d node(s) (%s acceleration); this takes minutes under TCG\n", c.nodes, accel())
+	cl, err := vmtest.LaunchCluster(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer cl.Close()
 
-	tw := tabwriter.NewWriter(os.Stderr, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(stderr, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tADDRESS\tCURATOR\tNODE MANAGEMENT\tCONSOLE")
-	for _, n := range c.Nodes() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.ID(), n.Addr, c.CuratorEndpoint(n), c.NodeManagementEndpoint(n),
+	for _, n := range cl.Nodes() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.ID(), n.Addr, cl.CuratorEndpoint(n), cl.NodeManagementEndpoint(n),
 			filepath.Join(n.Dir, "boot*", "console.log"))
 	}
 	tw.Flush()
-	fmt.Fprintf(os.Stderr, "\nplinthctl: the cluster is up. In another shell:\n  export PLINTH_CONFIG=%s\n  plinthctl nodes list\nCtrl-C powers the nodes off.\n", c.OwnerDir())
+	fmt.Fprintf(stderr, "\nplinthctl: the cluster is up. In another shell:\n  export PLINTH_CONFIG=%s\n  plinthctl nodes list\nCtrl-C powers the nodes off.\n", cl.OwnerDir())
 
 	<-ctx.Done()
-	fmt.Fprintln(os.Stderr, "\nplinthctl: powering the nodes off")
+	fmt.Fprintln(stderr, "\nplinthctl: powering the nodes off")
 	var wg sync.WaitGroup
-	for _, n := range c.Nodes() {
+	for _, n := range cl.Nodes() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			if err := c.StopNode(sctx, n, time.Minute); err != nil {
-				fmt.Fprintf(os.Stderr, "plinthctl: %s: %v\n", n.Name, err)
+			if err := cl.StopNode(sctx, n, time.Minute); err != nil {
+				fmt.Fprintf(stderr, "plinthctl: %s: %v\n", n.Name, err)
 			}
 		}()
 	}

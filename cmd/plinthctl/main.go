@@ -8,39 +8,59 @@
 // Cluster commands (as its owner; -config DIR, default $PLINTH_CONFIG or
 // ~/.config/plinth):
 //
-//	plinthctl takeownership -endpoint HOST:PORT [-owner-key FILE]
+//	plinthctl takeownership -endpoint HOST:PORT [-owner-key FILE] [-ca-fingerprint HEX]
 //	plinthctl nodes list|describe [-o json] [NODE]
 //	plinthctl approve [PUBKEY|NODE...]
 //	plinthctl roles add|remove NODE ROLE...
-//	plinthctl ticket
+//	plinthctl ticket [-rotate]
 //	plinthctl logs [-f] NODE
 //	plinthctl reboot NODE
+//	plinthctl decommission -yes NODE
+//
+// Each verb is one file: a struct holding its flags, with a run method
+// that parses them and does the work (the layout of gokrazy's tools).
+// Helpers shared by several verbs live in their own small files: flags.go
+// (flag parsing), ownerconn.go (owner configuration and connections) and
+// output.go (how nodes and log entries are printed).
 package main
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"syscall"
 )
 
+// verb is one plinthctl command. run parses args into the verb's flags
+// and runs it; a verb writes only to stdout and stderr, so that tests can
+// run it as main does.
+type verb interface {
+	run(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
 type command struct {
 	summary string
-	run     func(ctx context.Context, args []string) error
+	new     func() verb
 }
 
 var commands = map[string]command{}
 
+// register adds a verb; each verb's file calls it from init.
+func register(name, summary string, new func() verb) {
+	commands[name] = command{summary: summary, new: new}
+}
+
 func main() {
-	if len(os.Args) < 2 || commands[os.Args[1]].run == nil {
+	if len(os.Args) < 2 || commands[os.Args[1]].new == nil {
 		usage()
 		os.Exit(2)
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	if err := commands[os.Args[1]].run(ctx, os.Args[2:]); err != nil {
+	if err := commands[os.Args[1]].new().run(ctx, os.Args[2:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintf(os.Stderr, "plinthctl %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}

@@ -10,6 +10,8 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/pem"
+	"errors"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -19,8 +21,15 @@ import (
 	"time"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/owner"
 	"plinth.dev/plinth/roleserver/parameters"
 )
+
+// runParams runs plinthctl params with these arguments.
+func runParams(args []string, stdout, stderr io.Writer) error {
+	return new(paramsCmd).run(context.Background(), args, stdout, stderr)
+}
 
 // params runs the command as main would and decodes what it wrote.
 func params(t *testing.T, args ...string) (*nodepb.Parameters, string) {
@@ -214,11 +223,98 @@ func TestParamsRegistered(t *testing.T) {
 		t.Fatal("params is not registered")
 	}
 	out := filepath.Join(t.TempDir(), "p.pb")
-	if err := c.run(context.Background(), []string{"-o", out, "-bootstrap"}); err != nil {
+	if err := c.new().run(context.Background(), []string{"-o", out, "-bootstrap"}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(out)
 	if _, err := parameters.Decode(raw); err != nil {
 		t.Error(err)
+	}
+}
+
+// params -register without -ca/-ticket/-curator takes them from the
+// cluster, with the configuration dir given.
+func TestParamsRegisterFromCluster(t *testing.T) {
+	ca, err := pki.NewCA("cluster", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked string
+	old := fetchRegister
+	t.Cleanup(func() { fetchRegister = old })
+	fetchRegister = func(_ context.Context, dir string) (*nodepb.Register, error) {
+		asked = dir
+		return &nodepb.Register{ClusterCaCertificate: ca.Certificate.Raw, RegisterTicket: []byte{0, 1, 2}, CuratorEndpoints: []string{"10.42.0.10:7835"}}, nil
+	}
+	out := filepath.Join(t.TempDir(), "reg.pb")
+	p, _ := params(t, "-o", out, "-register", "-config", "/some/config")
+	r := p.GetRegister()
+	if asked != "/some/config" || !bytes.Equal(r.GetClusterCaCertificate(), ca.Certificate.Raw) ||
+		!bytes.Equal(r.GetRegisterTicket(), []byte{0, 1, 2}) || !slices.Equal(r.GetCuratorEndpoints(), []string{"10.42.0.10:7835"}) {
+		t.Errorf("asked %q, wrote %v", asked, r)
+	}
+
+	// Any of the explicit flags means: do not ask the cluster.
+	fetchRegister = func(context.Context, string) (*nodepb.Register, error) { return nil, errors.New("must not be called") }
+	b64 := base64.StdEncoding.EncodeToString([]byte{0xff, 0, 7})
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := writeTestFile(caFile, pki.CertificatePEM(ca.Certificate)); err != nil {
+		t.Fatal(err)
+	}
+	p, _ = params(t, "-o", out, "-register", "-ca", caFile, "-ticket-base64", b64, "-curator", "10.0.0.1:7835")
+	if got := p.GetRegister().GetRegisterTicket(); !bytes.Equal(got, []byte{0xff, 0, 7}) {
+		t.Errorf("ticket %x from -ticket-base64", got)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", out, "-register"}, "must not be called"},
+		{[]string{"-o", out, "-register", "-ticket", "a", "-ticket-base64", "YQ=="}, "not both"},
+		{[]string{"-o", out, "-bootstrap", "-config", "x"}, "-config only applies with -register"},
+	} {
+		err := runParams(tc.args, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func writeTestFile(path string, b []byte) error { return paramsWriteFile(path, b, 0o644) }
+
+// params -register writes the CA pinned at takeownership, and refuses (and
+// writes nothing) when the cluster reports another one: against an
+// in-process Management server, through the owner client.
+func TestParamsRegisterPinnedCA(t *testing.T) {
+	f := newFakeCluster(t)
+	dir := f.owned(t)
+
+	out := filepath.Join(t.TempDir(), "reg.pb")
+	p, _ := params(t, "-o", out, "-register", "-config", dir)
+	if r := p.GetRegister(); !bytes.Equal(r.GetClusterCaCertificate(), f.ca.Certificate.Raw) ||
+		string(r.GetRegisterTicket()) != "first ticket" || !slices.Equal(r.GetCuratorEndpoints(), []string{"10.42.0.10:7835"}) {
+		t.Errorf("register parameters %v", r)
+	}
+
+	// The server now names a CA of its own: nothing is written, not even
+	// over the earlier file.
+	impostor, err := pki.NewCA("Plinth cluster CA", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.setInfoCA(impostor)
+	before, _ := os.ReadFile(out)
+	fresh := filepath.Join(t.TempDir(), "fresh", "reg.pb")
+	for _, o := range []string{out, fresh} {
+		err := runParams([]string{"-o", o, "-register", "-config", dir}, &bytes.Buffer{}, &bytes.Buffer{})
+		if !errors.Is(err, owner.ErrCAMismatch) {
+			t.Errorf("-o %s with a foreign CA reported: %v, want ErrCAMismatch", o, err)
+		}
+	}
+	if after, _ := os.ReadFile(out); !bytes.Equal(after, before) {
+		t.Error("the earlier parameters file was replaced")
+	}
+	if _, err := os.Stat(filepath.Dir(fresh)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("refused run left %s behind: %v", filepath.Dir(fresh), err)
 	}
 }

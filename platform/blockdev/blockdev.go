@@ -19,6 +19,9 @@ type Disk struct {
 	Name string // "vda"
 	Path string // "/dev/vda"
 	Size int64
+	// Serial is the serial number the kernel reports (/sys/block/NAME/serial,
+	// or device/serial for NVMe), "" if none.
+	Serial string
 }
 
 // skipPrefixes are virtual or removable devices that never hold node data.
@@ -51,23 +54,23 @@ next:
 		if sectors == 0 {
 			continue
 		}
-		out = append(out, Disk{Name: name, Path: "/dev/" + name, Size: sectors * 512})
+		out = append(out, Disk{Name: name, Path: "/dev/" + name, Size: sectors * 512, Serial: serial(name)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-// WaitForDisk waits up to timeout for at least one disk: drivers probe
-// asynchronously after their module loaded.
-func WaitForDisk(timeout time.Duration) ([]Disk, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		ds, err := Disks()
-		if err != nil || len(ds) > 0 || time.Now().After(deadline) {
-			return ds, err
+// serial reads a disk's serial number: virtio-blk lists it on the disk,
+// NVMe on its controller (device/serial).
+func serial(name string) string {
+	for _, f := range []string{"serial", "device/serial"} {
+		if b, err := os.ReadFile(filepath.Join("/sys/block", name, f)); err == nil {
+			if s := strings.TrimSpace(string(b)); s != "" {
+				return s
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return ""
 }
 
 // PartitionPath returns the device node of partition number n (1-based) of
@@ -80,8 +83,8 @@ func PartitionPath(disk string, n int) string {
 }
 
 // RereadPartitions asks the kernel to re-read disk's partition table and
-// waits until partition 1's node exists.
-func RereadPartitions(disk string) error {
+// waits until the node of partition n (1-based) exists.
+func RereadPartitions(disk string, n int) error {
 	f, err := os.OpenFile(disk, os.O_RDONLY, 0)
 	if err != nil {
 		return err
@@ -91,7 +94,7 @@ func RereadPartitions(disk string) error {
 	if err != nil {
 		return fmt.Errorf("re-reading partition table of %s: %w", disk, err)
 	}
-	p := PartitionPath(disk, 1)
+	p := PartitionPath(disk, n)
 	for i := 0; i < 100; i++ {
 		if _, err := os.Stat(p); err == nil {
 			return nil

@@ -193,10 +193,10 @@ func UsableRange(size int64) (first, last uint64, err error) {
 	return FirstUsableLBA, n - 2 - entrySectors, nil
 }
 
-// SinglePartition lays out one partition that fills the disk: it starts at
-// 1 MiB and ends on the last whole MiB before the backup table, so its size
-// is a whole number of MiB (which keeps every block size up to 1 MiB
-// aligned for dm-crypt, dm-integrity and the filesystem).
+// SinglePartition lays out one partition that fills the disk, as entry 1:
+// it starts at 1 MiB and ends on the last whole MiB before the backup
+// table, so its size is a whole number of MiB (which keeps every block size
+// up to 1 MiB aligned for dm-crypt, dm-integrity and the filesystem).
 func SinglePartition(size int64, typ, id, diskID GUID, name string) (*Table, error) {
 	first, last, err := UsableRange(size)
 	if err != nil {
@@ -206,7 +206,7 @@ func SinglePartition(size int64, typ, id, diskID GUID, name string) (*Table, err
 	if end < first {
 		return nil, fmt.Errorf("gpt: disk of %d bytes has no whole aligned MiB for a partition", size)
 	}
-	return NewTable(diskID, Partition{Type: typ, ID: id, FirstLBA: first, LastLBA: end, Name: name}), nil
+	return NewTable(diskID, Partition{Type: typ, ID: id, FirstLBA: first, LastLBA: end, Name: name, Number: 1}), nil
 }
 
 // Find returns the first partition of the given type.

@@ -151,6 +151,38 @@ func TestNumbersAndNames(t *testing.T) {
 	}
 }
 
+// TestGapsKeepEntryNumbers: Partitions skips unused entries, but each
+// partition keeps its entry index (the kernel's partition number), from
+// the primary and from the backup array alike.
+func TestGapsKeepEntryNumbers(t *testing.T) {
+	m := make(mem, testSize)
+	third := MustParseGUID("C3C3C3C3-0000-4000-8000-00000000000C")
+	mustWrite(t, m, NewTable(testDisk,
+		Partition{Type: espType, ID: testPart1, FirstLBA: 2048, LastLBA: 4095, Number: 1},
+		Partition{Type: linuxFS, ID: testPart2, FirstLBA: 4096, LastLBA: 6143, Number: 3},
+		Partition{Type: linuxFS, ID: third, FirstLBA: 8192, LastLBA: 10239, Number: 4},
+	))
+	for _, copyName := range []string{"primary", "backup"} {
+		if copyName == "backup" {
+			flip(m, 512+16) // primary header CRC
+		}
+		got, err := Read(m, testSize)
+		if err != nil || got.UsedBackup != (copyName == "backup") {
+			t.Fatalf("%s: %+v %v", copyName, got, err)
+		}
+		var numbers []int
+		for _, p := range got.Partitions {
+			numbers = append(numbers, p.Number)
+		}
+		if !reflect.DeepEqual(numbers, []int{1, 3, 4}) || got.Partitions[2].ID != third {
+			t.Errorf("%s: entry numbers %v, want [1 3 4]", copyName, numbers)
+		}
+	}
+	if tab, _ := SinglePartition(testSize, linuxFS, testPart1, testDisk, ""); tab.Partitions[0].Number != 1 {
+		t.Errorf("SinglePartition: number %d, want 1", tab.Partitions[0].Number)
+	}
+}
+
 func TestSinglePartition(t *testing.T) {
 	for _, size := range []int64{testSize, testSize + 512*100, 2<<20 + 34*512} {
 		tab, err := SinglePartition(size, linuxFS, testPart1, testDisk, "plinth")

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 	"unsafe"
@@ -32,7 +33,8 @@ type KeyProtector interface {
 
 // Config of the data disk.
 type Config struct {
-	// Disk is the whole-disk device; "" picks the first disk.
+	// Disk is the whole-disk device, as FindDataDisk chose it. Required:
+	// the disk is chosen once per boot and every call uses that choice.
 	Disk       string
 	Mode       Mode
 	Filesystem string // "ext4" or "xfs"
@@ -91,10 +93,10 @@ func (o *opener) step(name string, fn func() error) error {
 	return nil
 }
 
-// Open finds the data disk, sets it up if (and only if) it is blank or its
-// first-time setup was interrupted, unlocks it and mounts it. A disk whose
-// header says setup completed is never formatted; a disk that is neither
-// blank nor ours is refused.
+// Open opens the data disk c.Disk (as FindDataDisk chose it), sets it up
+// if (and only if) it is blank or its first-time setup was interrupted,
+// unlocks it and mounts it. A disk whose header says setup completed is
+// never formatted; a disk that is neither blank nor ours is refused.
 func Open(ctx context.Context, c Config) (*Result, error) {
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -153,118 +155,18 @@ func Open(ctx context.Context, c Config) (*Result, error) {
 	return o.res, nil
 }
 
+// findDisk opens the disk the caller named; there is no default, so that
+// every call of a boot uses the disk chosen once (FindDataDisk).
 func (o *opener) findDisk() error {
-	if o.Disk != "" {
-		sz, err := blockdev.Size(o.Disk)
-		if err != nil {
-			return err
-		}
-		o.disk = blockdev.Disk{Name: strings.TrimPrefix(o.Disk, "/dev/"), Path: o.Disk, Size: sz}
-		return nil
+	if o.Disk == "" {
+		return errNoDisk
 	}
-	disks, err := blockdev.WaitForDisk(5 * time.Second)
+	sz, err := blockdev.Size(o.Disk)
 	if err != nil {
 		return err
 	}
-	if len(disks) == 0 {
-		return errors.New("no data disk found")
-	}
-	o.disk = disks[0]
+	o.disk = blockdev.Disk{Name: filepath.Base(o.Disk), Path: o.Disk, Size: sz}
 	return nil
-}
-
-// readLayout returns the header of the data partition, nil for a blank
-// disk or an empty partition. It refuses anything it does not understand.
-func (o *opener) readLayout() (*Header, error) {
-	o.res.Disk = o.disk.Path
-	f, err := os.Open(o.disk.Path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	t, err := gpt.Read(f, o.disk.Size)
-	if errors.Is(err, gpt.ErrNoTable) {
-		blank, berr := DiskIsBlank(f, o.disk.Size)
-		if berr != nil {
-			return nil, berr
-		}
-		if !blank {
-			return nil, fmt.Errorf("%w: %s has data but no GPT; wipe it explicitly to use it for Plinth", ErrRefused, o.disk.Path)
-		}
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrRefused, o.disk.Path, err)
-	}
-	part, idx, ok := findPartition(t)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s has a partition table without a Plinth data partition", ErrRefused, o.disk.Path)
-	}
-	o.part = part
-	o.res.Partition = blockdev.PartitionPath(o.disk.Path, idx)
-	if _, err := os.Stat(o.res.Partition); err != nil {
-		if err := blockdev.RereadPartitions(o.disk.Path); err != nil {
-			return nil, err
-		}
-	}
-	pf, err := os.Open(o.res.Partition)
-	if err != nil {
-		return nil, err
-	}
-	defer pf.Close()
-	h, report, err := ReadHeader(pf, 0)
-	if err == nil && report.Degraded() {
-		o.Log.Warn("storage: one copy of the data header is damaged; the other is used and rewritten at the next update")
-	}
-	switch {
-	case errors.Is(err, ErrNoHeader):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("%w: data partition %s: %v", ErrRefused, o.res.Partition, err)
-	}
-	if h.PartitionID != part.ID {
-		return nil, fmt.Errorf("%w: header of %s belongs to partition %s, not %s", ErrRefused, o.res.Partition, h.PartitionID, part.ID)
-	}
-	return h, nil
-}
-
-// Peek reads the data partition's header without changing anything: nil
-// for a blank disk or one whose setup never began. disk "" picks the
-// first disk, as Open does.
-func Peek(disk string) (*Header, error) {
-	o := &opener{Config: Config{Disk: disk, Log: slog.New(slog.DiscardHandler)}, res: &Result{}}
-	if err := o.findDisk(); err != nil {
-		return nil, err
-	}
-	return o.readLayout()
-}
-
-// UpdateEnrolment replaces the enrolment blob in the header of a disk
-// that is set up (e.g. when the cluster's curators moved). The header is
-// rewritten with the two-slot protocol, so a power cut keeps one copy.
-func UpdateEnrolment(disk string, enrolment []byte) error {
-	o := &opener{Config: Config{Disk: disk, Log: slog.New(slog.DiscardHandler)}, res: &Result{}}
-	if err := o.findDisk(); err != nil {
-		return err
-	}
-	h, err := o.readLayout()
-	if err != nil {
-		return err
-	}
-	if h == nil || h.State != StateReady {
-		return fmt.Errorf("%w: the data disk is not set up", ErrRefused)
-	}
-	h.Enrolment = enrolment
-	return o.writeHeader(h)
-}
-
-func findPartition(t *gpt.Table) (gpt.Partition, int, bool) {
-	for i, p := range t.Partitions {
-		if p.Type == DataPartitionType {
-			return p, i + 1, true
-		}
-	}
-	return gpt.Partition{}, 0, false
 }
 
 // policy is the key policy recorded in the header: the key protector's,
@@ -356,12 +258,13 @@ func (o *opener) partition() error {
 		return err
 	}
 	f.Close()
-	if err := blockdev.RereadPartitions(o.disk.Path); err != nil {
+	p := t.Partitions[0]
+	if err := blockdev.RereadPartitions(o.disk.Path, p.Number); err != nil {
 		return err
 	}
-	o.part = t.Partitions[0]
-	o.res.Partition = blockdev.PartitionPath(o.disk.Path, 1)
-	return nil
+	o.part = p
+	o.res.Partition = blockdev.PartitionPath(o.disk.Path, p.Number)
+	return checkPartitionDevice(sysBlock, filepath.Base(o.disk.Path), o.res.Partition, p)
 }
 
 func (o *opener) writeHeader(h *Header) error {
@@ -543,4 +446,9 @@ func Close(mountPoint string) error {
 	return nil
 }
 
-func humanSize(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+func humanSize(n int64) string {
+	if n < 1<<30 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}

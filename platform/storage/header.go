@@ -1,9 +1,15 @@
-// Package storage holds the on-disk format of the node's data disk: the
-// Plinth data partition type, the header at the start of that partition,
-// the checks that decide whether a disk is blank, and the derivation of
-// the volume key.
+// Package storage holds the node's data disk: which disk it is
+// (diskchoice.go: chosen once per boot, never by probe order), the Plinth
+// data partition type and how the partition is found and checked
+// (layout.go: by GPT entry number, against the kernel's device and the
+// header's partition GUID), the header at the start of that partition,
+// the checks that decide whether a disk is blank, the derivation of the
+// volume key, and opening the volume (datadisk.go).
 //
 // # Layout
+//
+// As Plinth partitions a blank disk; on a flashed disk the data partition
+// is one of several (ESP, system slots) and may follow empty entries.
 //
 //	data disk (GPT, see platform/gpt)
 //	+------+-----+---------+-------------------------------------------+---------+-----+
@@ -52,10 +58,38 @@
 // remains anywhere, so a disk can never be mistaken for a half-initialised
 // one and formatted again.
 //
-// The very first write goes to a zeroed region. Cut during that write,
-// slot 0 is still zero and slot 1 holds a fragment; that pattern arises
-// from nothing else, and ReadHeader reports it as ErrHeaderIncomplete,
-// which is also an ErrNoHeader: the partition was never initialised.
+// # The very first write: the intent marker
+//
+// A region with no valid slot must still tell two cases apart that call
+// for opposite actions: a first write cut short (setup never began; set it
+// up, i.e. format) and a header that was damaged later (refuse; a person
+// must look). Zeros cannot tell them apart — a cut first write and a
+// zeroed or discarded slot 0 next to a damaged slot 1 look the same — so
+// the first write leaves a mark before it writes any header byte:
+//
+//	WriteHeader on a blank region (h.Sequence == 0)
+//	  1. slot 0, first sector: intent marker ("PLINTHINIT" magic, rest of
+//	     the sector zero); flush
+//	  2. slot 1: header, sequence 1; flush
+//	  3. slot 0: header, sequence 2 (overwrites the marker); flush
+//
+//	slot 0                      slot 1            ReadHeader
+//	─────────────────────────────────────────────────────────────────────
+//	zero                        zero              ErrNoHeader (blank)
+//	marker, rest of slot zero   not valid         ErrHeaderIncomplete
+//	zero                        damaged/foreign   ErrCorruptHeader / ErrNotPlinth
+//	anything                    valid             slot 1's header
+//
+// Cut before step 1 reached the disk: blank. Cut after it, anywhere in
+// step 2: marker and a fragment (or nothing) in slot 1, so "setup never
+// began", ErrHeaderIncomplete, which is also an ErrNoHeader. Cut in step 3:
+// slot 1 is valid and complete. The marker is one sector, which a disk
+// writes whole or not at all; it has no valid header next to it only
+// until step 2 completes, and it is gone once step 3 completes. Damage
+// after a complete first write can zero slot 0 but cannot write the
+// marker's magic, so zero-and-damaged is refused. A marker with non-zero
+// bytes after its sector (step 3 torn) is corrupt, not a marker; it only
+// matters if slot 1 is damaged too, and then the region is refused.
 //
 // # First-time setup
 //
@@ -106,6 +140,16 @@ const (
 
 // magic starts every slot. The trailing bytes keep it from matching text.
 const magic = "PLINTHDATA\x00\x01"
+
+// intentMagic starts the intent marker, which only the very first
+// WriteHeader writes, into slot 0's first sector (see the package doc). It
+// differs from magic in four bytes, and a marker is only a marker when the
+// rest of slot 0 is zero, which no header slot ever is.
+const intentMagic = "PLINTHINIT\x00\x01"
+
+// intentSize is the marker's length: one sector, written whole or not at
+// all.
+const intentSize = 512
 
 const (
 	prefixLen   = len(magic) + 2 + 4 // magic, version, body length
@@ -211,10 +255,15 @@ var (
 	// code does not know, written by a newer Plinth. It is also an
 	// ErrCorruptHeader, so callers that only know that one stay safe.
 	ErrUnsupportedVersion = fmt.Errorf("%w: unsupported version", ErrCorruptHeader)
-	// ErrHeaderIncomplete: slot 0 is zero and slot 1 holds a fragment,
-	// which is what a cut during the very first WriteHeader leaves. It is
-	// also an ErrNoHeader: no header was ever committed.
+	// ErrHeaderIncomplete: slot 0 holds the intent marker and slot 1 no
+	// valid header, which only a cut during the very first WriteHeader
+	// leaves. It is also an ErrNoHeader: no header was ever committed. A
+	// zero slot 0 next to a damaged slot 1 is not this but damage
+	// (ErrCorruptHeader or ErrNotPlinth).
 	ErrHeaderIncomplete = fmt.Errorf("%w: first header write was interrupted", ErrNoHeader)
+	// errIntentMarker is a slot state (HeaderReport), never returned: slot 0
+	// holds the intent marker.
+	errIntentMarker = fmt.Errorf("%w: intent marker of an unfinished first write", ErrNoHeader)
 	// ErrHeaderTooLarge: Encode cannot fit the header into a slot.
 	ErrHeaderTooLarge = errors.New("storage: header does not fit in a slot")
 )
@@ -429,12 +478,16 @@ func (r HeaderReport) Degraded() bool {
 // Errors when no slot is valid, most serious first:
 //   - ErrUnsupportedVersion if either slot holds one, even next to a valid
 //     slot: a newer Plinth wrote here, and an older copy may be stale;
-//   - ErrCorruptHeader if a slot holds a damaged Plinth header (unless
-//     this is ErrHeaderIncomplete);
-//   - ErrHeaderIncomplete if slot 0 is zero and slot 1 is not valid;
-//   - ErrNotPlinth for foreign data;
+//   - ErrHeaderIncomplete if slot 0 holds the intent marker (and nothing
+//     else) and slot 1 is not valid: the first WriteHeader was cut;
 //   - ErrNoHeader if the whole region is zero;
+//   - ErrCorruptHeader if a slot holds a damaged Plinth header or a
+//     damaged intent marker;
+//   - ErrNotPlinth for foreign data;
 //   - a read error as is.
+//
+// A zero slot 0 next to an invalid, non-zero slot 1 is therefore an error
+// (ErrCorruptHeader or ErrNotPlinth), never ErrNoHeader.
 func ReadHeader(r io.ReaderAt, offset int64) (*Header, HeaderReport, error) {
 	rep := HeaderReport{Used: -1}
 	buf := make([]byte, HeaderSize)
@@ -447,6 +500,9 @@ func ReadHeader(r io.ReaderAt, offset int64) (*Header, HeaderReport, error) {
 	var hs [2]*Header
 	for i := range hs {
 		h, err := DecodeHeader(buf[i*SlotSize : (i+1)*SlotSize])
+		if i == 0 && errors.Is(err, ErrNotPlinth) {
+			err = intentState(buf[:SlotSize])
+		}
 		if err == nil && h.Sequence%2 != uint64(i) {
 			h, err = nil, fmt.Errorf("%w: sequence %d does not belong in slot %d", ErrCorruptHeader, h.Sequence, i)
 		}
@@ -467,16 +523,30 @@ func ReadHeader(r io.ReaderAt, offset int64) (*Header, HeaderReport, error) {
 		rep.Used = 0
 	case hs[1] != nil:
 		rep.Used = 1
+	case errors.Is(e0, errIntentMarker):
+		return nil, rep, both(ErrHeaderIncomplete)
 	case errors.Is(e0, ErrNoHeader) && errors.Is(e1, ErrNoHeader):
 		return nil, rep, ErrNoHeader
-	case errors.Is(e0, ErrNoHeader):
-		return nil, rep, both(ErrHeaderIncomplete)
 	case errors.Is(e0, ErrCorruptHeader) || errors.Is(e1, ErrCorruptHeader):
 		return nil, rep, both(ErrCorruptHeader)
 	default:
 		return nil, rep, both(ErrNotPlinth)
 	}
 	return hs[rep.Used], rep, nil
+}
+
+// intentState classifies a slot 0 that holds no header magic but is not
+// zero: the intent marker (errIntentMarker), a damaged one
+// (ErrCorruptHeader: its sector followed by non-zero bytes, as a torn
+// third step of the first write leaves), or foreign data (ErrNotPlinth).
+func intentState(slot []byte) error {
+	if !bytes.HasPrefix(slot, []byte(intentMagic)) {
+		return ErrNotPlinth
+	}
+	if allZero(slot[len(intentMagic):]) {
+		return errIntentMarker
+	}
+	return fmt.Errorf("%w: damaged intent marker", ErrCorruptHeader)
 }
 
 // syncer is implemented by *os.File; WriteHeader flushes with it so the
@@ -491,29 +561,50 @@ type syncer interface{ Sync() error }
 // valid copy remains, even when an earlier cut left only one. On success
 // h.Sequence is the sequence of the second copy. h.Sequence must be the
 // sequence of the newest header on disk (as ReadHeader returned it) or 0
-// for a blank region. An invalid header is rejected before anything is
-// written.
+// for a blank region (or one ReadHeader called ErrHeaderIncomplete). For
+// such a region WriteHeader first writes the intent marker into slot 0
+// and flushes (see the package doc), and h must be StateInitialising: an
+// unfinished first write then always means "setup never began". An
+// invalid header is rejected before anything is written.
 func WriteHeader(w io.WriterAt, offset int64, h *Header) error {
 	if h.Sequence > math.MaxUint64-3 {
 		return errors.New("storage: header sequence exhausted")
 	}
-	first, second := *h, *h
-	first.Sequence, second.Sequence = h.Sequence+1, h.Sequence+2
-	for _, c := range []*Header{&first, &second} {
+	first := h.Sequence == 0
+	if first && h.State != StateInitialising {
+		return fmt.Errorf("storage: the first header written to a blank region must be %v, not %v", StateInitialising, h.State)
+	}
+	type write struct {
+		what string
+		b    []byte
+		off  int64
+	}
+	var writes []write
+	if first {
+		marker := make([]byte, intentSize)
+		copy(marker, intentMagic)
+		writes = append(writes, write{"intent marker", marker, offset})
+	}
+	c := *h
+	for range 2 {
+		c.Sequence++
 		b, err := c.Encode()
 		if err != nil {
 			return err
 		}
 		slot := int(c.Sequence % 2)
-		if _, err := w.WriteAt(b, offset+int64(slot)*SlotSize); err != nil {
-			return fmt.Errorf("storage: write header slot %d: %w", slot, err)
+		writes = append(writes, write{fmt.Sprintf("header slot %d", slot), b, offset + int64(slot)*SlotSize})
+	}
+	for _, wr := range writes {
+		if _, err := w.WriteAt(wr.b, wr.off); err != nil {
+			return fmt.Errorf("storage: write %s: %w", wr.what, err)
 		}
 		if sy, ok := w.(syncer); ok {
 			if err := sy.Sync(); err != nil {
-				return fmt.Errorf("storage: sync header slot %d: %w", slot, err)
+				return fmt.Errorf("storage: sync %s: %w", wr.what, err)
 			}
 		}
 	}
-	h.Sequence = second.Sequence
+	h.Sequence = c.Sequence
 	return nil
 }

@@ -283,9 +283,10 @@ func TestReadWriteHeader(t *testing.T) {
 	if err := WriteHeader(m, off, h); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{fmt.Sprintf("write %d+%d", off+SlotSize, SlotSize), "sync", fmt.Sprintf("write %d+%d", off, SlotSize), "sync"}
+	want := []string{fmt.Sprintf("write %d+%d", off, intentSize), "sync",
+		fmt.Sprintf("write %d+%d", off+SlotSize, SlotSize), "sync", fmt.Sprintf("write %d+%d", off, SlotSize), "sync"}
 	if !reflect.DeepEqual(m.ops, want) {
-		t.Errorf("ops %v, want %v (slot 1, flush, slot 0, flush)", m.ops, want)
+		t.Errorf("ops %v, want %v (intent marker, flush, slot 1, flush, slot 0, flush)", m.ops, want)
 	}
 	if h.Sequence != 2 {
 		t.Errorf("sequence after first write: %d", h.Sequence)
@@ -297,10 +298,14 @@ func TestReadWriteHeader(t *testing.T) {
 	if !reflect.DeepEqual(got, h) || rep.Used != 0 || rep.Degraded() || rep.Slots[1].Sequence != 1 {
 		t.Errorf("got %+v, report %+v", got, rep)
 	}
-	// Update: Ready, new sealed key.
+	// Update: Ready, new sealed key; no marker this time.
 	got.State, got.SealedKey = StateReady, seq(9, 10)
+	m.ops = nil
 	if err := WriteHeader(m, off, got); err != nil {
 		t.Fatal(err)
+	}
+	if want := []string{fmt.Sprintf("write %d+%d", off+SlotSize, SlotSize), "sync", fmt.Sprintf("write %d+%d", off, SlotSize), "sync"}; !reflect.DeepEqual(m.ops, want) {
+		t.Errorf("update ops %v, want %v", m.ops, want)
 	}
 	again, rep, err := ReadHeader(m, off)
 	if err != nil || again.State != StateReady || again.Sequence != 4 || rep.Degraded() {
@@ -316,18 +321,25 @@ func TestReadWriteHeader(t *testing.T) {
 	}
 }
 
-// region returns a header region holding a after a complete WriteHeader.
+// region returns a header region as complete WriteHeaders of hs leave
+// it: both slots hold the last header, with sequences 2n-1 (slot 1) and
+// 2n (slot 0). It encodes the slots itself, so that a test can start from
+// any header (WriteHeader writes only StateInitialising to a blank region).
 func region(t testing.TB, hs ...*Header) *mem {
 	t.Helper()
 	m := newMem(HeaderSize)
-	var seq uint64
-	for _, h := range hs {
-		c := *h
+	if len(hs) == 0 {
+		return m
+	}
+	n := uint64(len(hs))
+	for slot, seq := range [2]uint64{2 * n, 2*n - 1} {
+		c := *hs[len(hs)-1]
 		c.Sequence = seq
-		if err := WriteHeader(m, 0, &c); err != nil {
+		b, err := c.Encode()
+		if err != nil {
 			t.Fatal(err)
 		}
-		seq = c.Sequence
+		copy(m.b[slot*SlotSize:], b)
 	}
 	return m
 }
@@ -433,10 +445,11 @@ func (c *cutDevice) WriteAt(b []byte, off int64) (int, error) {
 	return 0, errCut
 }
 
-// TestTornWrites cuts WriteHeader in every slot write with many subsets
-// of sectors reaching the disk (disks may reorder sectors of one write):
-// the result is always the old or the new header, never an error — except
-// that a cut first write may also leave "no header" behind.
+// TestTornWrites cuts WriteHeader in every write (intent marker, slot
+// writes) with many subsets of sectors reaching the disk (disks may
+// reorder sectors of one write): the result is always the old or the new
+// header, never an error — except that a cut first write may also leave
+// "no header" (blank, or ErrHeaderIncomplete) behind.
 func TestTornWrites(t *testing.T) {
 	initBig := testHeader()
 	initBig.SealedKey = seq(1, 3000) // spans several sectors
@@ -472,7 +485,13 @@ func TestTornWrites(t *testing.T) {
 		{"shrink key", resealed, ready},
 	} {
 		seen := map[string]int{}
-		for cut := 0; cut < 2; cut++ {
+		// The write whose completion makes the new header safe: the first
+		// slot write (the second write, after the marker, on a blank region).
+		last := 1
+		if st.old == nil {
+			last = 2
+		}
+		for cut := 0; cut <= last; cut++ {
 			for si, keep := range subsets {
 				var base *mem
 				var oldSeq uint64
@@ -491,21 +510,21 @@ func TestTornWrites(t *testing.T) {
 				got, _, err := ReadHeader(&d.mem, 0)
 				where := fmt.Sprintf("%s, cut in write %d, subset %d", st.name, cut, si)
 				switch {
-				case err != nil && st.old == nil && cut == 0 && errors.Is(err, ErrHeaderIncomplete):
+				case err != nil && st.old == nil && cut < last && errors.Is(err, ErrHeaderIncomplete):
 					seen["incomplete"]++ // interrupted first write: never initialised
 				case err != nil && st.old == nil && cut == 0 && errors.Is(err, ErrNoHeader):
-					seen["blank"]++ // nothing non-zero reached the disk
+					seen["blank"]++ // the marker did not reach the disk
 				case err != nil:
 					t.Fatalf("%s: %v", where, err)
 				case reflect.DeepEqual(withoutSeq(got), withoutSeq(st.new)):
 					seen["new"]++
-				case cut == 0 && st.old != nil && reflect.DeepEqual(withoutSeq(got), withoutSeq(st.old)):
+				case cut < last && st.old != nil && reflect.DeepEqual(withoutSeq(got), withoutSeq(st.old)):
 					seen["old"]++
 				default:
 					t.Fatalf("%s: got %+v", where, got)
 				}
-				if cut == 1 && !reflect.DeepEqual(withoutSeq(got), withoutSeq(st.new)) {
-					t.Fatalf("%s: slot 1 was complete, yet got %+v", where, got)
+				if cut == last && !reflect.DeepEqual(withoutSeq(got), withoutSeq(st.new)) {
+					t.Fatalf("%s: the first slot write was complete, yet got %+v", where, got)
 				}
 			}
 		}
@@ -523,7 +542,8 @@ func TestTornWrites(t *testing.T) {
 	}
 }
 
-// TestInterruptedFirstWrite: slot 0 zero and a fragment in slot 1.
+// TestInterruptedFirstWrite: the intent marker in slot 0 and a fragment
+// (or nothing) in slot 1 is what a cut first write leaves: incomplete.
 func TestInterruptedFirstWrite(t *testing.T) {
 	h := testHeader()
 	h.SealedKey = seq(1, 2000) // so the header spans several sectors
@@ -532,11 +552,13 @@ func TestInterruptedFirstWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, frag := range map[string]func(s []byte){
+		"nothing yet":        func(s []byte) {},
 		"magic sector only":  func(s []byte) { copy(s[:512], b) },
 		"later sector only":  func(s []byte) { copy(s[512:1024], b[512:]) },
 		"all but last bytes": func(s []byte) { copy(s, b[:200]) },
 	} {
 		m := newMem(HeaderSize)
+		copy(m.b, intentMagic)
 		frag(m.b[SlotSize:])
 		_, rep, err := ReadHeader(m, 0)
 		if !errors.Is(err, ErrHeaderIncomplete) || !errors.Is(err, ErrNoHeader) || rep.Used != -1 {
@@ -602,6 +624,8 @@ func FuzzReadHeader(f *testing.F) {
 	f.Add([]byte{}, trimZeros(m.b[SlotSize:]))
 	f.Add(trimZeros(m.b[SlotSize:]), trimZeros(m.b[:SlotSize]))
 	f.Add([]byte{}, []byte{})
+	f.Add([]byte(intentMagic), []byte{})
+	f.Add([]byte(intentMagic), trimZeros(m.b[SlotSize:])[:100])
 	f.Fuzz(func(t *testing.T, s0, s1 []byte) {
 		r := newMem(HeaderSize)
 		copy(r.b, s0[:min(len(s0), SlotSize)])
@@ -610,6 +634,15 @@ func FuzzReadHeader(f *testing.F) {
 		if err != nil {
 			if h != nil || rep.Used != -1 || !errorKindOK(err) {
 				t.Fatalf("bad failure: %v %+v %v", h, rep, err)
+			}
+			// "No header" lets the caller format: only for a zero region
+			// or the intent marker of a cut first write.
+			marker := bytes.HasPrefix(r.b, []byte(intentMagic)) && allZero(r.b[len(intentMagic):SlotSize])
+			switch {
+			case errors.Is(err, ErrHeaderIncomplete) && !marker:
+				t.Fatalf("incomplete without the intent marker: %v", err)
+			case errors.Is(err, ErrNoHeader) && !errors.Is(err, ErrHeaderIncomplete) && !allZero(r.b):
+				t.Fatalf("no header, but the region is not zero: %v", err)
 			}
 			return
 		}

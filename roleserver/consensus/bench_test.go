@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Benchmarks of the consensus service on loopback, with the test knobs
+// Benchmarks of the consensus service on loopback, with the test Tuning
 // (50ms heartbeat, 500ms election timeout, no fsync): they measure this
 // package's own overhead, not a disk.
 //

@@ -41,29 +41,34 @@ type Config struct {
 	// different certificates will be used.
 	NodePrivateKey ed25519.PrivateKey
 
-	// knobs lets tests and benchmarks run several members in one process on
-	// loopback with short raft timeouts; production leaves it zero.
-	knobs knobs
+	// Tuning changes settings that production leaves at their defaults;
+	// its zero value is what every node runs with.
+	Tuning Tuning
 }
 
-// knobs are the settings production never changes. Zero values mean the
-// defaults below.
-type knobs struct {
-	// peerListen is the host:port the peer listener binds.
-	peerListen string
-	// peerAdvertise is the host:port other members dial. The default host
+// Tuning holds the member settings a node never changes: each zero field
+// means the default below. They exist so that tests and benchmarks can run
+// several members in one process on loopback ports, with short raft
+// timings and without fsync (roleserver/internal/testutil has the loopback
+// values); /init sets none of them.
+type Tuning struct {
+	// PeerListen is the host:port the peer listener binds (default
+	// 0.0.0.0:7834).
+	PeerListen string
+	// PeerAdvertise is the host:port other members dial. The default host
 	// is the node ID, which the cluster's name resolution maps to the node.
-	peerAdvertise string
-	// tickMs and electionMs are etcd's heartbeat interval and election
-	// timeout.
-	tickMs, electionMs uint
-	// readyTimeout bounds how long a started member may take to become
-	// part of its cluster before the runnable gives up.
-	readyTimeout time.Duration
-	// promoteInterval is how often the autopromoter looks at learners.
-	promoteInterval time.Duration
-	// noFsync trades durability for speed in tests.
-	noFsync bool
+	PeerAdvertise string
+	// TickMs and ElectionMs are etcd's heartbeat interval and election
+	// timeout (default etcd's own, 100 and 1000).
+	TickMs, ElectionMs uint
+	// ReadyTimeout bounds how long a started member may take to become
+	// part of its cluster before the runnable gives up (default 2 min).
+	ReadyTimeout time.Duration
+	// PromoteInterval is how often the autopromoter looks at learners
+	// (default 5 s).
+	PromoteInterval time.Duration
+	// NoFsync trades durability for speed; never set on a node.
+	NoFsync bool
 }
 
 const (
@@ -77,24 +82,24 @@ const (
 	defaultPromoteInterval = 5 * time.Second
 )
 
-func (k knobs) withDefaults(nodeID string) knobs {
-	if k.peerListen == "" {
-		k.peerListen = fmt.Sprintf("0.0.0.0:%d", defaultPeerPort)
+func (k Tuning) withDefaults(nodeID string) Tuning {
+	if k.PeerListen == "" {
+		k.PeerListen = fmt.Sprintf("0.0.0.0:%d", defaultPeerPort)
 	}
-	if k.peerAdvertise == "" {
-		k.peerAdvertise = fmt.Sprintf("%s:%d", nodeID, defaultPeerPort)
+	if k.PeerAdvertise == "" {
+		k.PeerAdvertise = fmt.Sprintf("%s:%d", nodeID, defaultPeerPort)
 	}
-	if k.tickMs == 0 {
-		k.tickMs = defaultTickMs
+	if k.TickMs == 0 {
+		k.TickMs = defaultTickMs
 	}
-	if k.electionMs == 0 {
-		k.electionMs = defaultElectionMs
+	if k.ElectionMs == 0 {
+		k.ElectionMs = defaultElectionMs
 	}
-	if k.readyTimeout == 0 {
-		k.readyTimeout = defaultReadyTimeout
+	if k.ReadyTimeout == 0 {
+		k.ReadyTimeout = defaultReadyTimeout
 	}
-	if k.promoteInterval == 0 {
-		k.promoteInterval = defaultPromoteInterval
+	if k.PromoteInterval == 0 {
+		k.PromoteInterval = defaultPromoteInterval
 	}
 	return k
 }
@@ -165,7 +170,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.config.validate(); err != nil {
 		return err
 	}
-	k := s.config.knobs.withDefaults(s.config.NodeID)
+	k := s.config.Tuning.withDefaults(s.config.NodeID)
 	lg := newZapLogger(supervisor.Logger(ctx), ctx.Done())
 	d := newDisk(s.config.Data)
 
@@ -226,7 +231,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer closeEtcd(e)
 
-	if err := waitReady(ctx, e, k.readyTimeout); err != nil {
+	if err := waitReady(ctx, e, k.ReadyTimeout); err != nil {
 		return err
 	}
 	if err := waitPromoted(ctx, e); err != nil {
@@ -238,7 +243,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer cl.Close()
 
-	if err := supervisor.Run(ctx, "autopromoter", autopromoter(e, cl, k.promoteInterval)); err != nil {
+	if err := supervisor.Run(ctx, "autopromoter", autopromoter(e, cl, k.PromoteInterval)); err != nil {
 		return err
 	}
 	if err := supervisor.Run(ctx, "crl", d.crlWatcher(cl)); err != nil {

@@ -43,8 +43,8 @@
 //
 // Peer addresses: a member advertises https://<node ID>:7834 and AddNode
 // registers new members the same way, so the cluster's name resolution has
-// to map node IDs to node addresses (tests override host and port through
-// unexported knobs). GetEtcdMemberNodeId relies on this for members that
+// to map node IDs to node addresses (Config.Tuning and PeerAddress override
+// host and port, for several members on one host in tests). GetEtcdMemberNodeId relies on this for members that
 // have not started yet.
 //
 // Every member certificate carries the fixed DNS name peerServerName, which

@@ -61,7 +61,7 @@ func issueMemberCertificate(ca *pki.CA, nodeID string, pub ed25519.PublicKey) (*
 
 // baseConfig is what the temporary bootstrap instance and the real member
 // have in common.
-func (s *Service) baseConfig(lg *zap.Logger, k knobs, dataDir string) (*embed.Config, error) {
+func (s *Service) baseConfig(lg *zap.Logger, k Tuning, dataDir string) (*embed.Config, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = s.config.NodeID
 	cfg.Dir = dataDir
@@ -80,9 +80,9 @@ func (s *Service) baseConfig(lg *zap.Logger, k knobs, dataDir string) (*embed.Co
 	cfg.ListenClientHttpUrls = nil
 	cfg.ListenMetricsUrls = nil
 
-	cfg.TickMs = k.tickMs
-	cfg.ElectionMs = k.electionMs
-	cfg.UnsafeNoFsync = k.noFsync
+	cfg.TickMs = k.TickMs
+	cfg.ElectionMs = k.ElectionMs
+	cfg.UnsafeNoFsync = k.NoFsync
 	// Keep an hour of history for watchers that reconnect, not forever:
 	// the curator alone would otherwise grow the backend without bound.
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
@@ -93,18 +93,18 @@ func (s *Service) baseConfig(lg *zap.Logger, k knobs, dataDir string) (*embed.Co
 // etcdConfig is the configuration of the real member: peers over mTLS.
 // join is nil unless this is the member's first start in an existing
 // cluster.
-func (s *Service) etcdConfig(lg *zap.Logger, k knobs, d disk, join *JoinCluster) (*embed.Config, error) {
+func (s *Service) etcdConfig(lg *zap.Logger, k Tuning, d disk, join *JoinCluster) (*embed.Config, error) {
 	cfg, err := s.baseConfig(lg, k, d.dataDir())
 	if err != nil {
 		return nil, err
 	}
-	listen, err := url.Parse("https://" + k.peerListen)
+	listen, err := url.Parse("https://" + k.PeerListen)
 	if err != nil {
-		return nil, fmt.Errorf("consensus: peer listen address %q: %w", k.peerListen, err)
+		return nil, fmt.Errorf("consensus: peer listen address %q: %w", k.PeerListen, err)
 	}
-	advertise, err := url.Parse("https://" + k.peerAdvertise)
+	advertise, err := url.Parse("https://" + k.PeerAdvertise)
 	if err != nil {
-		return nil, fmt.Errorf("consensus: peer advertise address %q: %w", k.peerAdvertise, err)
+		return nil, fmt.Errorf("consensus: peer advertise address %q: %w", k.PeerAdvertise, err)
 	}
 	cfg.ListenPeerUrls = []url.URL{*listen}
 	cfg.AdvertisePeerUrls = []url.URL{*advertise}
@@ -155,7 +155,7 @@ func (s *Service) etcdConfig(lg *zap.Logger, k knobs, d disk, join *JoinCluster)
 // crash half-way leaves that directory behind, which lets the next attempt
 // tell an unfinished bootstrap (start over) from a member that lost its
 // data (refuse).
-func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k knobs, d disk) error {
+func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k Tuning, d disk) error {
 	log := supervisor.Logger(ctx)
 	log.Info("no etcd data and no JoinCluster: bootstrapping a new cluster")
 	tmp := d.bootstrapDir()
@@ -198,7 +198,7 @@ func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k knobs, d disk
 	// embed.Etcd is not safe.
 	stopEtcd := sync.OnceFunc(func() { close(tmpStopping); closeEtcd(e) })
 	defer stopEtcd()
-	if err := waitReady(ctx, e, k.readyTimeout); err != nil {
+	if err := waitReady(ctx, e, k.ReadyTimeout); err != nil {
 		return err
 	}
 	cl, err := s.newClient(lg)
@@ -224,7 +224,7 @@ func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k knobs, d disk
 	if err != nil {
 		return err
 	}
-	advertise := "https://" + k.peerAdvertise
+	advertise := "https://" + k.PeerAdvertise
 	if _, err := cl.Txn(ctx).Then(
 		clientv3.OpPut(keyCACert, string(caCertPEM)),
 		clientv3.OpPut(keyCAKey, string(caKeyPEM)),

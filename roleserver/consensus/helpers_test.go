@@ -86,16 +86,16 @@ func (m *member) config(join *JoinCluster) Config {
 		JoinCluster:    join,
 		NodeID:         m.name,
 		NodePrivateKey: m.priv,
-		knobs: knobs{
-			peerListen:    m.peerAddr(),
-			peerAdvertise: m.peerAddr(),
+		Tuning: Tuning{
+			PeerListen:    m.peerAddr(),
+			PeerAdvertise: m.peerAddr(),
 			// Short raft timings: loopback, but two shared cores and the
 			// race detector.
-			tickMs:          50,
-			electionMs:      500,
-			readyTimeout:    20 * time.Second,
-			promoteInterval: 100 * time.Millisecond,
-			noFsync:         true,
+			TickMs:          50,
+			ElectionMs:      500,
+			ReadyTimeout:    20 * time.Second,
+			PromoteInterval: 100 * time.Millisecond,
+			NoFsync:         true,
 		},
 	}
 }
@@ -158,7 +158,7 @@ func (m *member) failure(timeout time.Duration) string {
 
 // addOption points AddNode at the member's loopback peer port.
 func (m *member) addOption() *AddNodeOption {
-	return &AddNodeOption{peerHost: "127.0.0.1", peerPort: m.port}
+	return PeerAddress("127.0.0.1", m.port)
 }
 
 func (m *member) disk() disk { return newDisk(&m.root.Data.Etcd) }

@@ -78,12 +78,21 @@ func (s *Status) namespaced(prefix string) (client.Namespaced, error) {
 }
 
 // AddNodeOption can be passed to AddNode to influence the behaviour of the
-// function. Currently this is only used internally by tests.
+// function (see PeerAddress).
 type AddNodeOption struct {
 	// peerHost and peerPort replace the new member's default peer address
 	// (its node ID and the default peer port).
 	peerHost string
 	peerPort int
+}
+
+// PeerAddress makes AddNode register the new member at https://host:port
+// instead of https://<node ID>:7834: for a member whose peer listener is
+// not where the cluster's name resolution and the default port put it
+// (Tuning.PeerAdvertise), such as several members on one host. An empty
+// host or a zero port keeps that part of the default.
+func PeerAddress(host string, port int) *AddNodeOption {
+	return &AddNodeOption{peerHost: host, peerPort: port}
 }
 
 // AddNode creates a new consensus member corresponding to a given node ID if

@@ -40,6 +40,9 @@ func Bootstrap(ctx context.Context, cl client.Namespaced, req BootstrapRequest) 
 			return nil, nil, fmt.Errorf("curator: bootstrap: %s public key has %d bytes, want %d", name, len(k), ed25519.PublicKeySize)
 		}
 	}
+	if err := pki.CheckEd25519PublicKey(req.OwnerPublicKey); err != nil {
+		return nil, nil, fmt.Errorf("curator: bootstrap: owner public key refused: %w", err)
+	}
 	if req.OwnerPublicKey.Equal(req.NodePublicKey) || req.OwnerPublicKey.Equal(req.JoinPublicKey) {
 		return nil, nil, errors.New("curator: bootstrap: the owner key must not be a node's key")
 	}

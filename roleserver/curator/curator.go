@@ -57,7 +57,8 @@ type Config struct {
 	// HeartbeatTimeout is how long a node may go without heartbeat before
 	// it is HEARTBEAT_TIMEOUT; default 15s.
 	HeartbeatTimeout time.Duration
-	// AddNodeOptions are passed to consensus AddNode (tests only).
+	// AddNodeOptions are passed to consensus AddNode (e.g. an explicit
+	// peer address, consensus.PeerAddress, where node IDs do not resolve).
 	AddNodeOptions func(nodeID string) []*consensus.AddNodeOption
 	// ServerOptions are added to the gRPC server's options (after the TLS
 	// credentials and the authorization interceptor of roleserver/rpc,

@@ -14,11 +14,12 @@
 //	             └───────┬──────────────────────────────────────┬──────────────────┘
 //	                     │ namespaced etcd client               │ AddNode/RemoveNode
 //	                     ▼                                      ▼
-//	   /cluster/{ca.pem,ca-key.pem,owner-key,ticket,configuration}   consensus
+//	   /cluster/{ca.pem,ca-key.pem,owner-key,ticket,configuration,crl}   consensus
 //	   /nodes/<id>                clusterpb.Node (no health)
 //	   /join-keys/<hex key>       node ID
 //	   /cluster-unlock-keys/<id>  32 bytes
 //	   /heartbeats/<id>           unix nanos, written by the leader
+//	   /certs/<id>/{node,curator}/<serial>  every certificate issued (for revocation)
 //	   /kubernetes-ca/{ca.pem,ca-key.pem}
 //	   /leader, /leader-since     leased: GetCurrentLeaderResponse{id, port}
 //
@@ -31,7 +32,8 @@
 //
 // Node lifecycle:
 //
-//	RegisterNode (ticket, TPM policy) → NEW → ApproveNode (owner) → STANDBY
+//	RegisterNode (ticket, TPM policy, bounded status, at most 32 NEW) → NEW
+//	  → ApproveNode (owner) → STANDBY
 //	  → CommitNode (join key proof; certificate + cluster unlock key) → UP
 //	  → DecommissionNode → DECOMMISSIONED (key refused forever)
 //	JoinNode (join key + session proof) → cluster unlock key, UP nodes only
@@ -42,8 +44,21 @@
 // HEARTBEAT_TIMEOUT. Heartbeats are written to etcd at most once per
 // HeartbeatInterval per node so that every member computes the same.
 //
-// Callers are classified with identity.PeerFromContext in every handler,
-// in addition to the permission interceptor passed in
-// Config.ServerOptions; handlers also check what depends on data (the
-// node named is the caller, the key is the owner's, the ticket is valid).
+// Trust: a curator serves with a curator certificate it issues itself
+// for its node key at start (recorded under /certs/), which is what
+// clients of these services require, so a worker's node certificate can
+// never pose as the curator. Decommissioning a node revokes every
+// certificate recorded for it, removing the ConsensusMember role revokes
+// its curator certificates; the cluster CRL (/cluster/crl) is followed by
+// every curator and handed to nodes with heartbeat answers and
+// GetClusterInfo.
+//
+// Authorization happens in one place, the interceptor of roleserver/rpc:
+// each RPC's required_permission and the kinds of caller each permission
+// is granted_to come from the .proto; the curator adds one CallerCheck
+// (checkCaller: a node caller must be UP, on record for exactly its key,
+// and not decommissioned). Handlers take the caller from rpc.PeerFrom and
+// only check what depends on data (the node named is the caller, the key
+// is the owner's, the ticket is valid). Refusals a client must act on
+// carry an ErrorReason (rpc.Error / rpc.Reason).
 package curator

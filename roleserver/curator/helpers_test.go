@@ -28,6 +28,7 @@ import (
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
@@ -166,7 +167,7 @@ func run(lt *logtree.Tree, r supervisor.Runnable) func() {
 }
 
 func (m *member) startConsensus(join *consensus.JoinCluster) {
-	m.cons = consensus.NewLoopbackForTest(consensus.Config{
+	m.cons = testutil.NewLoopbackConsensus(consensus.Config{
 		Data:           &m.root.Data.Etcd,
 		Ephemeral:      &m.root.Ephemeral.Consensus,
 		JoinCluster:    join,
@@ -211,7 +212,7 @@ func (m *member) startCurator(peerPorts func(id string) int) {
 		LeaderTTL:        testLeaderTTL,
 		HeartbeatTimeout: testHeartbeatTimeout,
 		AddNodeOptions: func(id string) []*consensus.AddNodeOption {
-			return []*consensus.AddNodeOption{consensus.LoopbackPeerForTest(peerPorts(id))}
+			return []*consensus.AddNodeOption{testutil.LoopbackPeer(peerPorts(id))}
 		},
 	})
 	m.curStop = run(m.lt, m.cur.Run)

@@ -48,17 +48,27 @@ func (c *Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
 	}
 	l.Info("network up", "address", st.Address.String())
 	if h != nil && len(h.Enrolment) > 0 {
+		js, err := unsealJoinState(c.Keys, h.Enrolment)
+		if err != nil {
+			return fmt.Errorf("%w: %v", storage.ErrRefused, err)
+		}
+		if js.pending() {
+			// Registered (or about to) before a reboot, not committed
+			// yet: carry on with the same keys, so the owner approves
+			// the node it saw and no second NEW record appears.
+			return c.register(ctx, l, js)
+		}
 		// Set up (or its setup began) after a commit: this node is a
 		// member, whatever state the volume is in.
-		return c.join(ctx, l, h)
+		return c.join(ctx, l, h, js)
 	}
 	if h != nil && h.State == storage.StateReady {
 		if len(h.Enrolment) == 0 {
 			return fmt.Errorf("%w: the data disk was set up without cluster enrolment data, so it cannot be unlocked through the cluster (was it a bootstrap node's disk?)", storage.ErrRefused)
 		}
-		return c.join(ctx, l, h)
+		return c.join(ctx, l, h, nil)
 	}
-	return c.register(ctx, l)
+	return c.register(ctx, l, nil)
 }
 
 func (c *Config) nodeStatus() *clusterpb.NodeStatus {
@@ -99,18 +109,18 @@ func (c *Config) endpoints(dir *clusterpb.ClusterDirectory) []string {
 }
 
 // register: ticket → NEW → (owner approves) → commit → credentials and the
-// cluster unlock key → set up the data volume.
-func (c *Config) register(ctx context.Context, l *slog.Logger) error {
+// cluster unlock key → set up the data volume. The node's keys are sealed
+// into the data disk header (storage.Reserve) before the first
+// RegisterNode, so a node that reboots while it waits for approval comes
+// back with the same identity; resume is that pending state, nil for a
+// new registration.
+func (c *Config) register(ctx context.Context, l *slog.Logger, resume *joinState) error {
 	reg := c.Parameters.GetRegister()
 	ca, err := x509.ParseCertificate(reg.GetClusterCaCertificate())
 	if err != nil {
 		return fmt.Errorf("cluster CA certificate in the node parameters: %w", err)
 	}
-	_, nodeKey, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return err
-	}
-	_, joinKey, err := ed25519.GenerateKey(rand.Reader)
+	nodeKey, joinKey, err := c.registrationKeys(l, ca, resume)
 	if err != nil {
 		return err
 	}
@@ -188,12 +198,43 @@ func (c *Config) register(ctx context.Context, l *slog.Logger) error {
 	return c.openAndProvide(ctx, l, commit.GetClusterUnlockKey(), js, blob, c.RoleServer.ProvideRegisterData)
 }
 
-// join: a node set up before comes back: join key → cluster unlock key →
-// open the data volume → its saved credentials.
-func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header) error {
-	js, err := unsealJoinState(c.Keys, h.Enrolment)
+// registrationKeys are the node and join keys to register with: the
+// pending ones from before a reboot, or new ones, sealed into the data
+// disk header before anything is sent.
+func (c *Config) registrationKeys(l *slog.Logger, ca *x509.Certificate, resume *joinState) (node, join ed25519.PrivateKey, err error) {
+	if resume != nil {
+		if !resume.CA.Equal(ca) {
+			return nil, nil, fmt.Errorf("%w: the pending registration is for another cluster CA than the node parameters name", storage.ErrRefused)
+		}
+		l.Info("resuming the registration begun before a reboot", "node", identity.NodeID(resume.PendingNodeKey.Public().(ed25519.PublicKey)))
+		return resume.PendingNodeKey, resume.JoinKey, nil
+	}
+	if _, node, err = ed25519.GenerateKey(rand.Reader); err != nil {
+		return nil, nil, err
+	}
+	if _, join, err = ed25519.GenerateKey(rand.Reader); err != nil {
+		return nil, nil, err
+	}
+	pending := &joinState{JoinKey: join, CA: ca, Directory: &clusterpb.ClusterDirectory{}, PendingNodeKey: node}
+	blob, err := pending.seal(c.Keys)
 	if err != nil {
-		return fmt.Errorf("%w: %v", storage.ErrRefused, err)
+		return nil, nil, err
+	}
+	if err := storage.Reserve(c.Disk, blob); err != nil {
+		return nil, nil, fmt.Errorf("keeping the registration keys in the data disk header: %w", err)
+	}
+	return node, join, nil
+}
+
+// join: a node set up before comes back: join key → cluster unlock key →
+// open the data volume → its saved credentials. js is the unsealed join
+// state of h, or nil to unseal it here.
+func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header, js *joinState) error {
+	if js == nil {
+		var err error
+		if js, err = unsealJoinState(c.Keys, h.Enrolment); err != nil {
+			return fmt.Errorf("%w: %v", storage.ErrRefused, err)
+		}
 	}
 	eph, err := identity.EphemeralCertificate(js.JoinKey)
 	if err != nil {

@@ -35,7 +35,15 @@ type joinState struct {
 	// commit and saving them on the volume cannot orphan the node: they
 	// are in the header before the volume is set up.
 	Node *identity.Credentials
+	// PendingNodeKey is the node key of a registration not committed yet
+	// (Node is nil then): a node that reboots while it waits for approval
+	// registers again with the same key instead of a second identity.
+	PendingNodeKey ed25519.PrivateKey
 }
+
+// pending reports whether this is the state of a registration that has
+// not been committed yet.
+func (j *joinState) pending() bool { return j.Node == nil && j.PendingNodeKey != nil }
 
 type joinStateJSON struct {
 	JoinKeySeed      []byte `json:"join_key_seed"`
@@ -44,6 +52,7 @@ type joinStateJSON struct {
 	ClusterUnlockKey []byte `json:"cluster_unlock_key,omitempty"`
 	NodeKeySeed      []byte `json:"node_key_seed,omitempty"`
 	NodeCertificate  []byte `json:"node_certificate,omitempty"`
+	PendingNodeSeed  []byte `json:"pending_node_key_seed,omitempty"`
 }
 
 // seal encrypts the join state with a fresh data key (AES-256-GCM) and
@@ -60,6 +69,9 @@ func (j *joinState) seal(keys storage.KeyProtector) ([]byte, error) {
 	js := joinStateJSON{JoinKeySeed: j.JoinKey.Seed(), CA: j.CA.Raw, Directory: dir, ClusterUnlockKey: j.ClusterUnlockKey}
 	if j.Node != nil {
 		js.NodeKeySeed, js.NodeCertificate = j.Node.PrivateKey.Seed(), j.Node.Certificate.Raw
+	}
+	if j.PendingNodeKey != nil {
+		js.PendingNodeSeed = j.PendingNodeKey.Seed()
 	}
 	plain, err := json.Marshal(js)
 	if err != nil {
@@ -127,6 +139,9 @@ func unsealJoinState(keys storage.KeyProtector, blob []byte) (*joinState, error)
 		return nil, fmt.Errorf("join state: directory: %w", err)
 	}
 	out := &joinState{JoinKey: ed25519.NewKeyFromSeed(js.JoinKeySeed), CA: ca, Directory: dir, ClusterUnlockKey: js.ClusterUnlockKey}
+	if len(js.PendingNodeSeed) == ed25519.SeedSize {
+		out.PendingNodeKey = ed25519.NewKeyFromSeed(js.PendingNodeSeed)
+	}
 	if len(js.NodeKeySeed) == ed25519.SeedSize {
 		if out.Node, err = identity.NewCredentials(ed25519.NewKeyFromSeed(js.NodeKeySeed), js.NodeCertificate, js.CA); err != nil {
 			return nil, fmt.Errorf("join state: node credentials: %w", err)

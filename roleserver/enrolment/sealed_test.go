@@ -103,3 +103,27 @@ func TestSortedDirectory(t *testing.T) {
 		t.Fatal("nil directory")
 	}
 }
+
+// TestPendingRegistrationState: the state a registering node seals before
+// it registers carries its node key, and reads back as pending (register
+// again with these keys), never as a member's state (join).
+func TestPendingRegistrationState(t *testing.T) {
+	ca, err := pki.NewCA("test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, jk, _ := ed25519.GenerateKey(rand.Reader)
+	_, nk, _ := ed25519.GenerateKey(rand.Reader)
+	keys := xorKeys{3}
+	blob, err := (&joinState{JoinKey: jk, CA: ca.Certificate, Directory: &clusterpb.ClusterDirectory{}, PendingNodeKey: nk}).seal(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := unsealJoinState(keys, blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.pending() || !got.PendingNodeKey.Equal(nk) || !got.JoinKey.Equal(jk) || got.Node != nil {
+		t.Fatalf("pending state read back as %+v", got)
+	}
+}

@@ -212,9 +212,17 @@ func (c *Credentials) PublicKey() ed25519.PublicKey { return c.PrivateKey.Public
 // ID is the node ID for node credentials, "owner" for the owner's.
 func (c *Credentials) ID() string { return c.Certificate.Subject.CommonName }
 
-// TLSCertificate is the certificate to present in handshakes.
+// TLSCertificate is the certificate to present in handshakes, followed by
+// the CA certificate: a peer that does not know the CA yet (the owner
+// taking ownership with a pinned CA fingerprint) can check it before it
+// sends anything. Verification never trusts the second entry: it checks
+// the first against the CA the verifier holds.
 func (c *Credentials) TLSCertificate() tls.Certificate {
-	return tls.Certificate{Certificate: [][]byte{c.Certificate.Raw}, PrivateKey: c.PrivateKey, Leaf: c.Certificate}
+	chain := [][]byte{c.Certificate.Raw}
+	if c.CA != nil {
+		chain = append(chain, c.CA.Raw)
+	}
+	return tls.Certificate{Certificate: chain, PrivateKey: c.PrivateKey, Leaf: c.Certificate}
 }
 
 // ServerTLSConfig serves with these (node) credentials and requests a

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
@@ -24,6 +25,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/identity"
 )
 
@@ -262,19 +264,51 @@ func (c *Client) Ticket(ctx context.Context) ([]byte, error) {
 	return out, err
 }
 
+// RotateTicket replaces the cluster's register ticket with a new random
+// one and returns it. The old ticket stops working at once; nodes that
+// registered with it are not affected. Like every Management call it may
+// be retried on the next curator after UNAVAILABLE, so a rotation whose
+// reply was lost may rotate twice: the ticket returned is the current one
+// either way.
+func (c *Client) RotateTicket(ctx context.Context) ([]byte, error) {
+	var out []byte
+	err := c.management(ctx, func(m clusterpb.ManagementClient) error {
+		r, err := m.RotateRegisterTicket(ctx, &clusterpb.RotateRegisterTicketRequest{})
+		out = r.GetTicket()
+		return err
+	})
+	if err == nil && len(out) == 0 {
+		return nil, errors.New("owner: the cluster returned an empty register ticket")
+	}
+	return out, err
+}
+
+// ErrCAMismatch is returned by RegisterParameters when the cluster reports
+// another CA than the one pinned in the owner's configuration.
+var ErrCAMismatch = errors.New("owner: the cluster reports another CA than the one pinned at takeownership")
+
 // RegisterParameters returns what a new node's parameters need to
-// register: the cluster CA, the ticket and the curators' addresses from
-// the directory (with layout.CuratorPort).
+// register: the cluster CA pinned in the owner's configuration (never the
+// one the server reports, which must equal it), the ticket and the
+// curators' addresses from the directory (with layout.CuratorPort).
 func (c *Client) RegisterParameters(ctx context.Context) (*nodepb.Register, error) {
 	info, err := c.ClusterInfo(ctx)
 	if err != nil {
 		return nil, err
 	}
+	pinned := c.creds.CA
+	if !bytes.Equal(info.GetCaCertificate(), pinned.Raw) {
+		reported := "an unparsable certificate"
+		if ca, err := x509.ParseCertificate(info.GetCaCertificate()); err == nil {
+			reported = "fingerprint " + pki.Fingerprint(ca)
+		}
+		return nil, fmt.Errorf("%w: pinned fingerprint %s, reported %s", ErrCAMismatch, pki.Fingerprint(pinned), reported)
+	}
 	ticket, err := c.Ticket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r := &nodepb.Register{ClusterCaCertificate: info.GetCaCertificate(), RegisterTicket: ticket}
+	r := &nodepb.Register{ClusterCaCertificate: pinned.Raw, RegisterTicket: ticket}
 	for _, n := range info.GetDirectory().GetNodes() {
 		for _, a := range n.GetAddresses() {
 			r.CuratorEndpoints = append(r.CuratorEndpoints, net.JoinHostPort(a, strconv.Itoa(layout.CuratorPort)))

@@ -8,12 +8,16 @@
 //	   │ AAA.Escrow, ephemeral cert, server pinned (trust on first use)
 //	   ▼
 //	bootstrap node ──► owner certificate ──► GetClusterInfo over the pinned
-//	                                         server: cluster CA; check the
+//	                                         server: cluster CA (refused unless
+//	                                         it has the fingerprint given with
+//	                                         WithCAFingerprint); check the
 //	                                         server and owner certificates
 //	                                         both chain to it
 //	   │
 //	   ▼
 //	config dir: owner.key owner.pem ca.pem endpoints
+//	   (ca.pem is the pinned CA: the client trusts no other, and
+//	   RegisterParameters hands out this one, never the server's word)
 //	   │
 //	   ▼
 //	Client ── Management ──► curator endpoints, in order; on UNAVAILABLE the next

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,6 +22,25 @@ import (
 	"plinth.dev/plinth/roleserver/identity"
 )
 
+// ErrCAFingerprintMismatch is returned by TakeOwnership when the cluster
+// CA does not have the fingerprint given with WithCAFingerprint.
+var ErrCAFingerprintMismatch = errors.New("owner: the cluster CA does not have the expected fingerprint")
+
+// TakeOwnershipOption changes how TakeOwnership trusts the cluster.
+type TakeOwnershipOption func(*takeOwnershipOptions)
+
+type takeOwnershipOptions struct {
+	caFingerprint *[sha256.Size]byte
+}
+
+// WithCAFingerprint pins the cluster CA to the SHA-256 fingerprint of its
+// certificate (pki.Fingerprint), learnt over a channel the owner trusts,
+// such as the bootstrap node's console. Without it the CA is trusted on
+// first use.
+func WithCAFingerprint(sum [sha256.Size]byte) TakeOwnershipOption {
+	return func(o *takeOwnershipOptions) { o.caFingerprint = &sum }
+}
+
 // TakeOwnership performs the one-time ownership hand-over with the curator
 // at endpoint (host:port) for the owner key named in the bootstrap
 // parameters, and returns the owner's credentials and the cluster info.
@@ -30,7 +51,17 @@ import (
 // certificate, that must present the very same server certificate. Both
 // the server's node certificate and the owner certificate must chain to
 // that CA, or nothing is returned.
-func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey) (*identity.Credentials, *clusterpb.GetClusterInfoResponse, error) {
+//
+// With WithCAFingerprint, the CA the server presents after its own
+// certificate must have that fingerprint and must have signed the
+// server's certificate, or the handshake fails with
+// ErrCAFingerprintMismatch before anything is sent; the CA that
+// GetClusterInfo names is checked against it again.
+func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey, opts ...TakeOwnershipOption) (*identity.Credentials, *clusterpb.GetClusterInfoResponse, error) {
+	var o takeOwnershipOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if len(key) != ed25519.PrivateKeySize {
 		return nil, nil, errors.New("owner: invalid owner key")
 	}
@@ -38,6 +69,10 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey)
 	if err != nil {
 		return nil, nil, err
 	}
+	// A refused CA fails the handshake; gRPC reports that as text, so the
+	// typed error is kept here.
+	var pinMu sync.Mutex
+	var pinErr error
 	capture := identity.NewCapturingCredentials(&tls.Config{
 		Certificates: []tls.Certificate{eph},
 		MinVersion:   tls.VersionTLS13,
@@ -46,6 +81,14 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey)
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) == 0 {
 				return errors.New("owner: server sent no certificate")
+			}
+			if o.caFingerprint != nil {
+				if err := checkPresentedCA(raw, *o.caFingerprint); err != nil {
+					pinMu.Lock()
+					pinErr = err
+					pinMu.Unlock()
+					return err
+				}
 			}
 			return nil
 		},
@@ -57,6 +100,11 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey)
 	ownerCert, err := escrow.TakeOwnership(ctx, clusterpb.NewAAAClient(cc), capture, key)
 	cc.Close()
 	if err != nil {
+		pinMu.Lock()
+		defer pinMu.Unlock()
+		if pinErr != nil {
+			return nil, nil, pinErr
+		}
 		return nil, nil, fmt.Errorf("owner: %w", err)
 	}
 	state, ok := capture.State()
@@ -88,6 +136,10 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey)
 	ca, err := x509.ParseCertificate(info.GetCaCertificate())
 	if err != nil {
 		return nil, nil, fmt.Errorf("owner: cluster CA certificate: %w", err)
+	}
+	if want := o.caFingerprint; want != nil && sha256.Sum256(ca.Raw) != *want {
+		return nil, nil, fmt.Errorf("%w: the cluster at %s reports a CA with fingerprint %s, want %s",
+			ErrCAFingerprintMismatch, endpoint, pki.Fingerprint(ca), pki.FormatFingerprint(*want))
 	}
 	if !ca.IsCA {
 		return nil, nil, fmt.Errorf("owner: cluster CA certificate %q is not a CA", ca.Subject)
@@ -124,4 +176,27 @@ func dial(endpoint string, creds credentials.TransportCredentials) (*grpc.Client
 		return nil, fmt.Errorf("owner: %s: %w", endpoint, err)
 	}
 	return cc, nil
+}
+
+// checkPresentedCA checks that the chain a server presented ends in a CA
+// with fingerprint want that signed the server's certificate.
+func checkPresentedCA(raw [][]byte, want [sha256.Size]byte) error {
+	if len(raw) < 2 {
+		return fmt.Errorf("%w: the server presented no CA certificate", ErrCAFingerprintMismatch)
+	}
+	ca, err := x509.ParseCertificate(raw[len(raw)-1])
+	if err != nil {
+		return fmt.Errorf("owner: server's CA certificate: %w", err)
+	}
+	if sha256.Sum256(ca.Raw) != want {
+		return fmt.Errorf("%w: the server presents CA %s, expected %s", ErrCAFingerprintMismatch, pki.Fingerprint(ca), pki.FormatFingerprint(want))
+	}
+	leaf, err := x509.ParseCertificate(raw[0])
+	if err != nil {
+		return fmt.Errorf("owner: server certificate: %w", err)
+	}
+	if err := leaf.CheckSignatureFrom(ca); err != nil {
+		return fmt.Errorf("%w: the server's certificate is not signed by the pinned CA: %v", ErrCAFingerprintMismatch, err)
+	}
+	return nil
 }

@@ -45,6 +45,8 @@ type fakeCluster struct {
 	calls    int
 	addr     string // AAA and Management, served with a curator certificate
 	nodeAddr string // NodeManagement, served with the node certificate
+	ticket   []byte // the register ticket; "ticket" until rotated
+	escrows  int    // Escrow streams opened
 }
 
 func newCA(t *testing.T, name string) *pki.CA {
@@ -111,6 +113,9 @@ func newFakeCluster(t *testing.T, ca *pki.CA, ownerPub ed25519.PublicKey) *fakeC
 }
 
 func (f *fakeCluster) Escrow(s grpc.BidiStreamingServer[clusterpb.EscrowFromClient, clusterpb.EscrowFromServer]) error {
+	f.mu.Lock()
+	f.escrows++
+	f.mu.Unlock()
 	p, err := identity.PeerFromContext(s.Context(), identity.NewTrust(f.node.CA))
 	if err != nil || p.Kind != identity.KindEphemeral || !p.PublicKey.Equal(f.ownerPub) {
 		return status.Error(codes.PermissionDenied, "not the owner key")
@@ -146,9 +151,10 @@ func (f *fakeCluster) Escrow(s grpc.BidiStreamingServer[clusterpb.EscrowFromClie
 func (f *fakeCluster) owner(ctx context.Context) error {
 	f.mu.Lock()
 	f.calls++
+	mgmtErr := f.mgmtErr
 	f.mu.Unlock()
-	if f.mgmtErr != nil {
-		return f.mgmtErr
+	if mgmtErr != nil {
+		return mgmtErr
 	}
 	p, err := identity.PeerFromContext(ctx, identity.NewTrust(f.issuer.Certificate))
 	if err != nil || p.Kind != identity.KindOwner {
@@ -161,8 +167,11 @@ func (f *fakeCluster) GetClusterInfo(ctx context.Context, _ *clusterpb.GetCluste
 	if err := f.owner(ctx); err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	infoCA := f.infoCA
+	f.mu.Unlock()
 	return &clusterpb.GetClusterInfoResponse{
-		CaCertificate: f.infoCA.Certificate.Raw,
+		CaCertificate: infoCA.Certificate.Raw,
 		Directory: &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{
 			{Id: f.node.ID(), PublicKey: f.node.PublicKey(), Addresses: []string{"10.42.0.10"}},
 		}},
@@ -173,7 +182,24 @@ func (f *fakeCluster) GetRegisterTicket(ctx context.Context, _ *clusterpb.GetReg
 	if err := f.owner(ctx); err != nil {
 		return nil, err
 	}
-	return &clusterpb.GetRegisterTicketResponse{Ticket: []byte("ticket")}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ticket == nil {
+		return &clusterpb.GetRegisterTicketResponse{Ticket: []byte("ticket")}, nil
+	}
+	return &clusterpb.GetRegisterTicketResponse{Ticket: f.ticket}, nil
+}
+
+func (f *fakeCluster) RotateRegisterTicket(ctx context.Context, _ *clusterpb.RotateRegisterTicketRequest) (*clusterpb.RotateRegisterTicketResponse, error) {
+	if err := f.owner(ctx); err != nil {
+		return nil, err
+	}
+	t := make([]byte, 32)
+	rand.Read(t)
+	f.mu.Lock()
+	f.ticket = t
+	f.mu.Unlock()
+	return &clusterpb.RotateRegisterTicketResponse{Ticket: t}, nil
 }
 
 func (f *fakeCluster) GetNodes(_ *clusterpb.GetNodesRequest, s grpc.ServerStreamingServer[clusterpb.Node]) error {
@@ -276,6 +302,86 @@ func TestTakeOwnershipRejectsForeignCA(t *testing.T) {
 				t.Fatalf("got %v, %v; want error containing %q", creds, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestTakeOwnershipCAFingerprint: with -ca-fingerprint's option the
+// cluster CA must have that fingerprint, or nothing is returned.
+func TestTakeOwnershipCAFingerprint(t *testing.T) {
+	ca := newCA(t, "cluster")
+	key := newKey(t)
+	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
+
+	want, err := pki.ParseFingerprint(pki.Fingerprint(ca.Certificate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _, err := TakeOwnership(ctx(t), f.addr, key, WithCAFingerprint(want))
+	if err != nil || !creds.CA.Equal(ca.Certificate) {
+		t.Fatalf("matching fingerprint: %v, %v", creds, err)
+	}
+
+	other, err := pki.ParseFingerprint(pki.Fingerprint(newCA(t, "cluster").Certificate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	before := f.escrows
+	f.mu.Unlock()
+	creds, info, err := TakeOwnership(ctx(t), f.addr, key, WithCAFingerprint(other))
+	if !errors.Is(err, ErrCAFingerprintMismatch) || creds != nil || info != nil {
+		t.Errorf("another fingerprint: credentials %v, info %v, error %v; want ErrCAFingerprintMismatch and nothing else", creds != nil, info != nil, err)
+	}
+	// Refused in the handshake: the escrow proof never went out.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.escrows != before {
+		t.Errorf("escrow reached the server %d times despite the wrong CA", f.escrows-before)
+	}
+}
+
+// TestRegisterParametersPinnedCA: register parameters carry the CA pinned
+// at takeownership, and a cluster reporting another one is refused.
+func TestRegisterParametersPinnedCA(t *testing.T) {
+	ca := newCA(t, "cluster")
+	key := newKey(t)
+	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
+	c := ownerClient(t, f, key, f.addr)
+	r, err := c.RegisterParameters(ctx(t))
+	if err != nil || !bytes.Equal(r.GetClusterCaCertificate(), ca.Certificate.Raw) {
+		t.Fatalf("register parameters %v, %v", r, err)
+	}
+
+	f.mu.Lock()
+	f.infoCA = newCA(t, "impostor")
+	f.mu.Unlock()
+	if r, err := c.RegisterParameters(ctx(t)); !errors.Is(err, ErrCAMismatch) || r != nil {
+		t.Errorf("foreign CA reported: parameters returned %v, error %v; want ErrCAMismatch", r != nil, err)
+	}
+}
+
+// TestRotateTicket: the rotated ticket is returned and is the one the
+// cluster hands out from then on.
+func TestRotateTicket(t *testing.T) {
+	key := newKey(t)
+	f := newFakeCluster(t, newCA(t, "cluster"), key.Public().(ed25519.PublicKey))
+	c := ownerClient(t, f, key, f.addr)
+	old, err := c.Ticket(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := c.RotateTicket(ctx(t))
+	if err != nil || len(rotated) != 32 || bytes.Equal(rotated, old) {
+		t.Fatalf("RotateTicket: %x, %v (old %x)", rotated, err, old)
+	}
+	if now, err := c.Ticket(ctx(t)); err != nil || !bytes.Equal(now, rotated) {
+		t.Errorf("ticket after rotation %x, %v; want %x", now, err, rotated)
+	}
+	f.mu.Lock()
+	f.mgmtErr = status.Error(codes.PermissionDenied, "no")
+	f.mu.Unlock()
+	if _, err := c.RotateTicket(ctx(t)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("denied rotation: %v", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/pki"
 )
 
 // maxPCR is one past the highest PCR index of a PC Client TPM (24 PCRs).
@@ -50,6 +51,11 @@ func Validate(p *nodepb.Parameters) error {
 	validateAgainstPolicy(p, add)
 	validateTPM(p.GetTpm(), add)
 	validateNetwork(p.GetNetwork(), add)
+	if d := p.GetStorage().GetDataDisk(); d != "" {
+		if err := checkDiskName(d); err != nil {
+			add("storage.data_disk %q: %v; want a kernel disk name (vda, nvme0n1) or the disk's serial number", d, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -101,6 +107,9 @@ func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path stri
 func validateBootstrap(b *nodepb.Bootstrap, add adder) {
 	if n := len(b.GetOwnerPublicKey()); n != ed25519.PublicKeySize {
 		add("bootstrap.owner_public_key: %d bytes, want a raw %d-byte ed25519 public key", n, ed25519.PublicKeySize)
+	} else if err := pki.CheckEd25519PublicKey(b.GetOwnerPublicKey()); err != nil {
+		// Whoever could forge the owner's signatures would own the cluster.
+		add("bootstrap.owner_public_key: refused, anyone could sign as this owner: %w", err)
 	}
 }
 
@@ -251,6 +260,29 @@ func checkIfName(s string) error {
 	}
 	if s == "." || s == ".." || strings.ContainsAny(s, "/: \t\n") {
 		return errors.New("not a valid interface name")
+	}
+	return nil
+}
+
+// maxDiskName bounds storage.data_disk: kernel disk names are short, and
+// serial numbers are at most 20 (ATA, NVMe, virtio) to 64 characters.
+const maxDiskName = 64
+
+// checkDiskName accepts what the node compares with a disk's kernel name
+// and serial number: printable, no spaces, no path. A path or a name with
+// a partition number would match nothing and leave the node waiting, so
+// it fails here with a message instead.
+func checkDiskName(s string) error {
+	if len(s) > maxDiskName {
+		return fmt.Errorf("%d characters, at most %d", len(s), maxDiskName)
+	}
+	if strings.HasPrefix(s, "/") {
+		return errors.New("a path; give the kernel name without /dev/ (vda, not /dev/vda)")
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:+", r)) {
+			return fmt.Errorf("character %q, want letters, digits and - _ . : +", r)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package parameters
 
 import (
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/pki"
 )
 
 func TestValidateAcceptsFixtures(t *testing.T) {
@@ -19,6 +21,41 @@ func TestValidateAcceptsFixtures(t *testing.T) {
 	}
 	if err := Validate(registerDoc(t)); err != nil {
 		t.Errorf("register: %v", err)
+	}
+}
+
+// The bootstrap owner key must be a real key, not only 32 bytes: a
+// small-order or non-canonical point would let anyone sign as the owner.
+func TestValidateRefusesWeakOwnerKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, hex string
+		want      error
+	}{
+		{"identity", "0100000000000000000000000000000000000000000000000000000000000000", pki.ErrKeySmallOrder},
+		{"order 2", "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", pki.ErrKeySmallOrder},
+		{"order 4", "0000000000000000000000000000000000000000000000000000000000000000", pki.ErrKeySmallOrder},
+		{"order 8", "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05", pki.ErrKeySmallOrder},
+		{"non-canonical", "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", pki.ErrKeyNotCanonical},
+		{"not on the curve", "0200000000000000000000000000000000000000000000000000000000000000", pki.ErrKeyNotOnCurve},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := bootstrapDoc()
+			p.GetBootstrap().OwnerPublicKey, _ = hex.DecodeString(tc.hex)
+			err := Validate(p)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Validate: %v, want %v", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "bootstrap.owner_public_key") {
+				t.Errorf("error %q does not name the field", err)
+			}
+			if _, err := Encode(p); !errors.Is(err, tc.want) {
+				t.Errorf("Encode: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// A normal key (the fixtures') passes.
+	if err := Validate(bootstrapDoc()); err != nil {
+		t.Errorf("normal owner key: %v", err)
 	}
 }
 
@@ -95,6 +132,12 @@ func TestValidateErrors(t *testing.T) {
 		{"hostname too long", boot(func(p *nodepb.Parameters) { p.Network.Hostname = strings.Repeat("a", 64) }), "64 characters, at most 63"},
 		{"hostname dash", boot(func(p *nodepb.Parameters) { p.Network.Hostname = "-node" }), "starts or ends with '-'"},
 		{"hostname empty label", boot(func(p *nodepb.Parameters) { p.Network.Hostname = "node..lab" }), "empty label"},
+
+		{"data disk as a path", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "/dev/vdb" }), `storage.data_disk "/dev/vdb": a path; give the kernel name without /dev/`},
+		{"data disk with a space", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "WD 123" }), `storage.data_disk "WD 123": character ' '`},
+		{"data disk with a newline", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "vdb\n" }), `character '\n'`},
+		{"data disk not ASCII", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = "dïsk" }), `character 'ï'`},
+		{"data disk too long", boot(func(p *nodepb.Parameters) { p.Storage.DataDisk = strings.Repeat("S", 65) }), "storage.data_disk \"" + strings.Repeat("S", 65) + "\": 65 characters, at most 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Validate(tc.doc(t))
@@ -105,6 +148,17 @@ func TestValidateErrors(t *testing.T) {
 				t.Errorf("error %q\nwant it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// storage.data_disk takes kernel names and serial numbers as disks report them.
+func TestValidateDataDisk(t *testing.T) {
+	for _, d := range []string{"", "vda", "vdb", "sda", "nvme0n1", "mmcblk0", "QM00001", "S4EVNX0N123456K", "WD-WCC4N7KJ1234", "plinth-second", "0000:00:1f.2", strings.Repeat("S", 64)} {
+		p := bootstrapDoc()
+		p.Storage.DataDisk = d
+		if err := Validate(p); err != nil {
+			t.Errorf("%q: %v", d, err)
+		}
 	}
 }
 

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/owner"
+)
+
+func init() {
+	register("takeownership", "take ownership of a freshly bootstrapped cluster", func() verb { return new(takeOwnershipCmd) })
+}
+
+// takeOwnershipCmd is `plinthctl takeownership`: the one-time hand-over
+// of a new cluster to the holder of the owner key in its bootstrap
+// parameters, saved as the owner configuration directory.
+//
+// The cluster CA is trusted on first use unless -ca-fingerprint names it;
+// either way its fingerprint is printed, to compare with the
+// "cluster bootstrapped ... ca-sha256=" line on the bootstrap node's
+// console.
+type takeOwnershipCmd struct {
+	config        string
+	endpoints     listFlag
+	ownerKey      string
+	directory     bool
+	mgmtEndpoint  string
+	force         bool
+	caFingerprint string
+}
+
+func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlagSet("takeownership", stderr)
+	configFlagVar(fs, &c.config)
+	fs.Var(&c.endpoints, "endpoint", "the bootstrap node's curator `host:port` (repeat or comma-separate for more curators)")
+	fs.StringVar(&c.ownerKey, "owner-key", "", "owner private key `file` written by plinthctl params -bootstrap (default: owner.key in the configuration dir)")
+	fs.BoolVar(&c.directory, "directory-endpoints", true, "also use the curator addresses the cluster directory names (ignored unless given when every -endpoint is loopback, e.g. a forwarded port)")
+	fs.StringVar(&c.mgmtEndpoint, "mgmt-endpoint", "", "`host:port` where the bootstrap node's NodeManagement is reached (e.g. the 127.0.0.1 port plinthctl run forwards), recorded for it in the endpoints file")
+	fs.BoolVar(&c.force, "force", false, "replace an existing owner certificate in the configuration dir")
+	fs.StringVar(&c.caFingerprint, "ca-fingerprint", "", "the cluster CA's SHA-256 fingerprint (`hex`, colons optional; the bootstrap node logs it as ca-sha256=): refuse any other CA instead of trusting it on first use")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	dir := c.config
+	if len(c.endpoints) == 0 {
+		return errors.New("-endpoint HOST:PORT is required")
+	}
+	if c.mgmtEndpoint != "" {
+		if _, _, err := net.SplitHostPort(c.mgmtEndpoint); err != nil {
+			return fmt.Errorf("-mgmt-endpoint: %w", err)
+		}
+	}
+	var opts []owner.TakeOwnershipOption
+	if c.caFingerprint != "" {
+		sum, err := pki.ParseFingerprint(c.caFingerprint)
+		if err != nil {
+			return fmt.Errorf("-ca-fingerprint: %w", err)
+		}
+		opts = append(opts, owner.WithCAFingerprint(sum))
+	}
+	if !flagSet(fs, "directory-endpoints") && allLoopback(c.endpoints) {
+		// The directory names the node's own addresses, which the host
+		// cannot reach through forwarded ports.
+		c.directory = false
+	}
+	keyFile := c.ownerKey
+	if keyFile == "" {
+		keyFile = filepath.Join(dir, owner.KeyFile)
+	}
+	key, err := owner.ReadKeyFile(keyFile)
+	if err != nil {
+		return fmt.Errorf("%w (pass -owner-key, the owner.key plinthctl params wrote)", err)
+	}
+	cfg, err := owner.LoadConfig(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		cfg, err = &owner.Config{Dir: dir, NodeEndpoints: map[string]string{}}, nil
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.Credentials != nil && !c.force {
+		return fmt.Errorf("%s already holds an owner certificate; use another -config or -force", dir)
+	}
+	tctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	creds, info, err := owner.TakeOwnership(tctx, c.endpoints[0], key, opts...)
+	if err != nil {
+		return err
+	}
+	cfg.Key, cfg.Credentials, cfg.Curators = key, creds, slices.Clone(c.endpoints)
+	if c.directory {
+		for _, d := range info.GetDirectory().GetNodes() {
+			for _, a := range d.GetAddresses() {
+				if ep := net.JoinHostPort(a, strconv.Itoa(layout.CuratorPort)); !slices.Contains(cfg.Curators, ep) {
+					cfg.Curators = append(cfg.Curators, ep)
+				}
+			}
+		}
+	}
+	if c.mgmtEndpoint != "" {
+		// A fresh cluster's directory is the bootstrap node alone.
+		d := info.GetDirectory().GetNodes()
+		if len(d) != 1 || d[0].GetId() == "" {
+			return fmt.Errorf("-mgmt-endpoint: the cluster directory lists %d nodes, want the bootstrap node alone (add a \"node ID HOST:PORT\" line to %s instead)",
+				len(d), filepath.Join(dir, owner.EndpointsFile))
+		}
+		if cfg.NodeEndpoints == nil {
+			cfg.NodeEndpoints = map[string]string{}
+		}
+		cfg.NodeEndpoints[d[0].GetId()] = c.mgmtEndpoint
+	}
+	if err := cfg.Save(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "plinthctl: you own the cluster (CA %q); owner configuration saved in %s, curators %s\n",
+		creds.CA.Subject.CommonName, dir, strings.Join(cfg.Curators, ", "))
+	for id, ep := range cfg.NodeEndpoints {
+		fmt.Fprintf(stderr, "plinthctl: node %s: NodeManagement at %s\n", id, ep)
+	}
+	fp := pki.Fingerprint(creds.CA)
+	if c.caFingerprint != "" {
+		fmt.Fprintf(stderr, "plinthctl: cluster CA fingerprint (SHA-256) %s, as -ca-fingerprint said\n", fp)
+	} else {
+		fmt.Fprintf(stderr, "plinthctl: cluster CA fingerprint (SHA-256) %s\n"+
+			"plinthctl: trusted on first use: compare it with ca-sha256= on the bootstrap node's \"cluster bootstrapped\" console line; "+
+			"if they differ, -endpoint was not your node: do not use %s, and take ownership of your node with -force -ca-fingerprint\n", fp, dir)
+	}
+	return nil
+}
+
+// allLoopback reports whether every endpoint's host is a loopback address
+// or localhost.
+func allLoopback(endpoints []string) bool {
+	for _, ep := range endpoints {
+		host, _, err := net.SplitHostPort(ep)
+		if err != nil {
+			return false
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return len(endpoints) > 0
+}

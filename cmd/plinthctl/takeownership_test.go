@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/owner"
+)
+
+// takeownership prints the cluster CA's fingerprint, and with
+// -ca-fingerprint refuses any other CA before saving anything.
+func TestTakeOwnershipFingerprint(t *testing.T) {
+	f := newFakeCluster(t)
+	fp := pki.Fingerprint(f.ca.Certificate)
+
+	// A malformed fingerprint is refused before the cluster is contacted.
+	dir := f.ownerDir(t)
+	_, _, err := runVerb("takeownership", "-config", dir, "-endpoint", f.addr, "-ca-fingerprint", "AB:CD")
+	if !errors.Is(err, pki.ErrBadFingerprint) || f.escrowCount() != 0 {
+		t.Errorf("malformed -ca-fingerprint: %v, %d escrows", err, f.escrowCount())
+	}
+
+	// Another CA's fingerprint: refused, and the configuration still holds
+	// the owner key alone.
+	other, err := pki.NewCA("Plinth cluster CA", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runVerb("takeownership", "-config", dir, "-endpoint", f.addr, "-ca-fingerprint", pki.Fingerprint(other.Certificate))
+	if !errors.Is(err, owner.ErrCAFingerprintMismatch) {
+		t.Fatalf("another CA's fingerprint: %v, want ErrCAFingerprintMismatch", err)
+	}
+	if got := files(t, dir); got != owner.EndpointsFile+" "+owner.KeyFile {
+		t.Errorf("after the refusal the configuration holds %q, want the key (and empty endpoints) only", got)
+	}
+
+	// The right one (as openssl prints it, lowercase here): owned, and the
+	// fingerprint is printed.
+	_, stderr, err := runVerb("takeownership", "-config", dir, "-endpoint", f.addr, "-ca-fingerprint", "sha256 Fingerprint="+strings.ToLower(fp))
+	if err != nil {
+		t.Fatalf("matching fingerprint: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, fp) || strings.Contains(stderr, "trusted on first use") {
+		t.Errorf("stderr does not report the pinned fingerprint %s:\n%s", fp, stderr)
+	}
+	cfg, err := owner.LoadConfig(dir)
+	if err != nil || cfg.Credentials == nil || !cfg.Credentials.CA.Equal(f.ca.Certificate) {
+		t.Fatalf("saved configuration: %+v, %v", cfg, err)
+	}
+
+	// Without the flag: trust on first use, with the fingerprint to check.
+	dir2 := f.ownerDir(t)
+	_, stderr, err = runVerb("takeownership", "-config", dir2, "-endpoint", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, fp) || !strings.Contains(stderr, "trusted on first use") {
+		t.Errorf("stderr without -ca-fingerprint:\n%s", stderr)
+	}
+	if _, err := owner.LoadConfig(filepath.Clean(dir2)); err != nil {
+		t.Error(err)
+	}
+}
