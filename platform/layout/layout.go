@@ -28,3 +28,52 @@ const (
 	CuratorPort        = 7835
 	NodeManagementPort = 7836
 )
+
+// Kubernetes on a node: where the system image keeps its binaries and
+// images, and the ports and address ranges every node agrees on.
+const (
+	// KubeBinary is the multi-call Kubernetes binary (cmd/kube).
+	KubeBinary = "/usr/bin/kube"
+	// ContainerdBinary, ContainerdShimBinary and RuncBinary are the
+	// container runtime.
+	ContainerdBinary     = "/usr/bin/containerd"
+	ContainerdShimBinary = "/usr/bin/containerd-shim-runc-v2"
+	RuncBinary           = "/usr/bin/runc"
+	// CNIBinDir holds the CNI plugins (ptp, host-local, loopback).
+	CNIBinDir = "/usr/lib/cni"
+	// NftBinary is nft, which kube-proxy's nftables mode runs.
+	NftBinary = "/usr/sbin/nft"
+	// ImagesDir holds the OCI image archives the builder made
+	// (PauseImageArchive, TestImageArchive), imported into containerd's
+	// k8s.io namespace at boot.
+	ImagesDir         = "/usr/share/plinth/images"
+	PauseImageArchive = "pause.tar"
+	TestImageArchive  = "testpod.tar"
+	// PauseImage and TestImage are the references the archives carry.
+	PauseImage = "plinth.dev/pause:v1"
+	TestImage  = "plinth.dev/testpod:v1"
+)
+
+// Kubernetes ports and address ranges.
+const (
+	// KubernetesAPIPort is where every controller's API server listens.
+	KubernetesAPIPort = 6443
+	// KubernetesAPIProxyPort is the local load balancer on 127.0.0.1 of
+	// every worker, which forwards to the API servers the curator names.
+	KubernetesAPIProxyPort = 6444
+	// KubeletPort is the kubelet's API.
+	KubeletPort = 10250
+	// ClusterCIDR is the pod network; each node gets a /NodeCIDRMaskSize
+	// of it from the controller manager.
+	ClusterCIDR      = "10.244.0.0/16"
+	NodeCIDRMaskSize = 24
+	// ServiceCIDR is the Service network; its first address is the
+	// kubernetes.default Service (KubernetesServiceIP).
+	ServiceCIDR         = "10.96.0.0/16"
+	KubernetesServiceIP = "10.96.0.1"
+	// ClusterDNSIP is the link-local address every worker's own DNS
+	// server answers on (a dummy interface), what pods get as nameserver.
+	ClusterDNSIP = "169.254.53.53"
+	// ClusterDomain is the cluster's DNS domain.
+	ClusterDomain = "cluster.local"
+)
