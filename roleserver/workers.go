@@ -184,8 +184,20 @@ func (s *Service) runStatusPush(ctx context.Context) error {
 	}
 }
 
+// heartbeatAnswerTimeout is how long the heartbeat worker waits for the
+// curator's answer to a heartbeat. The curator answers every one; a
+// stream that stays silent for two intervals runs to a leader that is
+// gone (or hangs), however healthy its TCP connection may look.
+const heartbeatAnswerTimeout = 2 * heartbeatInterval
+
+// errNoHeartbeatAnswer ends a heartbeat stream whose answers stopped.
+var errNoHeartbeatAnswer = fmt.Errorf("the curator leader did not answer a heartbeat within %v", heartbeatAnswerTimeout)
+
 // runHeartbeat keeps a Heartbeat stream to the curator leader, sending
-// every curator.HeartbeatInterval.
+// every curator.HeartbeatInterval. A stream whose answers stop is given up
+// (heartbeatAnswerTimeout) and the resolver is told to re-check the
+// leader, so that the node follows a new leader instead of talking to a
+// dead one.
 func (s *Service) runHeartbeat(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
 	conn, err := wait(ctx, &s.CuratorConnection)
@@ -200,6 +212,9 @@ func (s *Service) runHeartbeat(ctx context.Context) error {
 			return ctx.Err()
 		}
 		log.Warn("lost the curator leader, reconnecting", "err", err)
+		if errors.Is(err, errNoHeartbeatAnswer) {
+			conn.Resolver.Recheck()
+		}
 		if err := sleep(ctx, b.next()); err != nil {
 			return err
 		}
@@ -214,6 +229,7 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 		return err
 	}
 	acks := make(chan error, 1)
+	answered := make(chan struct{}, 1)
 	go func() {
 		first := true
 		for {
@@ -223,6 +239,10 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 				}
 				acks <- err
 				return
+			}
+			select {
+			case answered <- struct{}{}:
+			default:
 			}
 			if first {
 				leader, addr := conn.Resolver.Leader()
@@ -234,6 +254,10 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 	}()
 	t := time.NewTicker(heartbeatInterval)
 	defer t.Stop()
+	// The next answer is due heartbeatAnswerTimeout after the last one
+	// (or after the stream started).
+	due := time.NewTimer(heartbeatAnswerTimeout)
+	defer due.Stop()
 	for {
 		if err := stream.Send(&clusterpb.HeartbeatRequest{}); err != nil {
 			// The real reason comes from Recv.
@@ -244,12 +268,20 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 				return err
 			}
 		}
-		select {
-		case <-t.C:
-		case err := <-acks:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
+	wait:
+		for {
+			select {
+			case <-t.C:
+				break wait
+			case <-answered:
+				due.Reset(heartbeatAnswerTimeout)
+			case <-due.C:
+				return errNoHeartbeatAnswer
+			case err := <-acks:
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 }

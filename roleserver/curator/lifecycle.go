@@ -322,7 +322,7 @@ func (c curatorServer) Heartbeat(srv clusterpb.Curator_HeartbeatServer) error {
 	for {
 		select {
 		case <-t.ctx.Done():
-			return errUnavailable("not the leader any more")
+			return errNotLeader("not the leader any more")
 		case err := <-reqs:
 			if err != nil {
 				return nil // the node closed the stream or went away
@@ -361,7 +361,7 @@ func (s *Service) heartbeat(ctx context.Context, kv clientv3.KV, t *term, id str
 		return etcdErr("storing heartbeat", err)
 	}
 	if !resp.Succeeded {
-		return errUnavailable("not the leader any more")
+		return errNotLeader("not the leader any more")
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // Retry pacing: a refusal needs a person to act, so it is retried
@@ -343,7 +344,7 @@ func (c *Config) untilAccepted(ctx context.Context, l *slog.Logger, what string,
 
 func callOnce(ctx context.Context, endpoint string, tlsCfg *tls.Config, fn func(context.Context, *grpc.ClientConn, tls.ConnectionState) error) error {
 	creds := identity.NewCapturingCredentials(tlsCfg)
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds))
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds), rpc.ClientKeepalive(), rpc.ClientConnectParams())
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}

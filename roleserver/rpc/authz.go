@@ -169,13 +169,14 @@ type authorizedStream struct {
 func (s *authorizedStream) Context() context.Context { return s.ctx }
 
 // NewServer is a gRPC server serving TLS with creds (node credentials),
-// with every call checked by an Authorizer trusting creds.CA. extra options
-// are appended (more interceptors run after the authorizer).
+// with every call checked by an Authorizer trusting creds.CA and the
+// cluster's keepalives (ServerKeepalive). extra options are appended (more
+// interceptors run after the authorizer).
 func NewServer(creds *identity.Credentials, extra ...grpc.ServerOption) *grpc.Server {
 	if creds == nil {
 		panic(errors.New("rpc: NewServer needs credentials"))
 	}
 	a := NewAuthorizer(func() *x509.Certificate { return creds.CA })
 	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig()))}, a.ServerOptions()...)
-	return grpc.NewServer(append(opts, extra...)...)
+	return grpc.NewServer(append(append(opts, ServerKeepalive()...), extra...)...)
 }
