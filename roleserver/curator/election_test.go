@@ -82,7 +82,19 @@ func TestConsensusRolesAndFailover(t *testing.T) {
 			t.Fatalf("%s: JoinNode = %x, %v", name, got, err)
 		}
 	}
-	b, cc := c.members[1], c.members[2]
+	// The leader is normally a, which leads since it bootstrapped; under
+	// load (race detector, the test's one-second lease) its leadership
+	// may have moved meanwhile. From here on, a is whoever leads.
+	lr := nextLeader(t, c.leaderStream(c.members[0]), 30*time.Second, func(r *clusterpb.GetCurrentLeaderResponse) bool { return r.Id != "" })
+	var others []*member
+	for _, m := range c.members {
+		if m.id == lr.Id {
+			a = m
+		} else {
+			others = append(others, m)
+		}
+	}
+	b, cc := others[0], others[1]
 
 	// Every curator names the same leader; only the leader says so.
 	for _, m := range c.members {
