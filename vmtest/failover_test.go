@@ -105,7 +105,10 @@ func TestFailover(t *testing.T) {
 	var last string
 	for {
 		listed, err := ctl.listJSON(cfg)
-		last = fmt.Sprint(listed, err)
+		last = fmt.Sprint(err)
+		for _, r := range listed {
+			last += fmt.Sprintf("\n%s %s %s", r.GetId(), r.GetHealth(), r.GetConsensusMembership())
+		}
 		healthy := 0
 		for _, r := range listed {
 			for _, s := range survivors {

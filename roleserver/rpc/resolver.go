@@ -320,7 +320,6 @@ func (r *Resolver) run() {
 		if n > 0 {
 			r.next %= n
 			ep = r.endpoints[r.next]
-			r.next = (r.next + 1) % n
 		}
 		r.mu.Unlock()
 		if ep == "" {
@@ -334,6 +333,15 @@ func (r *Resolver) run() {
 		if r.ctx.Err() != nil {
 			return
 		}
+		// The next endpoint is the one after ep in the list as it is now
+		// (it may have grown while ep was followed): never ep again right
+		// away when there are others.
+		r.mu.Lock()
+		if i := slices.Index(r.endpoints, ep); i >= 0 {
+			r.next = (i + 1) % len(r.endpoints)
+		}
+		n = len(r.endpoints)
+		r.mu.Unlock()
 		if got {
 			failures, backoff = 0, r.retryMin
 			delete(lastErr, ep)
