@@ -48,7 +48,7 @@ func (s *Service) runRoleFetch(ctx context.Context) error {
 			}
 		}
 		log.Warn("watching this node at the curator failed, retrying", "err", err)
-		if err := sleep(ctx, b.next()); err != nil {
+		if err := retrySleep(ctx, conn, b.next()); err != nil {
 			return err
 		}
 	}
@@ -193,6 +193,22 @@ const heartbeatAnswerTimeout = 2 * heartbeatInterval
 // errNoHeartbeatAnswer ends a heartbeat stream whose answers stopped.
 var errNoHeartbeatAnswer = fmt.Errorf("the curator leader did not answer a heartbeat within %v", heartbeatAnswerTimeout)
 
+// retrySleep waits d before a retry at the curator leader, or less if the
+// resolver learns of a new leader meanwhile: after a failover the retry
+// goes there at once instead of after the backoff.
+func retrySleep(ctx context.Context, conn *CuratorConnection, d time.Duration) error {
+	changed := conn.Resolver.LeaderChanged()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-changed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
 // runHeartbeat keeps a Heartbeat stream to the curator leader, sending
 // every curator.HeartbeatInterval. A stream whose answers stop is given up
 // (heartbeatAnswerTimeout) and the resolver is told to re-check the
@@ -215,7 +231,7 @@ func (s *Service) runHeartbeat(ctx context.Context) error {
 		if errors.Is(err, errNoHeartbeatAnswer) {
 			conn.Resolver.Recheck()
 		}
-		if err := sleep(ctx, b.next()); err != nil {
+		if err := retrySleep(ctx, conn, b.next()); err != nil {
 			return err
 		}
 	}

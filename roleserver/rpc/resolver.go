@@ -57,6 +57,7 @@ type Resolver struct {
 	started   bool
 	closed    bool
 	leaderSet chan struct{} // closed and replaced whenever the leader changes
+	changedAt time.Time     // when the leader last changed
 
 	// The GetCurrentLeader stream in use (see Recheck).
 	follow followState
@@ -91,6 +92,10 @@ const followAnswerTimeout = 10 * time.Second
 // recheckMinAge keeps Recheck from dropping a stream that has only just
 // started (failing calls ask again and again while the leader is gone).
 const recheckMinAge = time.Second
+
+// recheckGrace is how long after a leader change Recheck does nothing:
+// what fails then are the calls and the connection of the old leader.
+const recheckGrace = 3 * time.Second
 
 // NewResolver makes a resolver; it starts following the leader with the
 // first Dial. creds is called whenever it dials an endpoint.
@@ -165,6 +170,14 @@ func (r *Resolver) Leader() (id, hostport string) {
 	return r.leaderID, r.leader
 }
 
+// LeaderChanged returns a channel that is closed when the leader changes
+// next (for a caller that retries: a new leader is worth trying at once).
+func (r *Resolver) LeaderChanged() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leaderSet
+}
+
 // WaitLeader blocks until a leader is known or ctx ends.
 func (r *Resolver) WaitLeader(ctx context.Context) (id, hostport string, err error) {
 	for {
@@ -201,7 +214,7 @@ func (r *Resolver) Recheck() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f := &r.follow
-	if f.cancel == nil || !f.answered || !f.onLeader || time.Since(f.started) < recheckMinAge {
+	if f.cancel == nil || !f.answered || !f.onLeader || time.Since(f.started) < recheckMinAge || time.Since(r.changedAt) < recheckGrace {
 		return
 	}
 	r.log.Info("resolver: leader connection failed, asking another curator", "dropping", f.ep)
@@ -437,6 +450,7 @@ func (r *Resolver) setLeader(ep string, resp *clusterpb.GetCurrentLeaderResponse
 		return
 	}
 	r.leader, r.leaderID = addr, resp.GetId()
+	r.changedAt = time.Now()
 	close(r.leaderSet)
 	r.leaderSet = make(chan struct{})
 	conns := make([]*ccResolver, 0, len(r.conns))
