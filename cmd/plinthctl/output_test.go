@@ -20,14 +20,17 @@ func TestNodeTable(t *testing.T) {
 			ConsensusMembership:    clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER,
 		},
 		{Id: "plinth-bbbb", State: clusterpb.NodeState_NODE_STATE_NEW},
+		{Id: "plinth-cccc", State: clusterpb.NodeState_NODE_STATE_UP, ConsensusMemberPending: true,
+			ConsensusMembership: clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_NONE},
 	}
 	var b bytes.Buffer
 	if err := printNodeTable(&b, nodes, now); err != nil {
 		t.Fatal(err)
 	}
-	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               ETCD   LAST SEEN
-plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  voter  3s ago
-plinth-bbbb  NEW    -        -           -                                   -      never
+	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               ETCD     LAST SEEN
+plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  voter    3s ago
+plinth-bbbb  NEW    -        -           -                                   -        never
+plinth-cccc  UP     -        -           -                                   pending  never
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
@@ -36,7 +39,7 @@ plinth-bbbb  NEW    -        -           -                                   -  
 	if err := printJSON(&b, nodes, true); err != nil {
 		t.Fatal(err)
 	}
-	if s := b.String(); !strings.HasPrefix(s, "[\n") || !strings.Contains(s, `"id":`) || strings.Count(s, `"plinth-`) != 2 {
+	if s := b.String(); !strings.HasPrefix(s, "[\n") || !strings.Contains(s, `"id":`) || strings.Count(s, `"plinth-`) != 3 {
 		t.Errorf("json:\n%s", s)
 	}
 }
