@@ -12,6 +12,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
@@ -287,7 +288,10 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 		return err
 	}
 	acks := make(chan error, 1)
-	trust := conn.Credentials.Trust
+	var trust *identity.Trust // nil: no CRL to keep (tests)
+	if conn.Credentials != nil {
+		trust = conn.Credentials.Trust
+	}
 	answered := make(chan struct{}, 1)
 	go func() {
 		first := true
@@ -310,7 +314,7 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 				first = false
 				b.reset()
 			}
-			if len(resp.GetCrl()) > 0 {
+			if len(resp.GetCrl()) > 0 && trust != nil {
 				if err := s.acceptCRL(trust, resp.GetCrl(), supervisor.Logger(ctx)); err != nil {
 					supervisor.Logger(ctx).Warn("cluster CRL", "err", err)
 				}

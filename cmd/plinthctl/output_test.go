@@ -63,7 +63,9 @@ func TestDescribeNode(t *testing.T) {
 	now := time.Unix(1000, 0)
 	n := &clusterpb.Node{
 		Id: "plinth-aaaa", PublicKey: []byte{1, 2}, State: clusterpb.NodeState_NODE_STATE_UP,
-		Status: &clusterpb.NodeStatus{Addresses: []string{"10.42.0.10"}, Version: "v1", BootCount: 3, BootTimeUnixNanos: time.Unix(0, 0).UnixNano() + 1},
+		Status: &clusterpb.NodeStatus{Addresses: []string{"10.42.0.10"}, Version: "v1", BootCount: 3, BootTimeUnixNanos: time.Unix(0, 0).UnixNano() + 1,
+			Problems: []*clusterpb.NodeProblem{{Component: "roles", Message: "saving roles failed", SinceUnixNanos: time.Unix(60, 0).UnixNano()}}},
+		ConsensusMembership: clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER,
 		Roles: &clusterpb.NodeRoles{ConsensusMember: &clusterpb.NodeRoles_ConsensusMember{
 			Peers: []*clusterpb.NodeRoles_ConsensusMember_Peer{{Name: "plinth-bbbb", Url: "https://plinth-bbbb:7834"}},
 		}},
@@ -80,6 +82,8 @@ Version:     v1
 Boot count:  3
 Booted at:   1970-01-01T00:00:00Z
 Roles:       consensus-member
+etcd:        voter
+Problem:     roles: saving roles failed (since 1970-01-01T00:01:00Z)
   consensus peer plinth-bbbb https://plinth-bbbb:7834
 `
 	if b.String() != want {
