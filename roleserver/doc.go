@@ -13,12 +13,23 @@
 //	                        │                 credentials saved to /data/node
 //	                        ▼
 //	  Resolver (follows curator leader) ◄── directory, local curator,
-//	        │                                consensus members (hosts)
+//	        │      ▲                         consensus members (hosts)
+//	        │      └── Recheck: heartbeat unanswered, calls UNAVAILABLE /
+//	        │          NOT_LEADER, leader connection lost
 //	        ├── rolefetch   roles (+ health) of this node
 //	        ├── statuspush  addresses, version, boot count/time
-//	        ├── heartbeat   every curator.HeartbeatInterval
+//	        ├── heartbeat   every curator.HeartbeatInterval; an answer is
+//	        │               due within two intervals, else reconnect
 //	        └── hosts       node ID → address into HostsPath (+ cache)
 //	   nodemgmt: NodeManagement on :7836 (Logs, Status, Reboot, PowerOff)
+//
+// Failover: when the curator leader loses power, nothing closes the
+// node's connection to it. The heartbeat notices first (no answer), the
+// gRPC keepalives of roleserver/rpc close the dead connection within
+// seconds (every stream on it fails), and the resolver asks another
+// curator who leads now; the workers' retries then land at the new
+// leader. Without that, the streams stayed attached to the dead leader
+// until TCP gave up, and the node was HEARTBEAT_TIMEOUT at the new one.
 //
 // State lives in event values (platform/event/memory): the input from
 // enrolment, the node's credentials, its roles, the curator connection and

@@ -12,6 +12,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
@@ -48,7 +49,7 @@ func (s *Service) runRoleFetch(ctx context.Context) error {
 			}
 		}
 		log.Warn("watching this node at the curator failed, retrying", "err", err)
-		if err := sleep(ctx, b.next()); err != nil {
+		if err := retrySleep(ctx, conn, b.next()); err != nil {
 			return err
 		}
 	}
@@ -226,8 +227,36 @@ func (s *Service) runStatusPush(ctx context.Context) error {
 	}
 }
 
+// heartbeatAnswerTimeout is how long the heartbeat worker waits for the
+// curator's answer to a heartbeat. The curator answers every one; a
+// stream that stays silent for two intervals runs to a leader that is
+// gone (or hangs), however healthy its TCP connection may look.
+const heartbeatAnswerTimeout = 2 * heartbeatInterval
+
+// errNoHeartbeatAnswer ends a heartbeat stream whose answers stopped.
+var errNoHeartbeatAnswer = fmt.Errorf("the curator leader did not answer a heartbeat within %v", heartbeatAnswerTimeout)
+
+// retrySleep waits d before a retry at the curator leader, or less if the
+// resolver learns of a new leader meanwhile: after a failover the retry
+// goes there at once instead of after the backoff.
+func retrySleep(ctx context.Context, conn *CuratorConnection, d time.Duration) error {
+	changed := conn.Resolver.LeaderChanged()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-changed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
 // runHeartbeat keeps a Heartbeat stream to the curator leader, sending
-// every curator.HeartbeatInterval.
+// every curator.HeartbeatInterval. A stream whose answers stop is given up
+// (heartbeatAnswerTimeout) and the resolver is told to re-check the
+// leader, so that the node follows a new leader instead of talking to a
+// dead one.
 func (s *Service) runHeartbeat(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
 	conn, err := wait(ctx, &s.CuratorConnection)
@@ -242,7 +271,10 @@ func (s *Service) runHeartbeat(ctx context.Context) error {
 			return ctx.Err()
 		}
 		log.Warn("lost the curator leader, reconnecting", "err", err)
-		if err := sleep(ctx, b.next()); err != nil {
+		if errors.Is(err, errNoHeartbeatAnswer) {
+			conn.Resolver.Recheck()
+		}
+		if err := retrySleep(ctx, conn, b.next()); err != nil {
 			return err
 		}
 	}
@@ -256,7 +288,11 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 		return err
 	}
 	acks := make(chan error, 1)
-	trust := conn.Credentials.Trust
+	var trust *identity.Trust // nil: no CRL to keep (tests)
+	if conn.Credentials != nil {
+		trust = conn.Credentials.Trust
+	}
+	answered := make(chan struct{}, 1)
 	go func() {
 		first := true
 		for {
@@ -268,13 +304,17 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 				acks <- err
 				return
 			}
+			select {
+			case answered <- struct{}{}:
+			default:
+			}
 			if first {
 				leader, addr := conn.Resolver.Leader()
 				supervisor.Logger(ctx).Info("connected to curator leader "+leader, "address", addr)
 				first = false
 				b.reset()
 			}
-			if len(resp.GetCrl()) > 0 {
+			if len(resp.GetCrl()) > 0 && trust != nil {
 				if err := s.acceptCRL(trust, resp.GetCrl(), supervisor.Logger(ctx)); err != nil {
 					supervisor.Logger(ctx).Warn("cluster CRL", "err", err)
 				}
@@ -283,6 +323,10 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 	}()
 	t := time.NewTicker(heartbeatInterval)
 	defer t.Stop()
+	// The next answer is due heartbeatAnswerTimeout after the last one
+	// (or after the stream started).
+	due := time.NewTimer(heartbeatAnswerTimeout)
+	defer due.Stop()
 	for {
 		if err := stream.Send(&clusterpb.HeartbeatRequest{CrlNumber: trust.CRLNumber()}); err != nil {
 			// The real reason comes from Recv.
@@ -293,12 +337,20 @@ func (s *Service) heartbeat(ctx context.Context, conn *CuratorConnection, b *bac
 				return err
 			}
 		}
-		select {
-		case <-t.C:
-		case err := <-acks:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
+	wait:
+		for {
+			select {
+			case <-t.C:
+				break wait
+			case <-answered:
+				due.Reset(heartbeatAnswerTimeout)
+			case <-due.C:
+				return errNoHeartbeatAnswer
+			case err := <-acks:
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 }

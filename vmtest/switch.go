@@ -45,6 +45,7 @@ type Switch struct {
 	reserved map[string]netip.Addr
 	next     netip.Addr // next address to reserve or hand out
 	closed   bool
+	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
 
 	// observe, if set (tests only), sees every frame entering the switch
@@ -59,7 +60,13 @@ type swPort struct {
 	remote *net.UnixAddr
 	mac    net.HardwareAddr // the NIC's MAC; nil for a router port
 	router bool
+	// out queues the frames to send to the port (see send).
+	out chan []byte
 }
+
+// portQueue is how many frames wait for a port that does not read; more
+// are dropped, as a real switch drops what overflows its buffers.
+const portQueue = 512
 
 // NewSwitch creates a switch whose sockets live in dir. dir must be short
 // because unix socket paths are limited to about 107 bytes; callers should
@@ -85,6 +92,7 @@ func NewSwitch(dir string, subnet netip.Prefix) (*Switch, error) {
 		leases:   map[string]netip.Addr{},
 		reserved: map[string]netip.Addr{},
 		next:     next,
+		done:     make(chan struct{}),
 	}, nil
 }
 
@@ -147,7 +155,8 @@ func (s *Switch) addPort(name string, router bool) (*swPort, error) {
 		return nil, errors.New("vmtest: too many switch ports")
 	}
 	p := &swPort{name: name, router: router, path: filepath.Join(s.dir, name+"-sw.sock"),
-		remote: &net.UnixAddr{Name: filepath.Join(s.dir, name+".sock"), Net: "unixgram"}}
+		remote: &net.UnixAddr{Name: filepath.Join(s.dir, name+".sock"), Net: "unixgram"},
+		out:    make(chan []byte, portQueue)}
 	var addr netip.Addr
 	if !router {
 		p.mac = net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, byte(n >> 8), byte(n)}
@@ -168,8 +177,9 @@ func (s *Switch) addPort(name string, router bool) (*swPort, error) {
 		s.reserved[p.mac.String()] = addr
 	}
 	s.ports = append(s.ports, p)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.serve(p)
+	go s.send(p)
 	return p, nil
 }
 
@@ -192,6 +202,7 @@ func (s *Switch) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.done)
 	ports := s.ports
 	s.mu.Unlock()
 	var errs []error
@@ -217,6 +228,34 @@ func (s *Switch) serve(p *swPort) {
 			continue
 		}
 		s.handle(p, append([]byte(nil), buf[:n]...))
+	}
+}
+
+// send writes the frames queued for p. A unix datagram socket blocks its
+// sender while the receiver's queue is full, and a QEMU whose guest has not
+// brought its NIC up yet (a node booting) stops reading: one sender per
+// port keeps that port's backlog from stalling the frames of every other
+// port, which a write from handle would (every node would lose the
+// network while one boots).
+func (s *Switch) send(p *swPort) {
+	defer s.wg.Done()
+	for {
+		select {
+		case f := <-p.out:
+			// Errors mean the node is not (yet, or any more) listening:
+			// drop, as a real switch does for a dead link.
+			_, _ = p.conn.WriteToUnix(f, p.remote)
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// enqueue queues f for p, dropping it if p's queue is full.
+func enqueue(p *swPort, f []byte) {
+	select {
+	case p.out <- f:
+	default:
 	}
 }
 
@@ -267,9 +306,7 @@ func (s *Switch) handle(in *swPort, f []byte) {
 		out = slices.DeleteFunc(out, func(p *swPort) bool { return p.router })
 	}
 	for _, p := range out {
-		// Errors mean the node is not (yet, or any more) listening: drop,
-		// as a real switch does for a dead link.
-		_, _ = p.conn.WriteToUnix(f, p.remote)
+		enqueue(p, f)
 	}
 }
 
@@ -345,7 +382,7 @@ func (s *Switch) dhcp(in *swPort, payload []byte) {
 	// Broadcast at both layers: the client has no address yet, and only
 	// the requesting port receives it anyway.
 	f := udpFrame(broadcastMAC, s.mac, s.addr, netip.AddrFrom4([4]byte{255, 255, 255, 255}), 67, 68, resp.ToBytes())
-	_, _ = in.conn.WriteToUnix(f, in.remote)
+	enqueue(in, f)
 }
 
 // lease returns the address for mac: the port's reserved one, or for a MAC

@@ -73,7 +73,7 @@ func printNodeTable(w io.Writer, nodes []*clusterpb.Node, now time.Time) error {
 			addr = a[0]
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), shortState(n.GetState()), shortHealth(n.GetHealth()),
-			orDash(addr), orDash(strings.Join(roleNames(n.GetRoles()), ",")), membership(n.GetConsensusMembership()),
+			orDash(addr), orDash(strings.Join(roleNames(n.GetRoles()), ",")), membership(n),
 			lastSeen(n.GetLastHeartbeatUnixNanos(), now))
 	}
 	return tw.Flush()
@@ -91,13 +91,17 @@ func printPendingTable(w io.Writer, nodes []*clusterpb.Node) error {
 	return tw.Flush()
 }
 
-// membership is the ETCD column: voter, learner or -.
-func membership(m clusterpb.ConsensusMembership) string {
-	switch m {
+// membership is the ETCD column: voter, learner, pending (the curator
+// adds the member once the learner before it caught up) or -.
+func membership(n *clusterpb.Node) string {
+	switch n.GetConsensusMembership() {
 	case clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER:
 		return "voter"
 	case clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_LEARNER:
 		return "learner"
+	}
+	if n.GetConsensusMemberPending() {
+		return "pending"
 	}
 	return "-"
 }
@@ -114,6 +118,15 @@ func describeNode(w io.Writer, n *clusterpb.Node, now time.Time) {
 	fmt.Fprintf(w, "Addresses:   %s\nVersion:     %s\nBoot count:  %d\nBooted at:   %s\nRoles:       %s\n",
 		orDash(strings.Join(st.GetAddresses(), ", ")), orDash(st.GetVersion()), st.GetBootCount(), boot,
 		orDash(strings.Join(roleNames(n.GetRoles()), ", ")))
+	switch m := membership(n); m {
+	case "pending":
+		fmt.Fprintf(w, "etcd:        pending (consensus-member given; the curator adds it once the current learner caught up)\n")
+	default:
+		fmt.Fprintf(w, "etcd:        %s\n", m)
+	}
+	for _, p := range st.GetProblems() {
+		fmt.Fprintf(w, "Problem:     %s: %s (since %s)\n", p.GetComponent(), p.GetMessage(), time.Unix(0, p.GetSinceUnixNanos()).UTC().Format(time.RFC3339))
+	}
 	if cm := n.GetRoles().GetConsensusMember(); cm != nil {
 		for _, p := range cm.GetPeers() {
 			fmt.Fprintf(w, "  consensus peer %s %s\n", p.GetName(), p.GetUrl())

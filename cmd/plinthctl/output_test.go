@@ -20,14 +20,17 @@ func TestNodeTable(t *testing.T) {
 			ConsensusMembership:    clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER,
 		},
 		{Id: "plinth-bbbb", State: clusterpb.NodeState_NODE_STATE_NEW},
+		{Id: "plinth-cccc", State: clusterpb.NodeState_NODE_STATE_UP, ConsensusMemberPending: true,
+			ConsensusMembership: clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_NONE},
 	}
 	var b bytes.Buffer
 	if err := printNodeTable(&b, nodes, now); err != nil {
 		t.Fatal(err)
 	}
-	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               ETCD   LAST SEEN
-plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  voter  3s ago
-plinth-bbbb  NEW    -        -           -                                   -      never
+	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               ETCD     LAST SEEN
+plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  voter    3s ago
+plinth-bbbb  NEW    -        -           -                                   -        never
+plinth-cccc  UP     -        -           -                                   pending  never
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
@@ -36,7 +39,7 @@ plinth-bbbb  NEW    -        -           -                                   -  
 	if err := printJSON(&b, nodes, true); err != nil {
 		t.Fatal(err)
 	}
-	if s := b.String(); !strings.HasPrefix(s, "[\n") || !strings.Contains(s, `"id":`) || strings.Count(s, `"plinth-`) != 2 {
+	if s := b.String(); !strings.HasPrefix(s, "[\n") || !strings.Contains(s, `"id":`) || strings.Count(s, `"plinth-`) != 3 {
 		t.Errorf("json:\n%s", s)
 	}
 }
@@ -60,7 +63,9 @@ func TestDescribeNode(t *testing.T) {
 	now := time.Unix(1000, 0)
 	n := &clusterpb.Node{
 		Id: "plinth-aaaa", PublicKey: []byte{1, 2}, State: clusterpb.NodeState_NODE_STATE_UP,
-		Status: &clusterpb.NodeStatus{Addresses: []string{"10.42.0.10"}, Version: "v1", BootCount: 3, BootTimeUnixNanos: time.Unix(0, 0).UnixNano() + 1},
+		Status: &clusterpb.NodeStatus{Addresses: []string{"10.42.0.10"}, Version: "v1", BootCount: 3, BootTimeUnixNanos: time.Unix(0, 0).UnixNano() + 1,
+			Problems: []*clusterpb.NodeProblem{{Component: "roles", Message: "saving roles failed", SinceUnixNanos: time.Unix(60, 0).UnixNano()}}},
+		ConsensusMembership: clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER,
 		Roles: &clusterpb.NodeRoles{ConsensusMember: &clusterpb.NodeRoles_ConsensusMember{
 			Peers: []*clusterpb.NodeRoles_ConsensusMember_Peer{{Name: "plinth-bbbb", Url: "https://plinth-bbbb:7834"}},
 		}},
@@ -77,6 +82,8 @@ Version:     v1
 Boot count:  3
 Booted at:   1970-01-01T00:00:00Z
 Roles:       consensus-member
+etcd:        voter
+Problem:     roles: saving roles failed (since 1970-01-01T00:01:00Z)
   consensus peer plinth-bbbb https://plinth-bbbb:7834
 `
 	if b.String() != want {

@@ -38,6 +38,18 @@ var FilterRunning = event.Filter(func(st *Status) bool {
 
 var errNotRunning = errors.New("consensus: service not running")
 
+// Errors of AddNode that say "not now, retry later", for callers that
+// queue the addition instead of failing (errors.Is).
+var (
+	// ErrLearnerInProgress: another learner is still catching up, and
+	// etcd admits one learner at a time.
+	ErrLearnerInProgress = errors.New("consensus: another learner is still catching up")
+	// ErrNotYetSafe: etcd adds members only once the member asked has
+	// been connected to a quorum for a while (e.g. just after it started
+	// or a peer came back).
+	ErrNotYetSafe = errors.New("consensus: this member has not been connected to a quorum long enough to add a member")
+)
+
 // Running returns true if this status represents a running consensus
 // service which can be connected to or managed. These calls are not
 // guaranteed to succeed (as the server might have stopped in the meantime),
@@ -181,9 +193,9 @@ func (s *Status) AddNode(ctx context.Context, nodeID string, pk ed25519.PublicKe
 		resp, err := s.cl.MemberAddAsLearner(ctx, []string{peerURL})
 		switch {
 		case errors.Is(err, rpctypes.ErrUnhealthy), errors.Is(err, rpctypes.ErrMemberNotEnoughStarted):
-			return nil, fmt.Errorf("consensus: not adding %s yet: etcd only adds members once this member has been connected to a quorum for a while (retry later): %w", nodeID, err)
+			return nil, fmt.Errorf("not adding %s yet (retry later): %w (%w)", nodeID, ErrNotYetSafe, err)
 		case errors.Is(err, rpctypes.ErrTooManyLearners):
-			return nil, fmt.Errorf("consensus: not adding %s yet: another learner is still catching up (retry later): %w", nodeID, err)
+			return nil, fmt.Errorf("not adding %s yet (retry later): %w (%w)", nodeID, ErrLearnerInProgress, err)
 		case err != nil:
 			return nil, fmt.Errorf("consensus: adding %s as learner at %s: %w", nodeID, peerURL, err)
 		}

@@ -30,9 +30,14 @@ const HeartbeatInterval = 3 * time.Second
 // registering node must not be able to make the curator buffer much.
 const maxRequestSize = 256 << 10
 
-// Defaults of Config.
+// Defaults of Config. The leader TTL bounds how long the cluster goes
+// without a curator leader after the leader lost power: its lease
+// expires TTL after etcd (re)elected its own leader (etcd renews every
+// lease when its leadership moves), then another curator takes over at
+// once. Five seconds is five etcd election timeouts, and the lease is
+// renewed every TTL/3.
 const (
-	defaultLeaderTTL        = 10 * time.Second
+	defaultLeaderTTL        = 5 * time.Second
 	defaultHeartbeatTimeout = 15 * time.Second
 )
 
@@ -52,7 +57,7 @@ type Config struct {
 	// layout.CuratorPort.
 	AdvertisePort int
 	// LeaderTTL is the lease TTL of the leadership key (rounded up to whole
-	// seconds); default 10s.
+	// seconds); default 5s.
 	LeaderTTL time.Duration
 	// HeartbeatTimeout is how long a node may go without heartbeat before
 	// it is HEARTBEAT_TIMEOUT; default 15s.
@@ -83,6 +88,9 @@ type Service struct {
 
 	hbMu sync.Mutex
 	hb   map[string]*heartbeatState
+
+	// membersWake wakes the leader's pending member loop (members.go).
+	membersWake chan struct{}
 }
 
 // New creates a curator; nothing happens until Run.
@@ -99,7 +107,7 @@ func New(cfg Config) *Service {
 	if cfg.HeartbeatTimeout <= 0 {
 		cfg.HeartbeatTimeout = defaultHeartbeatTimeout
 	}
-	s := &Service{cfg: cfg, hb: map[string]*heartbeatState{}}
+	s := &Service{cfg: cfg, hb: map[string]*heartbeatState{}, membersWake: make(chan struct{}, 1)}
 	if cfg.Credentials != nil {
 		s.nodeID = identity.NodeID(cfg.Credentials.PublicKey())
 	}
@@ -150,15 +158,22 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("curator: %w", err)
 	}
+	// Keepalives on every curator, so that a node's stream to a curator
+	// that lost power fails in seconds (see rpc.ServerKeepalive).
 	authz := rpc.NewAuthorizer(trust, log, s.checkCaller)
 	opts := append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig())),
 		grpc.MaxRecvMsgSize(maxRequestSize),
 	}, authz.ServerOptions()...)
+	opts = append(opts, rpc.ServerKeepalive()...)
 	srv := grpc.NewServer(append(opts, s.cfg.ServerOptions...)...)
 	clusterpb.RegisterCuratorServer(srv, curatorServer{Service: s})
 	clusterpb.RegisterManagementServer(srv, managementServer{Service: s})
 	clusterpb.RegisterAAAServer(srv, aaaServer{Service: s})
+	if err := supervisor.Run(ctx, "members", s.runMembers); err != nil {
+		lis.Close()
+		return err
+	}
 
 	inner, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -23,12 +23,25 @@
 //	   /kubernetes-ca/{ca.pem,ca-key.pem}
 //	   /leader, /leader-since     leased: GetCurrentLeaderResponse{id, port}
 //
-// Leader election: each curator grants a lease (Config.LeaderTTL) and
-// creates /leader with it if it does not exist; the winner keeps the lease
-// alive, the others watch /leader and try again when it is deleted. Every
-// write of a leader-only RPC is a transaction conditioned on /leader still
-// having the creation revision of this leader's term, so a leader that
-// lost its lease without noticing yet cannot write.
+// Leader election: each curator grants a lease (Config.LeaderTTL, 5 s)
+// and creates /leader with it if it does not exist; the winner keeps the
+// lease alive, the others watch /leader and try again when it is deleted.
+// Every write of a leader-only RPC is a transaction conditioned on /leader
+// still having the creation revision of this leader's term, so a leader
+// that lost its lease without noticing yet cannot write. Followers refuse
+// leader-only RPCs with UNAVAILABLE and reason NOT_LEADER, on which nodes
+// re-learn the leader. The servers use the cluster's gRPC keepalives
+// (rpc.ServerKeepalive), so nodes notice a leader that lost power within
+// seconds.
+//
+// Consensus members are added one at a time (members.go): etcd admits
+// one learner at a time, so UpdateNodeRoles records a node as
+// consensus_member_pending while another learner catches up, and the
+// leader adds pending members itself, one after the other:
+//
+//	UpdateNodeRoles ─► no learner: AddNode, role with join data now
+//	               └─► learner in progress: pending ─► leader loop, once
+//	                   the learner was promoted: AddNode, role, pending off
 //
 // Node lifecycle:
 //

@@ -16,6 +16,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/consensus/client"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // leaderInfo is who leads, as read from /leader.
@@ -44,20 +45,27 @@ func (t *term) cmps() []clientv3.Cmp {
 // transaction).
 func (t *term) lost() error {
 	if t.ctx.Err() != nil {
-		return errUnavailable("not the leader any more (leadership lost during the call)")
+		return errNotLeader("not the leader any more (leadership lost during the call)")
 	}
 	resp, err := t.kv.Get(t.ctx, keyLeader)
 	if err != nil {
 		return etcdErr("checking leadership", err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.rev {
-		return errUnavailable("not the leader any more (leadership lost during the call)")
+		return errNotLeader("not the leader any more (leadership lost during the call)")
 	}
 	return nil
 }
 
 func errUnavailable(format string, args ...any) error {
 	return status.Errorf(codes.Unavailable, format, args...)
+}
+
+// errNotLeader is the refusal of a leader-only call by a curator that
+// does not lead (any more): UNAVAILABLE with reason NOT_LEADER, on which
+// clients re-learn the leader (rpc.Resolver).
+func errNotLeader(format string, args ...any) error {
+	return rpc.Error(codes.Unavailable, clusterpb.ErrorReason_NOT_LEADER, format, args...)
 }
 
 // currentLeader is the leader as last seen, nil if unknown.
@@ -85,9 +93,9 @@ func (s *Service) leaderTerm() (*term, error) {
 		return t, nil
 	}
 	if li := s.currentLeader(); li != nil && li.ID != s.nodeID {
-		return nil, errUnavailable("not the leader, leader is %s (curator port %d)", li.ID, li.Port)
+		return nil, errNotLeader("not the leader, leader is %s (curator port %d)", li.ID, li.Port)
 	}
-	return nil, errUnavailable("not the leader, and no leader is elected at the moment")
+	return nil, errNotLeader("not the leader, and no leader is elected at the moment")
 }
 
 // elect takes part in leader election until ctx ends.

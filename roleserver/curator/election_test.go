@@ -3,6 +3,7 @@ package curator
 import (
 	"bytes"
 	"crypto/ed25519"
+	"errors"
 	"testing"
 	"time"
 
@@ -31,8 +32,17 @@ func TestConsensusRolesAndFailover(t *testing.T) {
 			})
 			return err
 		})
-		role := c.getNode(a, m.id).Roles.GetConsensusMember()
-		if role == nil || len(role.CaCertificate) == 0 || len(role.NodeCertificate) == 0 || len(role.InitialCrl) == 0 {
+		// etcd may not admit the member at once (just after the previous
+		// one joined it waits until every voter has been connected for a
+		// while): the role is then pending and the leader adds it.
+		var role *clusterpb.NodeRoles_ConsensusMember
+		eventually(t, 30*time.Second, "ConsensusMember role of "+name, func() error {
+			if role = c.getNode(a, m.id).Roles.GetConsensusMember(); role == nil {
+				return errors.New("no role yet (pending)")
+			}
+			return nil
+		})
+		if len(role.CaCertificate) == 0 || len(role.NodeCertificate) == 0 || len(role.InitialCrl) == 0 {
 			t.Fatalf("%s: ConsensusMember role without join data: %v", name, role)
 		}
 		peers := map[string]string{}
@@ -72,7 +82,19 @@ func TestConsensusRolesAndFailover(t *testing.T) {
 			t.Fatalf("%s: JoinNode = %x, %v", name, got, err)
 		}
 	}
-	b, cc := c.members[1], c.members[2]
+	// The leader is normally a, which leads since it bootstrapped; under
+	// load (race detector, the test's one-second lease) its leadership
+	// may have moved meanwhile. From here on, a is whoever leads.
+	lr := nextLeader(t, c.leaderStream(c.members[0]), 30*time.Second, func(r *clusterpb.GetCurrentLeaderResponse) bool { return r.Id != "" })
+	var others []*member
+	for _, m := range c.members {
+		if m.id == lr.Id {
+			a = m
+		} else {
+			others = append(others, m)
+		}
+	}
+	b, cc := others[0], others[1]
 
 	// Every curator names the same leader; only the leader says so.
 	for _, m := range c.members {

@@ -404,7 +404,7 @@ func (c curatorServer) Heartbeat(srv clusterpb.Curator_HeartbeatServer) error {
 		var req *clusterpb.HeartbeatRequest
 		select {
 		case <-t.ctx.Done():
-			return errUnavailable("not the leader any more")
+			return errNotLeader("not the leader any more")
 		case r := <-reqs:
 			if r.err != nil {
 				return nil // the node closed the stream or went away
@@ -450,7 +450,7 @@ func (s *Service) heartbeat(ctx context.Context, kv clientv3.KV, t *term, id str
 		return etcdErr("storing heartbeat", err)
 	}
 	if !resp.Succeeded {
-		return errUnavailable("not the leader any more")
+		return errNotLeader("not the leader any more")
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package curator
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -192,6 +193,7 @@ func (m managementServer) DecommissionNode(ctx context.Context, req *clusterpb.D
 		}
 		n.State = clusterpb.NodeState_NODE_STATE_DECOMMISSIONED
 		n.Roles = &clusterpb.NodeRoles{}
+		n.ConsensusMemberPending = false
 		// The join key index stays, so that JoinNode can say why it
 		// refuses; the unlock key goes, which locks the node out of its
 		// own disk.
@@ -290,7 +292,8 @@ func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.Up
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s: roles can only be given to UP nodes", id, n.State)
 	}
 	was := n.GetRoles().GetConsensusMember() != nil
-	consensusOn := was
+	wasPending := n.GetConsensusMemberPending()
+	consensusOn := was || wasPending
 	if req.ConsensusMember != nil {
 		consensusOn = *req.ConsensusMember
 	}
@@ -304,14 +307,32 @@ func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.Up
 	}
 
 	// Consensus membership changes first: AddNode is idempotent, so a
-	// failure to record the role below is repaired by calling again.
+	// failure to record the role below is repaired by calling again. While
+	// another learner catches up, etcd refuses a second one: the node is
+	// recorded as pending and the leader adds it later (members.go).
 	var member *clusterpb.NodeRoles_ConsensusMember
+	pending := wasPending && consensusOn
 	switch {
-	case consensusOn && !was:
-		if member, err = m.addConsensusMember(ctx, st, n); err != nil {
+	case consensusOn && !was && !wasPending:
+		busy, err := learnerInProgress(ctx, kv, st, id)
+		if err != nil {
 			return nil, err
 		}
+		if !busy {
+			member, err = m.addConsensusMember(ctx, st, n)
+		}
+		switch {
+		case busy, errors.Is(err, consensus.ErrLearnerInProgress), errors.Is(err, consensus.ErrNotYetSafe):
+			pending = true
+		case err != nil:
+			return nil, addNodeErr(id, err)
+		}
 	case !consensusOn && was:
+		if err := m.removeConsensusMember(ctx, kv, st, id); err != nil {
+			return nil, err
+		}
+	case !consensusOn && wasPending && isEtcdMember(ctx, st, id):
+		// The leader was adding it just now: take the member back.
 		if err := m.removeConsensusMember(ctx, kv, st, id); err != nil {
 			return nil, err
 		}
@@ -326,8 +347,16 @@ func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.Up
 		switch {
 		case member != nil:
 			n.Roles.ConsensusMember = member
+			n.ConsensusMemberPending = false
+		case pending:
+			// Unless the leader added it meanwhile.
+			n.ConsensusMemberPending = n.Roles.ConsensusMember == nil
 		case !consensusOn:
+			if n.Roles.ConsensusMember != nil && !was {
+				return nil, status.Errorf(codes.Aborted, "node %s became a consensus member while this call ran: call again to remove the role", id)
+			}
 			n.Roles.ConsensusMember = nil
+			n.ConsensusMemberPending = false
 		}
 		if req.KubernetesController != nil {
 			n.Roles.KubernetesController = nil
@@ -353,11 +382,15 @@ func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.Up
 		}
 		return nil, err
 	}
+	if pending {
+		m.wakeMembers()
+	}
 	return &clusterpb.UpdateNodeRolesResponse{}, nil
 }
 
 // addConsensusMember adds the node to etcd as a learner and returns what
-// it needs to join.
+// it needs to join. AddNode's errors are returned wrapped (errors.Is
+// finds consensus.ErrLearnerInProgress and ErrNotYetSafe); see addNodeErr.
 func (s *Service) addConsensusMember(ctx context.Context, st *consensus.Status, n *clusterpb.Node) (*clusterpb.NodeRoles_ConsensusMember, error) {
 	var opts []*consensus.AddNodeOption
 	if s.cfg.AddNodeOptions != nil {
@@ -365,7 +398,7 @@ func (s *Service) addConsensusMember(ctx context.Context, st *consensus.Status, 
 	}
 	jc, err := st.AddNode(ctx, n.Id, n.PublicKey, opts...)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "adding %s to consensus: %v", n.Id, err)
+		return nil, fmt.Errorf("adding %s to consensus: %w", n.Id, err)
 	}
 	self, err := memberPeerURL(ctx, st, n.Id, jc)
 	if err != nil {

@@ -47,7 +47,7 @@ func (c curatorServer) Watch(req *clusterpb.WatchRequest, srv clusterpb.Curator_
 	defer stop()
 	ended := func(err error) error {
 		if t.ctx.Err() != nil {
-			return errUnavailable("not the leader any more")
+			return errNotLeader("not the leader any more")
 		}
 		if srv.Context().Err() != nil {
 			return status.FromContextError(srv.Context().Err()).Err()

@@ -384,7 +384,7 @@ func (c *Config) untilAccepted(ctx context.Context, l *slog.Logger, what string,
 
 func callOnce(ctx context.Context, endpoint string, tlsCfg *tls.Config, fn func(context.Context, *grpc.ClientConn, tls.ConnectionState) error) error {
 	creds := identity.NewCapturingCredentials(tlsCfg)
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds))
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds), rpc.ClientKeepalive(), rpc.ClientConnectParams())
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}

@@ -50,8 +50,11 @@ func (t *Trust) SetCRL(der []byte) (*pki.CRL, error) {
 	return crl, nil
 }
 
-// CRL is the newest CRL held, nil if none.
+// CRL is the newest CRL held, nil if none (or t is nil).
 func (t *Trust) CRL() *pki.CRL {
+	if t == nil {
+		return nil
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.crl

@@ -20,6 +20,7 @@ import (
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // ErrCAFingerprintMismatch is returned by TakeOwnership when the cluster
@@ -171,7 +172,10 @@ func dial(endpoint string, creds credentials.TransportCredentials) (*grpc.Client
 		// A connection that is accepted but never answered (a vmtest
 		// router forward to a node that is off) must fail over to the
 		// next endpoint rather than hang until the caller's deadline.
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}),
+		// A stream (logs -f, GetNodes) to a node that lost power fails in
+		// seconds instead of hanging (see rpc.ClientKeepalive).
+		rpc.ClientKeepalive())
 	if err != nil {
 		return nil, fmt.Errorf("owner: %s: %w", endpoint, err)
 	}

@@ -217,7 +217,8 @@ func (s *authorizedStream) Context() context.Context { return s.ctx }
 
 // NewServer is a gRPC server serving TLS with creds (node credentials),
 // with every call checked by an Authorizer trusting creds.Trust (the CA
-// and the CRL the node holds). extra options are appended.
+// and the CRL the node holds) and the cluster's keepalives
+// (ServerKeepalive). extra options are appended.
 func NewServer(creds *identity.Credentials, log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 	if creds == nil {
 		panic(errors.New("rpc: NewServer needs credentials"))
@@ -228,5 +229,5 @@ func NewServer(creds *identity.Credentials, log *slog.Logger, extra ...grpc.Serv
 	}
 	a := NewAuthorizer(trust, log, nil)
 	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig()))}, a.ServerOptions()...)
-	return grpc.NewServer(append(opts, extra...)...)
+	return grpc.NewServer(append(append(opts, ServerKeepalive()...), extra...)...)
 }

@@ -21,6 +21,19 @@
 //	endpoints (directory, local curator) ──► GetCurrentLeader stream on one
 //	         ▲ AddEndpoint / SetEndpoints        │ each response: leader host:port
 //	         │                                   ▼
-//	   on stream error: next endpoint     every ClientConn built by Dial is
-//	                                      pointed at the leader (UpdateState)
+//	   next endpoint when the stream:     every ClientConn built by Dial is
+//	    - fails (keepalive: a vanished    pointed at the leader (UpdateState)
+//	      peer within seconds)                   │
+//	    - gives no answer in 10 s                │ calls fail UNAVAILABLE /
+//	    - runs to the leader and Recheck ◄───────┘ NOT_LEADER, the connection
+//	      is called                                 is lost (ResolveNow), or
+//	                                                the heartbeat goes
+//	                                                unanswered (Recheck)
+//
+// Keepalives (keepalive.go) are the one place where the cluster's gRPC
+// servers and clients agree on how fast a dead peer is noticed: without
+// them a connection to a node that lost power lives until TCP gives up
+// (~15 minutes), or forever if nothing is sent on it (a watch, the
+// GetCurrentLeader stream itself), and every stream on it waits for a
+// leader that is gone.
 package rpc

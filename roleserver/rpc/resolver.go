@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
@@ -27,9 +30,20 @@ const Target = Scheme + ":///leader"
 // Resolver is a grpc resolver.Builder that follows the curator leader. It
 // keeps one GetCurrentLeader stream open to one of its endpoints (any
 // curator, leader or not) and points every ClientConn built through it at
-// the leader's host:port. When the stream breaks it moves on to the next
-// endpoint. It must be used with credentials that authenticate as a node
-// or the owner (GetCurrentLeader needs READ_CLUSTER_STATUS).
+// the leader's host:port. When the stream breaks (keepalive: a vanished
+// peer is noticed within seconds), or does not answer within
+// followAnswerTimeout, it moves on to the next endpoint.
+//
+// Users of a ClientConn from Dial need not do anything when the leader
+// dies: a failed leader connection (gRPC asks for re-resolution), a call
+// answered NOT_LEADER or UNAVAILABLE, and an explicit Recheck all make the
+// resolver drop a GetCurrentLeader stream that runs to the leader itself
+// and learn the leader afresh from another endpoint. A stream to another
+// curator is kept: it reports the new leader the moment that curator sees
+// it.
+//
+// It must be used with credentials that authenticate as a node or the
+// owner (GetCurrentLeader needs READ_CLUSTER_STATUS).
 type Resolver struct {
 	log   *slog.Logger
 	creds func() credentials.TransportCredentials
@@ -43,6 +57,10 @@ type Resolver struct {
 	started   bool
 	closed    bool
 	leaderSet chan struct{} // closed and replaced whenever the leader changes
+	changedAt time.Time     // when the leader last changed
+
+	// The GetCurrentLeader stream in use (see Recheck).
+	follow followState
 
 	wake   chan struct{}
 	ctx    context.Context
@@ -51,7 +69,33 @@ type Resolver struct {
 
 	// retry bounds the pause after every endpoint failed in a row.
 	retryMin, retryMax time.Duration
+	// answerTimeout bounds the wait for a GetCurrentLeader stream's first
+	// answer.
+	answerTimeout time.Duration
 }
+
+// followState is the GetCurrentLeader stream in use, guarded by
+// Resolver.mu.
+type followState struct {
+	ep       string
+	cancel   context.CancelFunc // nil while no stream runs
+	started  time.Time
+	answered bool // at least one answer arrived
+	onLeader bool // the endpoint is the leader (it said so, or its address is the leader's)
+}
+
+// followAnswerTimeout is how long a GetCurrentLeader stream may go without
+// its first answer before the next endpoint is tried: a curator answers at
+// once when it knows the leader.
+const followAnswerTimeout = 10 * time.Second
+
+// recheckMinAge keeps Recheck from dropping a stream that has only just
+// started (failing calls ask again and again while the leader is gone).
+const recheckMinAge = time.Second
+
+// recheckGrace is how long after a leader change Recheck does nothing:
+// what fails then are the calls and the connection of the old leader.
+const recheckGrace = 3 * time.Second
 
 // NewResolver makes a resolver; it starts following the leader with the
 // first Dial. creds is called whenever it dials an endpoint.
@@ -68,6 +112,7 @@ func NewResolver(log *slog.Logger, creds func() credentials.TransportCredentials
 		ctx:       ctx, cancel: cancel,
 		done:     make(chan struct{}),
 		retryMin: 200 * time.Millisecond, retryMax: 5 * time.Second,
+		answerTimeout: followAnswerTimeout,
 	}
 }
 
@@ -125,6 +170,14 @@ func (r *Resolver) Leader() (id, hostport string) {
 	return r.leaderID, r.leader
 }
 
+// LeaderChanged returns a channel that is closed when the leader changes
+// next (for a caller that retries: a new leader is worth trying at once).
+func (r *Resolver) LeaderChanged() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leaderSet
+}
+
 // WaitLeader blocks until a leader is known or ctx ends.
 func (r *Resolver) WaitLeader(ctx context.Context) (id, hostport string, err error) {
 	for {
@@ -150,11 +203,37 @@ func (r *Resolver) poke() {
 	}
 }
 
-// Dial makes a client connection to the curator leader. opts come after
-// the resolver's own (transport credentials from creds), so they may
-// override them.
+// Recheck asks the resolver to make sure it still follows the leader, for
+// a caller whose call on the leader connection failed in a way that says
+// the leader may be gone (no heartbeat answer, UNAVAILABLE, NOT_LEADER).
+// If the GetCurrentLeader stream in use runs to the leader itself, it is
+// dropped and the next endpoint is asked; a stream to another curator is
+// kept, as it reports a new leader as soon as there is one (one that has
+// not answered yet is left to followAnswerTimeout). Cheap; never blocks.
+func (r *Resolver) Recheck() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := &r.follow
+	if f.cancel == nil || !f.answered || !f.onLeader || time.Since(f.started) < recheckMinAge || time.Since(r.changedAt) < recheckGrace {
+		return
+	}
+	r.log.Info("resolver: leader connection failed, asking another curator", "dropping", f.ep)
+	f.cancel()
+	f.cancel = nil
+}
+
+// Dial makes a client connection to the curator leader, with the
+// cluster's keepalives and interceptors that Recheck on calls failing
+// with UNAVAILABLE or NOT_LEADER. opts come after the resolver's own
+// (transport credentials from creds), so they may override them.
 func (r *Resolver) Dial(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	o := []grpc.DialOption{grpc.WithResolvers(r)}
+	o := []grpc.DialOption{
+		grpc.WithResolvers(r),
+		ClientKeepalive(),
+		ClientConnectParams(),
+		grpc.WithChainUnaryInterceptor(r.unaryRecheck),
+		grpc.WithChainStreamInterceptor(r.streamRecheck),
+	}
 	if r.creds != nil {
 		o = append(o, grpc.WithTransportCredentials(r.creds()))
 	}
@@ -229,7 +308,9 @@ func (c *ccResolver) update(addr, id string) {
 	_ = c.cc.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr, ServerName: id}}})
 }
 
-func (c *ccResolver) ResolveNow(resolver.ResolveNowOptions) {}
+// ResolveNow is gRPC's signal that the connection to the address given
+// failed or was lost.
+func (c *ccResolver) ResolveNow(resolver.ResolveNowOptions) { c.r.Recheck() }
 
 func (c *ccResolver) Close() {
 	c.r.mu.Lock()
@@ -252,7 +333,6 @@ func (r *Resolver) run() {
 		if n > 0 {
 			r.next %= n
 			ep = r.endpoints[r.next]
-			r.next = (r.next + 1) % n
 		}
 		r.mu.Unlock()
 		if ep == "" {
@@ -262,10 +342,19 @@ func (r *Resolver) run() {
 			}
 			continue
 		}
-		got, err := r.follow(ep)
+		got, err := r.followEndpoint(ep)
 		if r.ctx.Err() != nil {
 			return
 		}
+		// The next endpoint is the one after ep in the list as it is now
+		// (it may have grown while ep was followed): never ep again right
+		// away when there are others.
+		r.mu.Lock()
+		if i := slices.Index(r.endpoints, ep); i >= 0 {
+			r.next = (i + 1) % len(r.endpoints)
+		}
+		n = len(r.endpoints)
+		r.mu.Unlock()
 		if got {
 			failures, backoff = 0, r.retryMin
 			delete(lastErr, ep)
@@ -292,10 +381,17 @@ func (r *Resolver) run() {
 	}
 }
 
-// follow streams GetCurrentLeader from ep until the stream fails. got says
+// errNoAnswer ends a GetCurrentLeader stream that did not answer in time.
+var errNoAnswer = errors.New("no answer to GetCurrentLeader in time")
+
+// errRecheck ends a GetCurrentLeader stream dropped by Recheck.
+var errRecheck = errors.New("dropped: the leader connection failed")
+
+// followEndpoint streams GetCurrentLeader from ep until the stream fails,
+// does not answer within answerTimeout, or Recheck drops it. got says
 // whether at least one answer arrived.
-func (r *Resolver) follow(ep string) (got bool, err error) {
-	var opts []grpc.DialOption
+func (r *Resolver) followEndpoint(ep string) (got bool, err error) {
+	opts := []grpc.DialOption{ClientKeepalive(), ClientConnectParams()}
 	if r.creds != nil {
 		opts = append(opts, grpc.WithTransportCredentials(r.creds()))
 	}
@@ -304,20 +400,31 @@ func (r *Resolver) follow(ep string) (got bool, err error) {
 		return false, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithCancel(r.ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(r.ctx)
+	defer cancel(nil)
+	r.mu.Lock()
+	r.follow = followState{ep: ep, cancel: func() { cancel(errRecheck) }, started: time.Now()}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.follow.cancel = nil
+		r.mu.Unlock()
+	}()
+	first := time.AfterFunc(r.answerTimeout, func() { cancel(errNoAnswer) })
+	defer first.Stop()
 	stream, err := clusterpb.NewCuratorClient(conn).GetCurrentLeader(ctx, &clusterpb.GetCurrentLeaderRequest{})
-	if err != nil {
-		return false, err
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return got, err
+	for err == nil {
+		var resp *clusterpb.GetCurrentLeaderResponse
+		if resp, err = stream.Recv(); err == nil {
+			first.Stop()
+			got = true
+			r.setLeader(ep, resp)
 		}
-		got = true
-		r.setLeader(ep, resp)
 	}
+	if c := context.Cause(ctx); c != nil && r.ctx.Err() == nil {
+		err = c
+	}
+	return got, err
 }
 
 func (r *Resolver) setLeader(ep string, resp *clusterpb.GetCurrentLeaderResponse) {
@@ -334,11 +441,16 @@ func (r *Resolver) setLeader(ep string, resp *clusterpb.GetCurrentLeaderResponse
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	r.mu.Lock()
+	if r.follow.ep == ep {
+		r.follow.answered = true
+		r.follow.onLeader = resp.GetThisIsLeader() || ep == addr
+	}
 	if addr == r.leader && resp.GetId() == r.leaderID {
 		r.mu.Unlock()
 		return
 	}
 	r.leader, r.leaderID = addr, resp.GetId()
+	r.changedAt = time.Now()
 	close(r.leaderSet)
 	r.leaderSet = make(chan struct{})
 	conns := make([]*ccResolver, 0, len(r.conns))
@@ -350,4 +462,42 @@ func (r *Resolver) setLeader(ep string, resp *clusterpb.GetCurrentLeaderResponse
 	for _, c := range conns {
 		c.update(addr, resp.GetId())
 	}
+}
+
+// recheckOn reports whether a call's failure may mean the leader moved.
+func recheckOn(err error) bool {
+	return status.Code(err) == codes.Unavailable || Reason(err) == clusterpb.ErrorReason_NOT_LEADER
+}
+
+func (r *Resolver) unaryRecheck(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err != nil && (recheckOn(err) || (status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil)) {
+		r.Recheck()
+	}
+	return err
+}
+
+func (r *Resolver) streamRecheck(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		if recheckOn(err) {
+			r.Recheck()
+		}
+		return nil, err
+	}
+	return &recheckStream{ClientStream: s, r: r}, nil
+}
+
+// recheckStream rechecks when a stream ends with UNAVAILABLE or NOT_LEADER.
+type recheckStream struct {
+	grpc.ClientStream
+	r *Resolver
+}
+
+func (s *recheckStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil && recheckOn(err) {
+		s.r.Recheck()
+	}
+	return err
 }

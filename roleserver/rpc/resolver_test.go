@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
@@ -25,10 +26,12 @@ type fakeCurator struct {
 	addr string
 	srv  *grpc.Server
 
-	mu      sync.Mutex
-	leader  *clusterpb.GetCurrentLeaderResponse
-	changed chan struct{}
-	calls   int
+	mu        sync.Mutex
+	leader    *clusterpb.GetCurrentLeaderResponse
+	changed   chan struct{}
+	calls     int
+	advertise string // host:port others are told to reach f at ("" = addr)
+	notLeader bool   // UpdateNodeStatus answers NOT_LEADER
 }
 
 func newFakeCurator(t *testing.T, p *testPKI, name string) *fakeCurator {
@@ -40,7 +43,13 @@ func newFakeCurator(t *testing.T, p *testPKI, name string) *fakeCurator {
 }
 
 func (f *fakeCurator) hostPort() (string, int32) {
-	h, p, _ := net.SplitHostPort(f.addr)
+	f.mu.Lock()
+	addr := f.advertise
+	f.mu.Unlock()
+	if addr == "" {
+		addr = f.addr
+	}
+	h, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
 	return h, int32(n)
 }
@@ -78,22 +87,32 @@ func (f *fakeCurator) GetCurrentLeader(_ *clusterpb.GetCurrentLeaderRequest, srv
 func (f *fakeCurator) UpdateNodeStatus(context.Context, *clusterpb.UpdateNodeStatusRequest) (*clusterpb.UpdateNodeStatusResponse, error) {
 	f.mu.Lock()
 	f.calls++
+	notLeader := f.notLeader
 	f.mu.Unlock()
+	if notLeader {
+		return nil, Error(codes.Unavailable, clusterpb.ErrorReason_NOT_LEADER, "%s: not the leader", f.name)
+	}
 	return &clusterpb.UpdateNodeStatusResponse{}, nil
 }
 
 // servedBy calls UpdateNodeStatus until it is answered by want.
 func servedBy(t *testing.T, conn *grpc.ClientConn, want *fakeCurator) {
 	t.Helper()
+	servedAt(t, conn, want, want.addr, 15*time.Second)
+}
+
+// servedAt calls UpdateNodeStatus until a call to addr succeeds.
+func servedAt(t *testing.T, conn *grpc.ClientConn, want *fakeCurator, addr string, timeout time.Duration) {
+	t.Helper()
 	cl := clusterpb.NewCuratorClient(conn)
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
 		var p peer.Peer
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := cl.UpdateNodeStatus(ctx, &clusterpb.UpdateNodeStatusRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
 		cancel()
-		if err == nil && p.Addr != nil && p.Addr.String() == want.addr {
+		if err == nil && p.Addr != nil && p.Addr.String() == addr {
 			return
 		}
 		if p.Addr != nil {
@@ -101,20 +120,26 @@ func servedBy(t *testing.T, conn *grpc.ClientConn, want *fakeCurator) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("calls never reached %s at %s (last answered by %s)", want.name, want.addr, last)
+	t.Fatalf("calls never reached %s at %s (last answered by %s)", want.name, addr, last)
 }
 
 func waitLeader(t *testing.T, r *Resolver, want *fakeCurator) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	waitLeaderAt(t, r, want, want.addr, 15*time.Second)
+}
+
+// waitLeaderAt waits until r names want at addr as the leader.
+func waitLeaderAt(t *testing.T, r *Resolver, want *fakeCurator, wantAddr string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if id, addr := r.Leader(); id == want.name && addr == want.addr {
+		if id, addr := r.Leader(); id == want.name && addr == wantAddr {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	id, addr := r.Leader()
-	t.Fatalf("resolver leader is %s at %s, want %s at %s", id, addr, want.name, want.addr)
+	t.Fatalf("resolver leader is %s at %s, want %s at %s", id, addr, want.name, wantAddr)
 }
 
 func newTestResolver(t *testing.T, p *testPKI) *Resolver {
