@@ -87,6 +87,7 @@ type node struct {
 	state    State
 	children map[string]*node
 	restarts int
+	failures int // in a row: since it last stayed healthy ResetAfter
 	lastErr  error
 	healthy  time.Time
 
@@ -230,8 +231,10 @@ func (n *node) loop(parentCtx context.Context, parentWG *sync.WaitGroup) {
 		n.s.mu.Lock()
 		if !n.healthy.IsZero() && n.state == StateHealthy && time.Since(n.healthy) > n.s.opts.ResetAfter {
 			backoff = n.s.opts.InitialBackoff
+			n.failures = 0
 		}
 		n.restarts++
+		n.failures++
 		n.lastErr = err
 		n.s.mu.Unlock()
 		log.Error("runnable failed, restarting", "err", err, "backoff", backoff)
@@ -282,6 +285,9 @@ type Status struct {
 	DN       string
 	State    State
 	Restarts int
+	// Failures counts the failures in a row: it goes back to 0 once the
+	// runnable stayed healthy for Options.ResetAfter.
+	Failures int
 	LastErr  string
 }
 
@@ -292,7 +298,10 @@ func (s *Supervisor) Snapshot() []Status {
 	var out []Status
 	var walk func(n *node)
 	walk = func(n *node) {
-		st := Status{DN: n.dn, State: n.state, Restarts: n.restarts}
+		st := Status{DN: n.dn, State: n.state, Restarts: n.restarts, Failures: n.failures}
+		if n.state == StateHealthy && !n.healthy.IsZero() && time.Since(n.healthy) > s.opts.ResetAfter {
+			st.Failures = 0
+		}
 		if n.lastErr != nil {
 			st.LastErr = n.lastErr.Error()
 		}

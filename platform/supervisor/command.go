@@ -1,0 +1,146 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Child processes. Kubernetes components, containerd and the like are
+// separate programs; RunCommand makes one of them behave like any other
+// runnable: its output goes into the runnable's logger line by line (klog
+// lines keep their level), it dies with its runnable (SIGTERM, then
+// SIGKILL after a grace period; and SIGKILL if the core itself dies), and
+// its exit is the runnable's error, so the supervisor restarts it with
+// backoff and counts the crashes.
+
+// Command is a child process for RunCommand.
+type Command struct {
+	Path string
+	Args []string // without the program name
+	Env  []string // nil: the core's environment
+	Dir  string
+	// Grace is how long a process gets between SIGTERM and SIGKILL when
+	// its runnable stops (default 10 s).
+	Grace time.Duration
+	// Ready, if set, is polled (every 250 ms) after the start; the
+	// runnable signals healthy once it returns nil. Without it the
+	// runnable is healthy as soon as the process started.
+	Ready func(ctx context.Context) error
+}
+
+// RunCommand runs c as the calling runnable's child process until it
+// exits or ctx ends, and returns its exit as an error (nil only if it
+// exited 0 by itself).
+func RunCommand(ctx context.Context, c Command) error {
+	o := c
+	if o.Grace <= 0 {
+		o.Grace = 10 * time.Second
+	}
+	log := Logger(ctx)
+	pr, pw := io.Pipe()
+	cmd := exec.CommandContext(ctx, c.Path, c.Args...)
+	cmd.Env, cmd.Dir = c.Env, c.Dir
+	cmd.Stdout, cmd.Stderr = pw, pw
+	// Own process group, so the whole tree can be signalled; and killed
+	// if the core dies without stopping it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// ctx's end sends SIGTERM; exec kills after the grace period.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = o.Grace
+
+	var lines sync.WaitGroup
+	lines.Add(1)
+	go func() {
+		defer lines.Done()
+		logLines(log, pr)
+	}()
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		lines.Wait()
+		return fmt.Errorf("starting %s: %w", c.Path, err)
+	}
+	log.Info("started "+cmd.Path, "pid", cmd.Process.Pid)
+	ready := make(chan struct{})
+	go func() {
+		defer close(ready)
+		if o.Ready == nil {
+			Signal(ctx, SignalHealthy)
+			return
+		}
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if err := o.Ready(ctx); err == nil {
+				Signal(ctx, SignalHealthy)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
+	// Kill what is left of the process group (e.g. a shim it spawned
+	// without its own group keeps running on purpose only if it moved
+	// itself out of this group).
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	pw.Close()
+	lines.Wait()
+	<-ready
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd.Path, err)
+	}
+	return nil
+}
+
+// klogLine is a klog header: "I1130 12:34:56.789012    1234 file.go:123] msg".
+var klogLine = regexp.MustCompile(`^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ([^\]]+)\] (.*)$`)
+
+// logLines copies a process's output into log, one entry per line, with
+// klog's level where the line has one.
+func logLines(log *slog.Logger, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		if line == "" {
+			continue
+		}
+		level, msg, src := slog.LevelInfo, line, ""
+		if m := klogLine.FindStringSubmatch(line); m != nil {
+			switch m[1] {
+			case "W":
+				level = slog.LevelWarn
+			case "E", "F":
+				level = slog.LevelError
+			}
+			src, msg = m[2], m[3]
+		}
+		if src != "" {
+			log.Log(context.Background(), level, msg, "src", src)
+		} else {
+			log.Log(context.Background(), level, msg)
+		}
+	}
+	// A line longer than the buffer ends the scan: drain the rest so the
+	// process never blocks on a full pipe.
+	if err := sc.Err(); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+		log.Warn("process output", "err", err)
+		_, _ = io.Copy(io.Discard, r)
+	}
+}

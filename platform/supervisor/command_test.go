@@ -1,0 +1,71 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"plinth.dev/plinth/platform/logtree"
+)
+
+func statusOf(s *Supervisor, dn string) Status {
+	for _, st := range s.Snapshot() {
+		if st.DN == dn {
+			return st
+		}
+	}
+	return Status{}
+}
+
+// TestRunCommand: a child process's output lands in the runnable's log
+// (klog levels kept), a crashing process is restarted and its failures in
+// a row are counted, and stopping the tree stops the process — first with
+// SIGTERM, then SIGKILL for one that ignores it.
+func TestRunCommand(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	script := `echo plain line; echo 'W1130 12:00:00.000001    42 main.go:7] a warning'; echo $$ > ` + pidFile + `; ` +
+		`if [ -e ` + filepath.Join(dir, "crash") + ` ]; then exit 3; fi; trap '' TERM; while :; do sleep 0.05; done`
+	if err := os.WriteFile(filepath.Join(dir, "crash"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lt := logtree.New(1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := New(ctx, lt, func(ctx context.Context) error {
+		if err := Run(ctx, "proc", func(ctx context.Context) error {
+			return RunCommand(ctx, Command{Path: "/bin/sh", Args: []string{"-c", script}, Grace: 200 * time.Millisecond})
+		}); err != nil {
+			return err
+		}
+		Signal(ctx, SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, Options{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ResetAfter: time.Hour})
+	waitFor(t, "three failures in a row", func() bool { return statusOf(s, "root.proc").Failures >= 3 })
+	os.Remove(filepath.Join(dir, "crash"))
+	waitFor(t, "healthy", func() bool { return stateOf(s, "root.proc") == StateHealthy })
+	var pid int
+	waitFor(t, "pid file", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0 && syscall.Kill(pid, 0) == nil
+	})
+	var plain, warn bool
+	for _, e := range lt.Read("root.proc", 0) {
+		plain = plain || (e.Message == "plain line" && e.Level == slog.LevelInfo)
+		warn = warn || (e.Message == "a warning" && e.Level == slog.LevelWarn)
+	}
+	if !plain || !warn {
+		t.Errorf("process output in the log: plain %v, klog warning %v", plain, warn)
+	}
+	cancel()
+	s.Wait()
+	// The shell ignored SIGTERM: it must have been killed.
+	waitFor(t, "process gone", func() bool { return syscall.Kill(pid, 0) != nil })
+}
