@@ -1,0 +1,272 @@
+package pki
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"plinth.dev/plinth/platform/layout"
+	clusterpki "plinth.dev/plinth/platform/pki"
+)
+
+// Subjects Kubernetes gives meaning to.
+const (
+	groupMasters = "system:masters" // bypasses authorization
+	groupNodes   = "system:nodes"
+
+	nameKubeletClient     = "kube-apiserver-kubelet-client"
+	nameFrontProxyClient  = "front-proxy-client"
+	nameControllerManager = "system:kube-controller-manager"
+	nameScheduler         = "system:kube-scheduler"
+	nameAPIServer         = "kube-apiserver"
+	nodeUserPrefix        = "system:node:"
+	// AdminPrefix starts the user name (CN) of Admin certificates.
+	AdminPrefix = "plinth-owner:"
+)
+
+// KeyPair is a certificate and its private key, both PEM (the key
+// PKCS#8), as Kubernetes components read them from files.
+type KeyPair struct {
+	Certificate []byte
+	Key         []byte
+}
+
+// ControllerCredentials are what a controller node's kube-apiserver,
+// kube-controller-manager and kube-scheduler need, with the flags they go
+// to. Every key but the service-account key is fresh for each Controller
+// call and stored nowhere else.
+type ControllerCredentials struct {
+	// CACertificate is the Kubernetes CA, PEM: --client-ca-file of the
+	// API server, certificate-authority of the components' kubeconfigs,
+	// --root-ca-file of the controller-manager.
+	CACertificate []byte
+	// FrontProxyCACertificate is the front-proxy CA, PEM:
+	// --requestheader-client-ca-file.
+	FrontProxyCACertificate []byte
+	// APIServer: --tls-cert-file / --tls-private-key-file.
+	APIServer KeyPair
+	// KubeletClient: --kubelet-client-certificate / --kubelet-client-key
+	// (CN kube-apiserver-kubelet-client, O system:masters).
+	KubeletClient KeyPair
+	// FrontProxyClient: --proxy-client-cert-file / --proxy-client-key-file
+	// (CN front-proxy-client, from the front-proxy CA).
+	FrontProxyClient KeyPair
+	// ControllerManager and Scheduler are the client credentials of their
+	// kubeconfigs (CN system:kube-controller-manager, system:kube-scheduler).
+	ControllerManager KeyPair
+	Scheduler         KeyPair
+	// ServiceAccountPrivateKey (PKCS#8 PEM, ECDSA P-256) signs service
+	// account tokens: --service-account-signing-key-file of the API
+	// server, --service-account-private-key-file of the controller-manager.
+	ServiceAccountPrivateKey []byte
+	// ServiceAccountPublicKey (PKIX PEM) verifies them:
+	// --service-account-key-file.
+	ServiceAccountPublicKey []byte
+	// NotAfter is when the first of these certificates expires: the
+	// control plane must have new ones by then.
+	NotAfter time.Time
+}
+
+// Controller issues the credentials of a controller node's control plane
+// (see ControllerCredentials), creating the CAs and the service-account
+// key on first use. addresses are the node's own; the API server's
+// serving certificate is valid for them, the node ID, 127.0.0.1, the
+// kubernetes Service's address and names.
+func (p *PKI) Controller(ctx context.Context, nodeID string, addresses []net.IP) (*ControllerCredentials, error) {
+	if err := checkNodeID(nodeID); err != nil {
+		return nil, err
+	}
+	ips, err := checkAddresses(addresses)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := p.authority(ctx, secretCA)
+	if err != nil {
+		return nil, err
+	}
+	frontProxy, err := p.authority(ctx, secretFrontProxyCA)
+	if err != nil {
+		return nil, err
+	}
+	saPEM, saKey, err := p.serviceAccountKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	saPub, err := publicKeyPEM(saKey.Public())
+	if err != nil {
+		return nil, err
+	}
+	out := &ControllerCredentials{
+		CACertificate:            clusterpki.CertificatePEM(ca.cert),
+		FrontProxyCACertificate:  clusterpki.CertificatePEM(frontProxy.cert),
+		ServiceAccountPrivateKey: saPEM,
+		ServiceAccountPublicKey:  saPub,
+	}
+	for _, s := range []struct {
+		into *KeyPair
+		ca   *authority
+		tmpl *x509.Certificate
+	}{
+		{&out.APIServer, ca, apiServerTemplate(nodeID, ips)},
+		{&out.KubeletClient, ca, clientTemplate(nameKubeletClient, groupMasters)},
+		{&out.FrontProxyClient, frontProxy, clientTemplate(nameFrontProxyClient)},
+		{&out.ControllerManager, ca, clientTemplate(nameControllerManager)},
+		{&out.Scheduler, ca, clientTemplate(nameScheduler)},
+	} {
+		cert, kp, err := generateKeyPair(s.ca, s.tmpl)
+		if err != nil {
+			return nil, err
+		}
+		*s.into = kp
+		if out.NotAfter.IsZero() || cert.NotAfter.Before(out.NotAfter) {
+			out.NotAfter = cert.NotAfter
+		}
+	}
+	return out, nil
+}
+
+// apiServerTemplate is the API server's serving certificate: reachable
+// as the node, on loopback, and as the kubernetes Service from pods.
+func apiServerTemplate(nodeID string, addresses []net.IP) *x509.Certificate {
+	svc := "kubernetes.default.svc"
+	return &x509.Certificate{
+		Subject:     pkix.Name{CommonName: nameAPIServer},
+		DNSNames:    []string{nodeID, "kubernetes", "kubernetes.default", svc, svc + "." + layout.ClusterDomain},
+		IPAddresses: dedupIPs(slices.Concat(addresses, []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(layout.KubernetesServiceIP)})),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+}
+
+func clientTemplate(user string, groups ...string) *x509.Certificate {
+	return &x509.Certificate{
+		Subject:     pkix.Name{CommonName: user, Organization: groups},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+}
+
+// generateKeyPair makes a fresh key and has ca certify it.
+func generateKeyPair(ca *authority, tmpl *x509.Certificate) (*x509.Certificate, KeyPair, error) {
+	key, err := newKey()
+	if err != nil {
+		return nil, KeyPair{}, err
+	}
+	cert, err := ca.issue(key.Public(), tmpl, ControllerValidity)
+	if err != nil {
+		return nil, KeyPair{}, err
+	}
+	keyPEM, err := privateKeyPEM(key)
+	if err != nil {
+		return nil, KeyPair{}, err
+	}
+	return cert, KeyPair{Certificate: clusterpki.CertificatePEM(cert), Key: keyPEM}, nil
+}
+
+// Kubelet certifies a kubelet's keys, which never leave its node: a
+// client certificate for user system:node:<nodeID> in group system:nodes
+// (what the Node authorizer and NodeRestriction expect) and a serving
+// certificate for exactly nodeID and addresses, which the caller must
+// know to be the node's (the curator uses the addresses in its record,
+// never a request's). It returns them with the Kubernetes CA, created on
+// first use. Both keys must pass CheckPublicKey.
+func (p *PKI) Kubelet(ctx context.Context, nodeID string, addresses []net.IP, clientPub, serverPub crypto.PublicKey) (ca, clientCert, serverCert *x509.Certificate, err error) {
+	if err := checkNodeID(nodeID); err != nil {
+		return nil, nil, nil, err
+	}
+	ips, err := checkAddresses(addresses)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, k := range []crypto.PublicKey{clientPub, serverPub} {
+		if err := CheckPublicKey(k); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	a, err := p.authority(ctx, secretCA)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if clientCert, err = a.issue(clientPub, clientTemplate(nodeUserPrefix+nodeID, groupNodes), KubeletValidity); err != nil {
+		return nil, nil, nil, err
+	}
+	serverCert, err = a.issue(serverPub, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: nodeID},
+		DNSNames:    []string{nodeID},
+		IPAddresses: ips,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, KubeletValidity)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return a.cert, clientCert, serverCert, nil
+}
+
+// Admin certifies pub (see CheckPublicKey) as a Kubernetes superuser:
+// user AdminPrefix+name in group system:masters, for validity (at most
+// MaxAdminValidity: Kubernetes cannot revoke it). It returns the
+// certificate with the Kubernetes CA, created on first use.
+func (p *PKI) Admin(ctx context.Context, pub crypto.PublicKey, name string, validity time.Duration) (ca, cert *x509.Certificate, err error) {
+	if err := CheckPublicKey(pub); err != nil {
+		return nil, nil, err
+	}
+	if validity <= 0 || validity > MaxAdminValidity {
+		return nil, nil, fmt.Errorf("%w: validity %v is not in (0, %v]", ErrInvalidArgument, validity, MaxAdminValidity)
+	}
+	if name == "" || len(name) > 64 || strings.IndexFunc(name, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsPrint(r) || r == ' ' }) >= 0 {
+		return nil, nil, fmt.Errorf("%w: user name %q (want 1 to 64 printable ASCII characters, no spaces)", ErrInvalidArgument, name)
+	}
+	a, err := p.authority(ctx, secretCA)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cert, err = a.issue(pub, clientTemplate(AdminPrefix+name, groupMasters), validity); err != nil {
+		return nil, nil, err
+	}
+	return a.cert, cert, nil
+}
+
+// checkNodeID refuses what cannot be a node ID: it becomes a DNS name of
+// serving certificates and part of a user name, so it must be one DNS
+// label (node IDs are "plinth-" and 32 hex digits).
+func checkNodeID(id string) error {
+	ok := id != "" && len(id) <= 63 && id[0] != '-' && id[len(id)-1] != '-'
+	for _, r := range id {
+		ok = ok && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-')
+	}
+	if !ok {
+		return fmt.Errorf("%w: node ID %q is not a DNS label", ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+// checkAddresses refuses anything but IPv4 and IPv6 addresses, and
+// returns them without duplicates, in their order.
+func checkAddresses(addresses []net.IP) ([]net.IP, error) {
+	for _, ip := range addresses {
+		if len(ip) != net.IPv4len && len(ip) != net.IPv6len {
+			return nil, fmt.Errorf("%w: %q is not an IP address", ErrInvalidArgument, ip)
+		}
+	}
+	return dedupIPs(addresses), nil
+}
+
+func dedupIPs(ips []net.IP) []net.IP {
+	seen := map[string]bool{}
+	var out []net.IP
+	for _, ip := range ips {
+		if s := ip.String(); !seen[s] {
+			seen[s] = true
+			if v4 := ip.To4(); v4 != nil {
+				ip = v4
+			}
+			out = append(out, ip)
+		}
+	}
+	return out
+}
