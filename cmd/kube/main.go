@@ -7,6 +7,9 @@
 //	kube scheduler          ARGS   kube-scheduler
 //	kube kubelet            ARGS   kubelet
 //	kube proxy              ARGS   kube-proxy
+//	kube dns -conf FILE            the node's cluster DNS server (CoreDNS packages)
+//	kube netd …                    the node's pod network (CNI configuration, routes)
+//	kube import-images …           the builder's OCI images into containerd
 //
 // Why one binary: the components share most of their code (client-go,
 // apimachinery, the API types), so one executable is a fraction of the
@@ -42,16 +45,29 @@ var components = map[string]func() *cobra.Command{
 	"proxy":              func() *cobra.Command { return proxy.NewProxyCommand() },
 }
 
+// tools are Plinth's own node programs in this binary.
+var tools = map[string]func(args []string) int{
+	"dns":           runDNS,
+	"netd":          runNetd,
+	"import-images": runImportImages,
+}
+
 func main() {
 	name, args := filepath.Base(os.Args[0]), os.Args[1:]
 	name = strings.TrimPrefix(name, "kube-")
-	if _, ok := components[name]; !ok && len(args) > 0 {
+	if _, ok := components[name]; !ok && tools[name] == nil && len(args) > 0 {
 		name, args = strings.TrimPrefix(args[0], "kube-"), args[1:]
+	}
+	if tool := tools[name]; tool != nil {
+		os.Exit(tool(args))
 	}
 	newCmd, ok := components[name]
 	if !ok {
 		var names []string
 		for n := range components {
+			names = append(names, n)
+		}
+		for n := range tools {
 			names = append(names, n)
 		}
 		sort.Strings(names)

@@ -77,6 +77,9 @@ type DataKubernetesDirectory struct {
 	Directory
 	PKI     Directory `dir:"pki"`
 	Kubelet Directory `dir:"kubelet"`
+	// PodLogs is where the kubelet and containerd keep containers' logs
+	// (the system image's /var/log is read-only).
+	PodLogs Directory `dir:"pod-logs"`
 }
 
 // DataNodeDirectory holds the node's own state.
@@ -99,9 +102,38 @@ type DataNodeDirectory struct {
 // EphemeralDirectory is a tmpfs: gone at reboot.
 type EphemeralDirectory struct {
 	Directory
-	Consensus  EphemeralConsensusDirectory `dir:"consensus"`
-	Containerd Directory                   `dir:"containerd"`
-	Log        Directory                   `dir:"log"`
+	Consensus  EphemeralConsensusDirectory  `dir:"consensus"`
+	Containerd EphemeralContainerdDirectory `dir:"containerd"`
+	Kubernetes EphemeralKubernetesDirectory `dir:"kubernetes"`
+	Log        Directory                    `dir:"log"`
+}
+
+// EphemeralContainerdDirectory is containerd's state (sockets, shims).
+type EphemeralContainerdDirectory struct {
+	Directory
+	Socket File `file:"containerd.sock"`
+	// Config is containerd's generated configuration.
+	Config File `file:"config.toml"`
+}
+
+// EphemeralKubernetesDirectory holds what the Kubernetes components are
+// started with: generated configuration, certificates and keys (never on
+// /data: they are made again at every start), and their sockets.
+type EphemeralKubernetesDirectory struct {
+	Directory
+	// Controller is the API server's, controller manager's and
+	// scheduler's configuration and credentials.
+	Controller Directory `dir:"controller"`
+	// Worker is the kubelet's, kube-proxy's, DNS's and netd's.
+	Worker Directory `dir:"worker"`
+	// EtcdSocket is the API server's etcd endpoint, confined to the
+	// /kubernetes/ prefix (consensus.Status.ServeKubernetes).
+	EtcdSocket File `file:"etcd.sock"`
+	// CNI holds the CNI network configuration netd writes once the node
+	// has its pod CIDR.
+	CNI Directory `dir:"cni"`
+	// VolumePlugins is the kubelet's (the system image is read-only).
+	VolumePlugins Directory `dir:"volume-plugins"`
 }
 
 // EphemeralConsensusDirectory holds etcd's runtime files.

@@ -1,0 +1,55 @@
+package kubernetes
+
+import (
+	"fmt"
+	"strings"
+
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// containerdConfig is containerd's configuration (version 3, containerd
+// 2.x) for a node's storage tree: images and snapshots on /data (pods'
+// images survive a reboot), state and the socket on tmpfs, the CRI plugin
+// on with runc (cgroup v2, cgroupfs like the kubelet), CNI from the system
+// image with the configuration netd writes, containerd's own loopback
+// (no loopback plugin needed), and the sandbox image pinned so that image
+// garbage collection never removes it (it cannot be pulled again: there
+// is no registry).
+func containerdConfig(root *localstorage.Root) []byte {
+	var b strings.Builder
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	fmt.Fprintf(&b, `version = 3
+root = %s
+state = %s
+
+[grpc]
+  address = %s
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %s
+
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_selinux = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%s]
+    conf_dir = %s
+    max_conf_num = 1
+    use_internal_loopback = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = %s
+        SystemdCgroup = false
+`,
+		q(root.Data.Containerd.Path()), q(root.Ephemeral.Containerd.Path()),
+		q(root.Ephemeral.Containerd.Socket.Path()),
+		q(layout.PauseImage),
+		q(layout.CNIBinDir), q(root.Ephemeral.Kubernetes.CNI.Path()),
+		q(layout.RuncBinary))
+	return []byte(b.String())
+}

@@ -1,0 +1,159 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/kubernetes/pki"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// Status is what a running control plane offers the rest of the node
+// (the seed's KubernetesStatus): set once the local API server serves.
+type Status struct {
+	// APIServer is the local API server's URL.
+	APIServer string
+	// CACertificate is the Kubernetes CA, PEM.
+	CACertificate []byte
+}
+
+// Controller runs the Kubernetes control plane of a node with the
+// KubernetesController role (always also a consensus member):
+//
+//	consensus.ServeKubernetes ── etcd.sock (only /kubernetes/)
+//	kube apiserver             ── :6443, etcd.sock, PKI from etcd (curator namespace)
+//	kube controller-manager    ── allocates pod CIDRs
+//	kube scheduler
+//	rbac                       ── the roles Plinth's worker components need
+//
+// Each is a child runnable (a child process where it is a program), so
+// the supervisor restarts it with backoff and counts its crashes.
+type Controller struct {
+	Root   *localstorage.Root
+	NodeID string
+	// Address is the node's address the API server advertises.
+	Address net.IP
+	// Consensus is the node's running etcd member.
+	Consensus *consensus.Status
+	// Status is set when the API server serves, and cleared when it
+	// stops.
+	Status *memory.Value[*Status]
+}
+
+// Run is a supervisor runnable.
+func (c *Controller) Run(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	kv, err := c.Consensus.CuratorClient()
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	creds, err := pki.New(kv).Controller(ctx, c.NodeID, []net.IP{c.Address})
+	if err != nil {
+		return fmt.Errorf("control plane credentials: %w", err)
+	}
+	dir := c.Root.Ephemeral.Kubernetes.Controller.Path()
+	f, err := controllerFiles(creds).write(dir)
+	if err != nil {
+		return err
+	}
+	etcdSock := c.Root.Ephemeral.Kubernetes.EtcdSocket.Path()
+	ready := apiReady(creds.CACertificate)
+	for _, r := range []struct {
+		name string
+		fn   supervisor.Runnable
+	}{
+		{"etcd", func(ctx context.Context) error {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			return c.Consensus.ServeKubernetes(ctx, etcdSock)
+		}},
+		{"apiserver", command(apiserverArgs(f, c.Address, etcdSock), ready)},
+		{"controller-manager", command(controllerManagerArgs(f), nil)},
+		{"scheduler", command(schedulerArgs(f), nil)},
+	} {
+		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
+			return err
+		}
+	}
+	defer c.Status.Set(nil)
+	// Wait for the API server, then publish it.
+	for ready(ctx) != nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	log.Info("Kubernetes API server serving", "address", apiServerLocalEndpoint)
+	c.Status.Set(&Status{APIServer: apiServerLocalEndpoint, CACertificate: creds.CACertificate})
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	// New credentials before these expire: a restart issues them.
+	renew := time.Until(creds.NotAfter) - time.Hour
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(max(renew, time.Minute)):
+		return fmt.Errorf("control plane certificates expire at %v: %w", creds.NotAfter, supervisor.ErrRestart)
+	}
+}
+
+// controllerFiles are the control plane's files.
+func controllerFiles(c *pki.ControllerCredentials) files {
+	return files{
+		fileCA:                c.CACertificate,
+		fileFrontProxyCA:      c.FrontProxyCACertificate,
+		fileAPIServerCert:     c.APIServer.Certificate,
+		fileAPIServerKey:      c.APIServer.Key,
+		fileKubeletClientCert: c.KubeletClient.Certificate,
+		fileKubeletClientKey:  c.KubeletClient.Key,
+		fileFrontProxyCert:    c.FrontProxyClient.Certificate,
+		fileFrontProxyKey:     c.FrontProxyClient.Key,
+		fileServiceAccountPub: c.ServiceAccountPublicKey,
+		fileServiceAccountKey: c.ServiceAccountPrivateKey,
+		fileControllerManager: kubeconfig(apiServerLocalEndpoint, "", c.CACertificate, c.ControllerManager.Certificate, c.ControllerManager.Key),
+		fileScheduler:         kubeconfig(apiServerLocalEndpoint, "", c.CACertificate, c.Scheduler.Certificate, c.Scheduler.Key),
+	}
+}
+
+// command is a runnable running the kube binary with args.
+func command(args []string, ready func(context.Context) error) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		return supervisor.RunCommand(ctx, supervisor.Command{Path: layout.KubeBinary, Args: args, Ready: ready})
+	}
+}
+
+// apiReady checks the local API server's /readyz (open to anonymous
+// callers by the default RBAC) against the Kubernetes CA.
+func apiReady(caPEM []byte) func(context.Context) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiServerLocalEndpoint+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	}
+}

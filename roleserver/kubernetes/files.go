@@ -1,0 +1,65 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// files are the configuration and credentials one component starts with,
+// by file name; written into a directory on the node's tmpfs (never on
+// /data: they are generated again at every start).
+type files map[string][]byte
+
+// write puts every file into dir (0600), replacing what is there, and
+// returns their paths by name.
+func (f files) write(dir string) (map[string]string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	paths := map[string]string{}
+	for name, data := range f {
+		p := filepath.Join(dir, name)
+		tmp := p + ".new"
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return nil, err
+		}
+		paths[name] = p
+	}
+	return paths, nil
+}
+
+// mustJSON marshals what is always marshalable (plain structs and maps).
+func mustJSON(v any) []byte {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		panic(fmt.Sprintf("kubernetes: %v", err))
+	}
+	return append(b, '\n')
+}
+
+// kubeconfig is a kubeconfig for one client certificate, as the
+// Kubernetes components read it (JSON is YAML). server is https://…;
+// serverName, if set, is the name the server's certificate is checked
+// for (a loopback or load-balanced address is not in its SANs).
+func kubeconfig(server, serverName string, caPEM, certPEM, keyPEM []byte) []byte {
+	cluster := map[string]any{
+		"server":                     server,
+		"certificate-authority-data": caPEM,
+	}
+	if serverName != "" {
+		cluster["tls-server-name"] = serverName
+	}
+	return mustJSON(map[string]any{
+		"apiVersion":      "v1",
+		"kind":            "Config",
+		"clusters":        []any{map[string]any{"name": "plinth", "cluster": cluster}},
+		"users":           []any{map[string]any{"name": "plinth", "user": map[string]any{"client-certificate-data": certPEM, "client-key-data": keyPEM}}},
+		"contexts":        []any{map[string]any{"name": "plinth", "context": map[string]any{"cluster": "plinth", "user": "plinth"}}},
+		"current-context": "plinth",
+	})
+}

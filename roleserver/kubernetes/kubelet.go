@@ -1,0 +1,86 @@
+package kubernetes
+
+import (
+	"net"
+	"strconv"
+
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// kubeletParams is what a node's kubelet configuration depends on.
+type kubeletParams struct {
+	root *localstorage.Root
+	// clientCA verifies clients of the kubelet's API (the API server).
+	clientCA string
+	// certFile and keyFile are the kubelet's serving certificate (from
+	// the curator: SANs only the node's ID and its known addresses).
+	certFile, keyFile string
+	// resolvConf is the node's resolver configuration (pods with
+	// dnsPolicy Default inherit it).
+	resolvConf string
+}
+
+// kubeletConfig is the KubeletConfiguration (kubelet.config.k8s.io/
+// v1beta1) as JSON. Written by hand, not with the Kubernetes types: the
+// Role Server runs in PID 1, which must not link the Kubernetes API.
+//
+// The choices that matter on Plinth: cgroup v2 through cgroupfs with pods
+// under the root cgroup (the core sits in its own leaf); no static pods;
+// every path the kubelet would write on the read-only system image moved
+// to /data or tmpfs; only the API server (client CA + webhook) may use the
+// kubelet's API; DNS is the node's own server on a link-local address;
+// eviction thresholds low enough for small test disks.
+func kubeletConfig(p kubeletParams) []byte {
+	return mustJSON(map[string]any{
+		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
+		"kind":                     "KubeletConfiguration",
+		"address":                  "0.0.0.0",
+		"port":                     layout.KubeletPort,
+		"readOnlyPort":             0,
+		"tlsCertFile":              p.certFile,
+		"tlsPrivateKeyFile":        p.keyFile,
+		"rotateCertificates":       false,
+		"serverTLSBootstrap":       false,
+		"containerRuntimeEndpoint": "unix://" + p.root.Ephemeral.Containerd.Socket.Path(),
+		"cgroupDriver":             "cgroupfs",
+		"cgroupRoot":               "/",
+		"cgroupsPerQOS":            true,
+		"failSwapOn":               false,
+		"staticPodPath":            "",
+		"podLogsDir":               p.root.Data.Kubernetes.PodLogs.Path(),
+		"volumePluginDir":          p.root.Ephemeral.Kubernetes.VolumePlugins.Path(),
+		"resolvConf":               p.resolvConf,
+		"clusterDomain":            layout.ClusterDomain,
+		"clusterDNS":               []string{layout.ClusterDNSIP},
+		"authentication": map[string]any{
+			"anonymous": map[string]any{"enabled": false},
+			"webhook":   map[string]any{"enabled": true},
+			"x509":      map[string]any{"clientCAFile": p.clientCA},
+		},
+		"authorization": map[string]any{"mode": "Webhook"},
+		"evictionHard": map[string]string{
+			"memory.available":  "64Mi",
+			"nodefs.available":  "3%",
+			"imagefs.available": "3%",
+		},
+		"imageGCHighThresholdPercent": 95,
+		"imageGCLowThresholdPercent":  90,
+		"enforceNodeAllocatable":      []string{"pods"},
+		"serializeImagePulls":         false,
+		"logging":                     map[string]any{"format": "text"},
+	})
+}
+
+// kubeletArgs are the kubelet's flags besides --config.
+func kubeletArgs(configFile, kubeconfigFile, rootDir, nodeID string, nodeIP net.IP) []string {
+	return []string{
+		"kubelet",
+		"--config=" + configFile,
+		"--kubeconfig=" + kubeconfigFile,
+		"--root-dir=" + rootDir,
+		"--hostname-override=" + nodeID,
+		"--node-ip=" + nodeIP.String(),
+		"--v=" + strconv.Itoa(0),
+	}
+}

@@ -1,0 +1,261 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"plinth.dev/plinth/platform/event"
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// WorkerKeys are the public keys of a worker's Kubernetes clients and
+// server, for which the curator issues certificates.
+type WorkerKeys struct {
+	KubeletClient, KubeletServer, Proxy ed25519.PublicKey
+}
+
+// WorkerCertificates are what the curator issued for WorkerKeys.
+type WorkerCertificates struct {
+	CA                                  *x509.Certificate
+	KubeletClient, KubeletServer, Proxy *x509.Certificate
+}
+
+// Worker runs what a node with the KubernetesWorker role needs to run
+// pods:
+//
+//	apiproxy    127.0.0.1:6444 ──► the controllers' API servers (from the curator)
+//	containerd  images and snapshots on /data, state on tmpfs
+//	images      the builder's pause and test images imported at start
+//	kubelet     certificates from the curator (serving SANs: ID + known addresses)
+//	proxy       kube-proxy, nftables mode
+//	netd        CNI configuration for this node's pod CIDR, routes to the others'
+//	dns         CoreDNS on ClusterDNSIP (a dummy interface)
+//
+// Nothing here ever deletes /data/containerd or the kubelet's state: a
+// worker that cannot reach a controller retries (its runnables back off)
+// and says why in its log.
+type Worker struct {
+	Root    *localstorage.Root
+	NodeID  string
+	Address net.IP
+	// ResolvConf is the node's resolver configuration.
+	ResolvConf string
+	// APIServers are the controllers' API servers (host:port).
+	APIServers event.Value[[]string]
+	// Certify asks the curator for the worker's certificates.
+	Certify func(ctx context.Context, keys WorkerKeys) (*WorkerCertificates, error)
+	// LoadModules loads the kernel modules Kubernetes needs (nf_tables,
+	// overlay, veth, dummy…).
+	LoadModules func() error
+}
+
+// Run is a supervisor runnable.
+func (w *Worker) Run(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	if w.LoadModules != nil {
+		if err := w.LoadModules(); err != nil {
+			return fmt.Errorf("loading kernel modules: %w", err)
+		}
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0); err != nil {
+		return fmt.Errorf("enabling IPv4 forwarding: %w", err)
+	}
+	if err := dnsAddress(); err != nil {
+		return err
+	}
+	for _, d := range []*localstorage.Directory{&w.Root.Data.Containerd, &w.Root.Data.Kubernetes.Kubelet,
+		&w.Root.Data.Kubernetes.PodLogs, &w.Root.Ephemeral.Containerd.Directory, &w.Root.Ephemeral.Kubernetes.Worker,
+		&w.Root.Ephemeral.Kubernetes.CNI, &w.Root.Ephemeral.Kubernetes.VolumePlugins} {
+		if err := os.MkdirAll(d.Path(), 0o700); err != nil {
+			return err
+		}
+	}
+	keys, pub, err := newWorkerKeys()
+	if err != nil {
+		return err
+	}
+	log.Info("asking the curator for the kubelet's and kube-proxy's certificates")
+	certs, err := w.Certify(ctx, pub)
+	if err != nil {
+		return fmt.Errorf("worker certificates: %w", err)
+	}
+	f, err := workerFiles(w, keys, certs)
+	if err != nil {
+		return err
+	}
+	paths, err := f.write(w.Root.Ephemeral.Kubernetes.Worker.Path())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(w.Root.Ephemeral.Containerd.Config.Path(), containerdConfig(w.Root), 0o600); err != nil {
+		return err
+	}
+	sock := w.Root.Ephemeral.Containerd.Socket.Path()
+	containerdUp := func(ctx context.Context) error {
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	afterContainerd := func(r supervisor.Runnable) supervisor.Runnable {
+		return func(ctx context.Context) error {
+			for containerdUp(ctx) != nil {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+			return r(ctx)
+		}
+	}
+	proxy := &apiProxy{servers: w.APIServers}
+	for _, r := range []struct {
+		name string
+		fn   supervisor.Runnable
+	}{
+		{"apiproxy", proxy.run},
+		{"containerd", func(ctx context.Context) error {
+			return supervisor.RunCommand(ctx, supervisor.Command{
+				Path: layout.ContainerdBinary, Args: []string{"--config", w.Root.Ephemeral.Containerd.Config.Path()},
+				Ready: containerdUp,
+			})
+		}},
+		{"images", afterContainerd(func(ctx context.Context) error {
+			if err := supervisor.RunCommand(ctx, supervisor.Command{
+				Path: layout.KubeBinary, Args: []string{"import-images", "-address", sock, layout.ImagesDir},
+			}); err != nil {
+				return err
+			}
+			supervisor.Signal(ctx, supervisor.SignalDone)
+			return nil
+		})},
+		{"kubelet", afterContainerd(command(kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
+			w.Root.Data.Kubernetes.Kubelet.Path(), w.NodeID, w.Address), nil))},
+		{"proxy", command([]string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil)},
+		{"netd", command([]string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
+			"-cni-conf-dir", w.Root.Ephemeral.Kubernetes.CNI.Path(), "-ipam-dir", filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam")}, nil)},
+		{"dns", command([]string{"dns", "-conf", paths[fileCorefile]}, nil)},
+	} {
+		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
+			return err
+		}
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	// New certificates before these expire: a restart asks again.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(max(time.Until(certs.KubeletClient.NotAfter)-time.Hour, time.Minute)):
+		return fmt.Errorf("worker certificates expire at %v: %w", certs.KubeletClient.NotAfter, supervisor.ErrRestart)
+	}
+}
+
+// Files of the worker's components, in the worker directory.
+const (
+	fileWorkerCA          = "ca.pem"
+	fileKubeletCert       = "kubelet.pem"
+	fileKubeletKey        = "kubelet-key.pem"
+	fileKubeletConfig     = "kubelet.json"
+	fileKubeletKubeconfig = "kubelet.kubeconfig"
+	fileProxyKubeconfig   = "proxy.kubeconfig"
+	fileProxyConfig       = "proxy.json"
+	fileCorefile          = "Corefile"
+)
+
+// workerKeys are the private halves of WorkerKeys.
+type workerKeys struct {
+	kubeletClient, kubeletServer, proxy ed25519.PrivateKey
+}
+
+func newWorkerKeys() (*workerKeys, WorkerKeys, error) {
+	var k workerKeys
+	var pub WorkerKeys
+	for _, p := range []struct {
+		priv *ed25519.PrivateKey
+		pub  *ed25519.PublicKey
+	}{{&k.kubeletClient, &pub.KubeletClient}, {&k.kubeletServer, &pub.KubeletServer}, {&k.proxy, &pub.Proxy}} {
+		pk, sk, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, pub, err
+		}
+		*p.priv, *p.pub = sk, pk
+	}
+	return &k, pub, nil
+}
+
+// workerFiles are the worker's configuration and credentials. The
+// components reach the API servers through the local proxy; its address
+// is in the API server's certificate (127.0.0.1).
+func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error) {
+	keyPEM := func(key ed25519.PrivateKey) ([]byte, error) { return pki.PrivateKeyPEM(key) }
+	kubeletClientKey, err := keyPEM(k.kubeletClient)
+	if err != nil {
+		return nil, err
+	}
+	kubeletServerKey, err := keyPEM(k.kubeletServer)
+	if err != nil {
+		return nil, err
+	}
+	proxyKey, err := keyPEM(k.proxy)
+	if err != nil {
+		return nil, err
+	}
+	ca := pki.CertificatePEM(c.CA)
+	server := fmt.Sprintf("https://127.0.0.1:%d", layout.KubernetesAPIProxyPort)
+	dir := w.Root.Ephemeral.Kubernetes.Worker.Path()
+	return files{
+		fileWorkerCA:          ca,
+		fileKubeletCert:       pki.CertificatePEM(c.KubeletServer),
+		fileKubeletKey:        kubeletServerKey,
+		fileKubeletKubeconfig: kubeconfig(server, "", ca, pki.CertificatePEM(c.KubeletClient), kubeletClientKey),
+		fileProxyKubeconfig:   kubeconfig(server, "", ca, pki.CertificatePEM(c.Proxy), proxyKey),
+		fileKubeletConfig: kubeletConfig(kubeletParams{root: w.Root, clientCA: filepath.Join(dir, fileWorkerCA),
+			certFile: filepath.Join(dir, fileKubeletCert), keyFile: filepath.Join(dir, fileKubeletKey), resolvConf: w.ResolvConf}),
+		fileProxyConfig: proxyConfig(filepath.Join(dir, fileProxyKubeconfig), w.NodeID),
+		fileCorefile:    corefile(filepath.Join(dir, fileProxyKubeconfig), w.ResolvConf),
+	}, nil
+}
+
+// dnsLink is the dummy interface carrying ClusterDNSIP.
+const dnsLink = "plinth-dns"
+
+// dnsAddress puts ClusterDNSIP on a dummy interface, so the node's DNS
+// server can bind it and pods reach it through their default route.
+func dnsAddress() error {
+	link, err := netlink.LinkByName(dnsLink)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) {
+			return err
+		}
+		if err := netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: dnsLink}}); err != nil {
+			return fmt.Errorf("creating %s: %w", dnsLink, err)
+		}
+		if link, err = netlink.LinkByName(dnsLink); err != nil {
+			return err
+		}
+	}
+	addr, err := netlink.ParseAddr(layout.ClusterDNSIP + "/32")
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrReplace(link, addr); err != nil {
+		return fmt.Errorf("address %s on %s: %w", addr, dnsLink, err)
+	}
+	return netlink.LinkSetUp(link)
+}
