@@ -26,12 +26,14 @@ func bootstrapCluster(ctx context.Context, st *consensus.Status, bd *BootstrapDa
 	}
 	defer cl.Close()
 	ca, cert, err := curator.Bootstrap(ctx, cl, curator.BootstrapRequest{
-		NodePublicKey:  bd.NodeKey.Public().(ed25519.PublicKey),
-		JoinPublicKey:  bd.JoinKey,
-		OwnerPublicKey: bd.OwnerKey,
-		Configuration:  bd.Configuration,
-		TPMUsage:       bd.TPMUsage,
-		Status:         status,
+		NodePublicKey:        bd.NodeKey.Public().(ed25519.PublicKey),
+		JoinPublicKey:        bd.JoinKey,
+		OwnerPublicKey:       bd.OwnerKey,
+		Configuration:        bd.Configuration,
+		TPMUsage:             bd.TPMUsage,
+		Status:               status,
+		KubernetesController: bd.KubernetesController,
+		KubernetesWorker:     bd.KubernetesWorker,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bootstrapping the curator: %w", err)
@@ -62,4 +64,9 @@ func (s *Service) startCurator(ctx context.Context, creds *identity.Credentials,
 		defer running.leave()
 		return cur.Run(ctx)
 	})
+}
+
+// bootstrapRoles are the roles curator.Bootstrap gives the first node.
+func bootstrapRoles(bd *BootstrapData) *clusterpb.NodeRoles {
+	return curator.FirstNodeRoles(bd.KubernetesController, bd.KubernetesWorker)
 }

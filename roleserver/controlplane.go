@@ -151,7 +151,7 @@ func (s *Service) bootstrap(ctx context.Context, nd *nodeData) error {
 	}
 	// Roles first: saved credentials make the next boot a restart, which
 	// must find the consensus_member role to start etcd.
-	roles := bootstrapRoles()
+	roles := bootstrapRoles(bd)
 	if err := s.saveRoles(roles); err != nil {
 		return fmt.Errorf("saving roles: %w", err)
 	}
@@ -202,14 +202,6 @@ func (s *Service) retireEtcdData() (string, error) {
 		}
 	}
 	return moved, nil
-}
-
-// bootstrapRoles are the roles curator.Bootstrap gives the first node.
-func bootstrapRoles() *clusterpb.NodeRoles {
-	return &clusterpb.NodeRoles{
-		ConsensusMember:      &clusterpb.NodeRoles_ConsensusMember{},
-		KubernetesController: &clusterpb.NodeRoles_KubernetesController{},
-	}
 }
 
 // watchMembership returns errMembershipChanged once the roles stop (or

@@ -128,6 +128,11 @@ func (s *Service) watchAllNodes(ctx context.Context, conn *CuratorConnection, se
 			delete(former, addr) // an address now used by a live node
 		}
 		slices.Sort(curators)
+		apis := apiServerAddresses(nodes)
+		slices.Sort(apis)
+		if cur := current(&s.kubernetesControllers); !slices.Equal(cur, apis) {
+			s.kubernetesControllers.Set(apis)
+		}
 		s.setEndpoints(conn.Resolver, func(e *curatorEndpoints) {
 			e.directory, e.former = curators, former
 		})

@@ -27,6 +27,7 @@ import (
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/kubernetes"
 	"plinth.dev/plinth/roleserver/localstorage"
 	"plinth.dev/plinth/roleserver/rpc"
 )
@@ -60,6 +61,12 @@ type Config struct {
 	// DirectoryChanged, if set, is given the curators' directory whenever
 	// it changes (see enrolment.Config.UpdateDirectory).
 	DirectoryChanged func(*clusterpb.ClusterDirectory) error
+	// ResolvConf is the node's resolver configuration (default
+	// /run/resolv.conf), for Kubernetes' DNS server and pods.
+	ResolvConf string
+	// LoadKubernetesModules loads the kernel modules the Kubernetes worker
+	// needs (nil: none are loaded, e.g. in tests).
+	LoadKubernetesModules func() error
 	// LocalClusterKey, if set, is called with true before this node starts
 	// etcd as a consensus member and with false when it is not one: see
 	// enrolment.Config.KeepClusterKeyLocally.
@@ -129,6 +136,9 @@ type BootstrapData struct {
 	// Configuration is the initial cluster policy.
 	Configuration *clusterpb.ClusterConfiguration
 	TPMUsage      clusterpb.NodeTPMUsage
+	// KubernetesController and KubernetesWorker are the first node's
+	// Kubernetes roles.
+	KubernetesController, KubernetesWorker bool
 }
 
 // nodeData is the input of one Provide*Data call.
@@ -174,6 +184,13 @@ type Service struct {
 	CuratorConnection memory.Value[*CuratorConnection]
 	// ControlPlane reports the local consensus member and curator.
 	ControlPlane memory.Value[*ControlPlane]
+	// KubernetesStatus is set while the local Kubernetes API server serves
+	// (nodes with the KubernetesController role).
+	KubernetesStatus memory.Value[*kubernetes.Status]
+
+	// kubernetesControllers are the API servers the cluster lists, for
+	// the Kubernetes worker's local proxy.
+	kubernetesControllers memory.Value[[]string]
 
 	node memory.Value[*nodeData]
 
@@ -192,6 +209,9 @@ func New(c Config) *Service {
 	if c.HostsPath == "" {
 		c.HostsPath = "/run/hosts"
 	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = "/run/resolv.conf"
+	}
 	s := &Service{Config: c}
 	// Every value starts set (to nil where unknown), so that get never
 	// blocks; wait filters for non-nil.
@@ -199,6 +219,8 @@ func New(c Config) *Service {
 	s.Credentials.Set(nil)
 	s.CuratorConnection.Set(nil)
 	s.ControlPlane.Set(&ControlPlane{})
+	s.KubernetesStatus.Set(nil)
+	s.kubernetesControllers.Set(nil)
 	s.node.Set(nil)
 	return s
 }
@@ -306,6 +328,12 @@ func (s *Service) Run(ctx context.Context) error {
 		{"statuspush", s.runStatusPush},
 		{"heartbeat", s.runHeartbeat},
 		{"hosts", s.runHosts},
+		{"kubernetes", (&workerKubernetes{
+			root: s.StorageRoot, node: &s.node, roles: &s.Roles, controlPlane: &s.ControlPlane,
+			curator: &s.CuratorConnection, controllers: &s.kubernetesControllers,
+			address: s.waitAddress, resolvConf: s.ResolvConf, loadModules: s.LoadKubernetesModules,
+			status: &s.KubernetesStatus,
+		}).run},
 	} {
 		if err := supervisor.Run(ctx, w.name, w.fn); err != nil {
 			return err
@@ -421,7 +449,10 @@ func wait[T any](ctx context.Context, v *memory.Value[*T]) (*T, error) {
 
 // get returns the current value of v. New sets every value, so this
 // never blocks.
-func get[T any](v *memory.Value[*T]) *T {
+func get[T any](v *memory.Value[*T]) *T { return current(v) }
+
+// current returns the current value of v (set at New, so it never blocks).
+func current[T any](v *memory.Value[T]) T {
 	w := v.Watch()
 	defer w.Close()
 	t, _ := w.Get(context.Background())
@@ -453,6 +484,20 @@ func (s *Service) waitAddresses(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return s.addresses(), nil
+}
+
+// waitAddress is the node's preferred address, once it has one.
+func (s *Service) waitAddress(ctx context.Context) (net.IP, error) {
+	a, err := s.waitAddresses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range a {
+		if ip := net.ParseIP(x); ip != nil {
+			return ip, nil
+		}
+	}
+	return nil, errors.New("roleserver: the node has no address")
 }
 
 // status is the node's own status, as pushed to the curator.

@@ -1143,8 +1143,14 @@ type IssueCertificateRequest_KubernetesWorker struct {
 	// The kubelet's serving key, ed25519 public key. The certificate lets
 	// the API server verify the kubelet when it connects for logs and exec.
 	KubeletServerPublicKey []byte `protobuf:"bytes,2,opt,name=kubelet_server_public_key,json=kubeletServerPublicKey,proto3" json:"kubelet_server_public_key,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The key of the node's Kubernetes service components (kube-proxy,
+	// the pod network daemon, the DNS server), ed25519, 32 raw bytes. Its
+	// certificate names the user system:kube-proxy, which the API
+	// server's default roles allow to read Services, EndpointSlices and
+	// Nodes, and nothing else a worker has no business with.
+	ProxyPublicKey []byte `protobuf:"bytes,3,opt,name=proxy_public_key,json=proxyPublicKey,proto3" json:"proxy_public_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *IssueCertificateRequest_KubernetesWorker) Reset() {
@@ -1191,6 +1197,13 @@ func (x *IssueCertificateRequest_KubernetesWorker) GetKubeletServerPublicKey() [
 	return nil
 }
 
+func (x *IssueCertificateRequest_KubernetesWorker) GetProxyPublicKey() []byte {
+	if x != nil {
+		return x.ProxyPublicKey
+	}
+	return nil
+}
+
 type IssueCertificateResponse_KubernetesWorker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Kubernetes CA certificate, DER, so the kubelet can verify the
@@ -1200,8 +1213,10 @@ type IssueCertificateResponse_KubernetesWorker struct {
 	KubeletClientCertificate []byte `protobuf:"bytes,2,opt,name=kubelet_client_certificate,json=kubeletClientCertificate,proto3" json:"kubelet_client_certificate,omitempty"`
 	// Certificate for kubelet_server_public_key, DER.
 	KubeletServerCertificate []byte `protobuf:"bytes,3,opt,name=kubelet_server_certificate,json=kubeletServerCertificate,proto3" json:"kubelet_server_certificate,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Certificate for proxy_public_key, DER.
+	ProxyCertificate []byte `protobuf:"bytes,4,opt,name=proxy_certificate,json=proxyCertificate,proto3" json:"proxy_certificate,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *IssueCertificateResponse_KubernetesWorker) Reset() {
@@ -1255,6 +1270,13 @@ func (x *IssueCertificateResponse_KubernetesWorker) GetKubeletServerCertificate(
 	return nil
 }
 
+func (x *IssueCertificateResponse_KubernetesWorker) GetProxyCertificate() []byte {
+	if x != nil {
+		return x.ProxyCertificate
+	}
+	return nil
+}
+
 var File_cluster_v1_curator_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_curator_proto_rawDesc = "" +
@@ -1304,19 +1326,21 @@ const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\n" +
 	"crl_number\x18\x01 \x01(\x04R\tcrlNumber\"%\n" +
 	"\x11HeartbeatResponse\x12\x10\n" +
-	"\x03crl\x18\x01 \x01(\fR\x03crl\"\x98\x02\n" +
+	"\x03crl\x18\x01 \x01(\fR\x03crl\"\xc2\x02\n" +
 	"\x17IssueCertificateRequest\x12j\n" +
-	"\x11kubernetes_worker\x18\x01 \x01(\v2;.plinth.cluster.v1.IssueCertificateRequest.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\x88\x01\n" +
+	"\x11kubernetes_worker\x18\x01 \x01(\v2;.plinth.cluster.v1.IssueCertificateRequest.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xb2\x01\n" +
 	"\x10KubernetesWorker\x129\n" +
 	"\x19kubelet_client_public_key\x18\x01 \x01(\fR\x16kubeletClientPublicKey\x129\n" +
-	"\x19kubelet_server_public_key\x18\x02 \x01(\fR\x16kubeletServerPublicKeyB\x06\n" +
-	"\x04kind\"\xd8\x02\n" +
+	"\x19kubelet_server_public_key\x18\x02 \x01(\fR\x16kubeletServerPublicKey\x12(\n" +
+	"\x10proxy_public_key\x18\x03 \x01(\fR\x0eproxyPublicKeyB\x06\n" +
+	"\x04kind\"\x85\x03\n" +
 	"\x18IssueCertificateResponse\x12k\n" +
-	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xc6\x01\n" +
+	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xf3\x01\n" +
 	"\x10KubernetesWorker\x126\n" +
 	"\x17identity_ca_certificate\x18\x01 \x01(\fR\x15identityCaCertificate\x12<\n" +
 	"\x1akubelet_client_certificate\x18\x02 \x01(\fR\x18kubeletClientCertificate\x12<\n" +
-	"\x1akubelet_server_certificate\x18\x03 \x01(\fR\x18kubeletServerCertificateB\x06\n" +
+	"\x1akubelet_server_certificate\x18\x03 \x01(\fR\x18kubeletServerCertificate\x12+\n" +
+	"\x11proxy_certificate\x18\x04 \x01(\fR\x10proxyCertificateB\x06\n" +
 	"\x04kind\"\x19\n" +
 	"\x17GetCurrentLeaderRequest\"x\n" +
 	"\x18GetCurrentLeaderResponse\x12\x0e\n" +

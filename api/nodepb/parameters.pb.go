@@ -331,8 +331,13 @@ type Bootstrap struct {
 	// The cluster policy the new cluster starts with. It applies to every node
 	// that joins later, including this one. Unset means the zero policy.
 	InitialPolicy *ClusterPolicy `protobuf:"bytes,2,opt,name=initial_policy,json=initialPolicy,proto3" json:"initial_policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The first node is a consensus member and, unless these say
+	// otherwise, a Kubernetes controller and worker: a one-node cluster
+	// that runs pods. The negatives keep an unset field meaning "all".
+	NoKubernetesController bool `protobuf:"varint,3,opt,name=no_kubernetes_controller,json=noKubernetesController,proto3" json:"no_kubernetes_controller,omitempty"`
+	NoKubernetesWorker     bool `protobuf:"varint,4,opt,name=no_kubernetes_worker,json=noKubernetesWorker,proto3" json:"no_kubernetes_worker,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Bootstrap) Reset() {
@@ -377,6 +382,20 @@ func (x *Bootstrap) GetInitialPolicy() *ClusterPolicy {
 		return x.InitialPolicy
 	}
 	return nil
+}
+
+func (x *Bootstrap) GetNoKubernetesController() bool {
+	if x != nil {
+		return x.NoKubernetesController
+	}
+	return false
+}
+
+func (x *Bootstrap) GetNoKubernetesWorker() bool {
+	if x != nil {
+		return x.NoKubernetesWorker
+	}
+	return false
 }
 
 // ClusterPolicy is what the cluster demands of every member node.
@@ -781,10 +800,12 @@ const file_node_v1_parameters_proto_rawDesc = "" +
 	"\astorage\x18\x03 \x01(\v2\x1b.plinth.node.v1.NodeStorageR\astorage\x12)\n" +
 	"\x03tpm\x18\x04 \x01(\v2\x17.plinth.node.v1.NodeTPMR\x03tpm\x121\n" +
 	"\anetwork\x18\x05 \x01(\v2\x17.plinth.node.v1.NetworkR\anetworkB\t\n" +
-	"\acluster\"{\n" +
+	"\acluster\"\xe7\x01\n" +
 	"\tBootstrap\x12(\n" +
 	"\x10owner_public_key\x18\x01 \x01(\fR\x0eownerPublicKey\x12D\n" +
-	"\x0einitial_policy\x18\x02 \x01(\v2\x1d.plinth.node.v1.ClusterPolicyR\rinitialPolicy\"\x92\x01\n" +
+	"\x0einitial_policy\x18\x02 \x01(\v2\x1d.plinth.node.v1.ClusterPolicyR\rinitialPolicy\x128\n" +
+	"\x18no_kubernetes_controller\x18\x03 \x01(\bR\x16noKubernetesController\x120\n" +
+	"\x14no_kubernetes_worker\x18\x04 \x01(\bR\x12noKubernetesWorker\"\x92\x01\n" +
 	"\rClusterPolicy\x125\n" +
 	"\x17allow_nodes_without_tpm\x18\x01 \x01(\bR\x14allowNodesWithoutTpm\x12J\n" +
 	"\x10storage_security\x18\x02 \x01(\x0e2\x1f.plinth.node.v1.StorageSecurityR\x0fstorageSecurity\"\x96\x01\n" +

@@ -23,11 +23,27 @@ type BootstrapRequest struct {
 	Configuration                                *clusterpb.ClusterConfiguration
 	TPMUsage                                     clusterpb.NodeTPMUsage
 	Status                                       *clusterpb.NodeStatus
+	// Kubernetes roles of the first node (it is always a consensus
+	// member).
+	KubernetesController, KubernetesWorker bool
+}
+
+// FirstNodeRoles are the roles Bootstrap gives the first node.
+func FirstNodeRoles(controller, worker bool) *clusterpb.NodeRoles {
+	// No join data: this node's etcd member already exists.
+	r := &clusterpb.NodeRoles{ConsensusMember: &clusterpb.NodeRoles_ConsensusMember{}}
+	if controller {
+		r.KubernetesController = &clusterpb.NodeRoles_KubernetesController{}
+	}
+	if worker {
+		r.KubernetesWorker = &clusterpb.NodeRoles_KubernetesWorker{}
+	}
+	return r
 }
 
 // Bootstrap writes the initial cluster state (cluster CA generated here,
 // key kept in etcd; register ticket; owner key; configuration; first node
-// UP with roles ConsensusMember + KubernetesController) and returns the
+// UP with roles ConsensusMember and the Kubernetes roles asked for) and returns the
 // first node's certificate. Idempotent for the same node key: a repeated
 // call issues a new certificate from the existing CA and changes nothing
 // else. A cluster bootstrapped by another node is an error.
@@ -96,11 +112,7 @@ func Bootstrap(ctx context.Context, cl client.Namespaced, req BootstrapRequest) 
 		Id:        id,
 		PublicKey: req.NodePublicKey,
 		State:     clusterpb.NodeState_NODE_STATE_UP,
-		Roles: &clusterpb.NodeRoles{
-			// No join data: this node's etcd member already exists.
-			ConsensusMember:      &clusterpb.NodeRoles_ConsensusMember{},
-			KubernetesController: &clusterpb.NodeRoles_KubernetesController{},
-		},
+		Roles:    FirstNodeRoles(req.KubernetesController, req.KubernetesWorker),
 		Status:   req.Status,
 		TpmUsage: req.TPMUsage,
 	})

@@ -221,7 +221,9 @@ func (c *Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
 			AllowNodesWithoutTpm:   policy.GetAllowNodesWithoutTpm(),
 			MinimumStorageSecurity: clusterpb.StorageSecurity(policy.GetStorageSecurity()),
 		},
-		TPMUsage: c.TPMUsage,
+		TPMUsage:             c.TPMUsage,
+		KubernetesController: !c.Parameters.GetBootstrap().GetNoKubernetesController(),
+		KubernetesWorker:     !c.Parameters.GetBootstrap().GetNoKubernetesWorker(),
 	})
 	return nil
 }

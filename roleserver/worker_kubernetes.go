@@ -1,0 +1,174 @@
+package roleserver
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"strconv"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/kubernetes"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// workerKubernetes runs Kubernetes as the node's roles say: the control
+// plane (kubernetes.Controller) with the KubernetesController role, on
+// top of the node's running consensus member; the worker
+// (kubernetes.Worker) with the KubernetesWorker role. A change of either
+// role restarts this runnable, which stops what the node no longer runs
+// (the node goes NotReady when its kubelet stops) and starts what it now
+// does.
+type workerKubernetes struct {
+	root *localstorage.Root
+	// inputs
+	node         *memory.Value[*nodeData]
+	roles        *memory.Value[*clusterpb.NodeRoles]
+	controlPlane *memory.Value[*ControlPlane]
+	curator      *memory.Value[*CuratorConnection]
+	// controllers are the API servers the cluster lists (host:port).
+	controllers *memory.Value[[]string]
+	address     func(ctx context.Context) (net.IP, error)
+	resolvConf  string
+	loadModules func() error
+	// output: set while the local API server serves.
+	status *memory.Value[*kubernetes.Status]
+}
+
+func (w *workerKubernetes) run(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	nd, err := wait(ctx, w.node)
+	if err != nil {
+		return err
+	}
+	rw := w.roles.Watch()
+	defer rw.Close()
+	roles, err := rw.Get(ctx, nonNilRoles)
+	if err != nil {
+		return err
+	}
+	controller, worker := roles.GetKubernetesController() != nil, roles.GetKubernetesWorker() != nil
+	if !controller && !worker {
+		log.Info("no Kubernetes role")
+	}
+	if controller || worker {
+		addr, err := w.address(ctx)
+		if err != nil {
+			return err
+		}
+		if controller {
+			st, err := w.consensus(ctx)
+			if err != nil {
+				return err
+			}
+			c := &kubernetes.Controller{Root: w.root, NodeID: nd.nodeID, Address: addr, Consensus: st, Status: w.status}
+			if err := supervisor.Run(ctx, "controller", c.Run); err != nil {
+				return err
+			}
+		}
+		if worker {
+			conn, err := wait(ctx, w.curator)
+			if err != nil {
+				return err
+			}
+			wk := &kubernetes.Worker{
+				Root: w.root, NodeID: nd.nodeID, Address: addr, ResolvConf: w.resolvConf,
+				APIServers: w.controllers, LoadModules: w.loadModules,
+				Certify: func(ctx context.Context, keys kubernetes.WorkerKeys) (*kubernetes.WorkerCertificates, error) {
+					return certifyWorker(ctx, conn, keys)
+				},
+			}
+			if err := supervisor.Run(ctx, "worker", wk.Run); err != nil {
+				return err
+			}
+		}
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	for {
+		next, err := rw.Get(ctx, nonNilRoles)
+		if err != nil {
+			return err
+		}
+		if (next.GetKubernetesController() != nil) != controller || (next.GetKubernetesWorker() != nil) != worker {
+			log.Info("Kubernetes roles changed", "controller", next.GetKubernetesController() != nil, "worker", next.GetKubernetesWorker() != nil)
+			return fmt.Errorf("kubernetes roles changed: %w", supervisor.ErrRestart)
+		}
+	}
+}
+
+// consensus waits for the node's running etcd member (the controller
+// role needs the consensus member role).
+func (w *workerKubernetes) consensus(ctx context.Context) (*consensus.Status, error) {
+	cw := w.controlPlane.Watch()
+	defer cw.Close()
+	for {
+		cp, err := cw.Get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if cp == nil || !cp.Running || cp.Consensus == nil {
+			supervisor.Logger(ctx).Info("KubernetesController: waiting for this node's consensus member")
+			continue
+		}
+		sw := cp.Consensus.Watch()
+		st, err := sw.Get(ctx, consensus.FilterRunning)
+		sw.Close()
+		return st, err
+	}
+}
+
+// certifyWorker asks the curator for the worker's certificates.
+func certifyWorker(ctx context.Context, conn *CuratorConnection, keys kubernetes.WorkerKeys) (*kubernetes.WorkerCertificates, error) {
+	resp, err := conn.Curator().IssueCertificate(ctx, &clusterpb.IssueCertificateRequest{
+		Kind: &clusterpb.IssueCertificateRequest_KubernetesWorker_{KubernetesWorker: &clusterpb.IssueCertificateRequest_KubernetesWorker{
+			KubeletClientPublicKey: keys.KubeletClient,
+			KubeletServerPublicKey: keys.KubeletServer,
+			ProxyPublicKey:         keys.Proxy,
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	kw := resp.GetKubernetesWorker()
+	out := &kubernetes.WorkerCertificates{}
+	for _, c := range []struct {
+		dst **x509.Certificate
+		der []byte
+		of  string
+	}{
+		{&out.CA, kw.GetIdentityCaCertificate(), "CA"},
+		{&out.KubeletClient, kw.GetKubeletClientCertificate(), "kubelet client"},
+		{&out.KubeletServer, kw.GetKubeletServerCertificate(), "kubelet server"},
+		{&out.Proxy, kw.GetProxyCertificate(), "kube-proxy"},
+	} {
+		cert, err := x509.ParseCertificate(c.der)
+		if err != nil {
+			return nil, fmt.Errorf("%s certificate from the curator: %w", c.of, err)
+		}
+		*c.dst = cert
+	}
+	for _, c := range []*x509.Certificate{out.KubeletClient, out.KubeletServer, out.Proxy} {
+		if err := c.CheckSignatureFrom(out.CA); err != nil {
+			return nil, fmt.Errorf("certificate %q from the curator is not from its Kubernetes CA: %w", c.Subject.CommonName, err)
+		}
+	}
+	return out, nil
+}
+
+// apiServerAddresses are the API servers of the UP controller nodes.
+func apiServerAddresses(nodes map[string]*clusterpb.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.GetState() != clusterpb.NodeState_NODE_STATE_UP || n.GetRoles().GetKubernetesController() == nil {
+			continue
+		}
+		if a := n.GetStatus().GetAddresses(); len(a) > 0 {
+			out = append(out, net.JoinHostPort(a[0], strconv.Itoa(layout.KubernetesAPIPort)))
+		}
+	}
+	return out
+}
