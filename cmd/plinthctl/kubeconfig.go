@@ -148,7 +148,7 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 		Command:         self,
 		Args:            []string{"kubernetes-credential", "-config", dir},
 		InteractiveMode: "Never",
-		InstallHint:     "plinthctl is the Plinth owner tool; this kubeconfig names it by the path it had when it wrote the file",
+		InstallHint:     "plinthctl (the Plinth owner tool) is not where it was when it wrote this kubeconfig: run plinthctl kubeconfig again",
 	}
 	var kctx kubeconfigContext
 	kctx.Name = kubeconfigContextName
