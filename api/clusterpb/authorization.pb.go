@@ -92,6 +92,10 @@ const (
 	// ticket stops working at once (nodes already registered are not
 	// affected), e.g. after a provisioning medium was lost.
 	Permission_ROTATE_REGISTER_TICKET Permission = 11
+	// Obtain a short-lived client certificate for the Kubernetes API as a
+	// cluster administrator (group system:masters). Owner only: such a
+	// certificate passes every Kubernetes authorization check.
+	Permission_KUBERNETES_ADMIN Permission = 12
 )
 
 // Enum value maps for Permission.
@@ -109,6 +113,7 @@ var (
 		9:  "REGISTER_NODE",
 		10: "ESCROW_OWNERSHIP",
 		11: "ROTATE_REGISTER_TICKET",
+		12: "KUBERNETES_ADMIN",
 	}
 	Permission_value = map[string]int32{
 		"PERMISSION_UNSPECIFIED": 0,
@@ -123,6 +128,7 @@ var (
 		"REGISTER_NODE":          9,
 		"ESCROW_OWNERSHIP":       10,
 		"ROTATE_REGISTER_TICKET": 11,
+		"KUBERNETES_ADMIN":       12,
 	}
 )
 
@@ -257,7 +263,7 @@ var File_cluster_v1_authorization_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_authorization_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\xe7\x02\n" +
+	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\x84\x03\n" +
 	"\n" +
 	"Permission\x12\x1a\n" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x1e\n" +
@@ -273,7 +279,8 @@ const file_cluster_v1_authorization_proto_rawDesc = "" +
 	"\rREGISTER_NODE\x10\t\x1a\x05\x92\xb5\x18\x01\x03\x12\x1b\n" +
 	"\x10ESCROW_OWNERSHIP\x10\n" +
 	"\x1a\x05\x92\xb5\x18\x01\x03\x12!\n" +
-	"\x16ROTATE_REGISTER_TICKET\x10\v\x1a\x05\x92\xb5\x18\x01\x01*q\n" +
+	"\x16ROTATE_REGISTER_TICKET\x10\v\x1a\x05\x92\xb5\x18\x01\x01\x12\x1b\n" +
+	"\x10KUBERNETES_ADMIN\x10\f\x1a\x05\x92\xb5\x18\x01\x01*q\n" +
 	"\n" +
 	"CallerKind\x12\x1b\n" +
 	"\x17CALLER_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +

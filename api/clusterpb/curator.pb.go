@@ -1142,6 +1142,9 @@ type IssueCertificateRequest_KubernetesWorker struct {
 	KubeletClientPublicKey []byte `protobuf:"bytes,1,opt,name=kubelet_client_public_key,json=kubeletClientPublicKey,proto3" json:"kubelet_client_public_key,omitempty"`
 	// The kubelet's serving key, ed25519 public key. The certificate lets
 	// the API server verify the kubelet when it connects for logs and exec.
+	// It is valid for the node's ID and the addresses the node reported in
+	// its status (RegisterNode, UpdateNodeStatus), never for anything
+	// named in this request.
 	KubeletServerPublicKey []byte `protobuf:"bytes,2,opt,name=kubelet_server_public_key,json=kubeletServerPublicKey,proto3" json:"kubelet_server_public_key,omitempty"`
 	// The key of the node's Kubernetes service components (kube-proxy,
 	// the pod network daemon, the DNS server), ed25519, 32 raw bytes. Its
@@ -1207,7 +1210,8 @@ func (x *IssueCertificateRequest_KubernetesWorker) GetProxyPublicKey() []byte {
 type IssueCertificateResponse_KubernetesWorker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Kubernetes CA certificate, DER, so the kubelet can verify the
-	// API server.
+	// API server. Both certificates below are from it and expire after
+	// 30 days: the node asks again before then.
 	IdentityCaCertificate []byte `protobuf:"bytes,1,opt,name=identity_ca_certificate,json=identityCaCertificate,proto3" json:"identity_ca_certificate,omitempty"`
 	// Certificate for kubelet_client_public_key, DER.
 	KubeletClientCertificate []byte `protobuf:"bytes,2,opt,name=kubelet_client_certificate,json=kubeletClientCertificate,proto3" json:"kubelet_client_certificate,omitempty"`

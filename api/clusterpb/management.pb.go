@@ -661,6 +661,127 @@ func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
 	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12}
 }
 
+type IssueKubernetesCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key to certify, DER SubjectPublicKeyInfo (PKIX): ECDSA P-256 or
+	// ed25519. The client generates the key pair; the private key never
+	// leaves it.
+	PublicKey     []byte `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueKubernetesCredentialsRequest) Reset() {
+	*x = IssueKubernetesCredentialsRequest{}
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueKubernetesCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueKubernetesCredentialsRequest) ProtoMessage() {}
+
+func (x *IssueKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueKubernetesCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*IssueKubernetesCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *IssueKubernetesCredentialsRequest) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+type IssueKubernetesCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Kubernetes CA certificate, DER: the API servers' certificates
+	// chain to it (certificate-authority-data of a kubeconfig).
+	CaCertificate []byte `protobuf:"bytes,1,opt,name=ca_certificate,json=caCertificate,proto3" json:"ca_certificate,omitempty"`
+	// The client certificate for public_key, DER.
+	ClientCertificate []byte `protobuf:"bytes,2,opt,name=client_certificate,json=clientCertificate,proto3" json:"client_certificate,omitempty"`
+	// When client_certificate expires (its NotAfter), unix nanoseconds.
+	ExpiresUnixNanos int64 `protobuf:"varint,3,opt,name=expires_unix_nanos,json=expiresUnixNanos,proto3" json:"expires_unix_nanos,omitempty"`
+	// The API servers, host:port: every address of every UP node with the
+	// KubernetesController role, node by node. Empty while there is none.
+	ApiServers    []string `protobuf:"bytes,4,rep,name=api_servers,json=apiServers,proto3" json:"api_servers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueKubernetesCredentialsResponse) Reset() {
+	*x = IssueKubernetesCredentialsResponse{}
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueKubernetesCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueKubernetesCredentialsResponse) ProtoMessage() {}
+
+func (x *IssueKubernetesCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueKubernetesCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*IssueKubernetesCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *IssueKubernetesCredentialsResponse) GetCaCertificate() []byte {
+	if x != nil {
+		return x.CaCertificate
+	}
+	return nil
+}
+
+func (x *IssueKubernetesCredentialsResponse) GetClientCertificate() []byte {
+	if x != nil {
+		return x.ClientCertificate
+	}
+	return nil
+}
+
+func (x *IssueKubernetesCredentialsResponse) GetExpiresUnixNanos() int64 {
+	if x != nil {
+		return x.ExpiresUnixNanos
+	}
+	return 0
+}
+
+func (x *IssueKubernetesCredentialsResponse) GetApiServers() []string {
+	if x != nil {
+		return x.ApiServers
+	}
+	return nil
+}
+
 type EscrowFromClient struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Message:
@@ -674,7 +795,7 @@ type EscrowFromClient struct {
 
 func (x *EscrowFromClient) Reset() {
 	*x = EscrowFromClient{}
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +807,7 @@ func (x *EscrowFromClient) String() string {
 func (*EscrowFromClient) ProtoMessage() {}
 
 func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +820,7 @@ func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EscrowFromClient) GetMessage() isEscrowFromClient_Message {
@@ -756,7 +877,7 @@ type EscrowFromServer struct {
 
 func (x *EscrowFromServer) Reset() {
 	*x = EscrowFromServer{}
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +889,7 @@ func (x *EscrowFromServer) String() string {
 func (*EscrowFromServer) ProtoMessage() {}
 
 func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +902,7 @@ func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EscrowFromServer) GetMessage() isEscrowFromServer_Message {
@@ -842,7 +963,7 @@ type EscrowFromClient_Parameters struct {
 
 func (x *EscrowFromClient_Parameters) Reset() {
 	*x = EscrowFromClient_Parameters{}
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +975,7 @@ func (x *EscrowFromClient_Parameters) String() string {
 func (*EscrowFromClient_Parameters) ProtoMessage() {}
 
 func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +988,7 @@ func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Parameters.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Parameters) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15, 0}
 }
 
 func (x *EscrowFromClient_Parameters) GetRequestedIdentityName() string {
@@ -895,7 +1016,7 @@ type EscrowFromClient_Proof struct {
 
 func (x *EscrowFromClient_Proof) Reset() {
 	*x = EscrowFromClient_Proof{}
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1028,7 @@ func (x *EscrowFromClient_Proof) String() string {
 func (*EscrowFromClient_Proof) ProtoMessage() {}
 
 func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1041,7 @@ func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Proof.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Proof) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15, 1}
 }
 
 func (x *EscrowFromClient_Proof) GetSignature() []byte {
@@ -942,7 +1063,7 @@ type EscrowFromServer_NeededProofs struct {
 
 func (x *EscrowFromServer_NeededProofs) Reset() {
 	*x = EscrowFromServer_NeededProofs{}
-	mi := &file_cluster_v1_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_management_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1075,7 @@ func (x *EscrowFromServer_NeededProofs) String() string {
 func (*EscrowFromServer_NeededProofs) ProtoMessage() {}
 
 func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_management_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1088,7 @@ func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_NeededProofs.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_NeededProofs) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16, 0}
 }
 
 func (x *EscrowFromServer_NeededProofs) GetNonce() []byte {
@@ -989,7 +1110,7 @@ type EscrowFromServer_Fulfilled struct {
 
 func (x *EscrowFromServer_Fulfilled) Reset() {
 	*x = EscrowFromServer_Fulfilled{}
-	mi := &file_cluster_v1_management_proto_msgTypes[18]
+	mi := &file_cluster_v1_management_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1122,7 @@ func (x *EscrowFromServer_Fulfilled) String() string {
 func (*EscrowFromServer_Fulfilled) ProtoMessage() {}
 
 func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[18]
+	mi := &file_cluster_v1_management_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1135,7 @@ func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_Fulfilled.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_Fulfilled) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16, 1}
 }
 
 func (x *EscrowFromServer_Fulfilled) GetOwnerCertificate() []byte {
@@ -1061,7 +1182,16 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x17UpdateNodeRolesResponse\")\n" +
 	"\x17DecommissionNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x1a\n" +
-	"\x18DecommissionNodeResponse\"\xbe\x02\n" +
+	"\x18DecommissionNodeResponse\"B\n" +
+	"!IssueKubernetesCredentialsRequest\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\"\xc9\x01\n" +
+	"\"IssueKubernetesCredentialsResponse\x12%\n" +
+	"\x0eca_certificate\x18\x01 \x01(\fR\rcaCertificate\x12-\n" +
+	"\x12client_certificate\x18\x02 \x01(\fR\x11clientCertificate\x12,\n" +
+	"\x12expires_unix_nanos\x18\x03 \x01(\x03R\x10expiresUnixNanos\x12\x1f\n" +
+	"\vapi_servers\x18\x04 \x03(\tR\n" +
+	"apiServers\"\xbe\x02\n" +
 	"\x10EscrowFromClient\x12P\n" +
 	"\n" +
 	"parameters\x18\x01 \x01(\v2..plinth.cluster.v1.EscrowFromClient.ParametersH\x00R\n" +
@@ -1082,7 +1212,7 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x05nonce\x18\x01 \x01(\fR\x05nonce\x1a8\n" +
 	"\tFulfilled\x12+\n" +
 	"\x11owner_certificate\x18\x01 \x01(\fR\x10ownerCertificateB\t\n" +
-	"\amessage2\x86\x06\n" +
+	"\amessage2\x98\a\n" +
 	"\n" +
 	"Management\x12t\n" +
 	"\x11GetRegisterTicket\x12+.plinth.cluster.v1.GetRegisterTicketRequest\x1a,.plinth.cluster.v1.GetRegisterTicketResponse\"\x04\x88\xb5\x18\x01\x12}\n" +
@@ -1091,7 +1221,8 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\bGetNodes\x12\".plinth.cluster.v1.GetNodesRequest\x1a\x17.plinth.cluster.v1.Node\"\x04\x88\xb5\x18\x020\x01\x12b\n" +
 	"\vApproveNode\x12%.plinth.cluster.v1.ApproveNodeRequest\x1a&.plinth.cluster.v1.ApproveNodeResponse\"\x04\x88\xb5\x18\x04\x12n\n" +
 	"\x0fUpdateNodeRoles\x12).plinth.cluster.v1.UpdateNodeRolesRequest\x1a*.plinth.cluster.v1.UpdateNodeRolesResponse\"\x04\x88\xb5\x18\x03\x12q\n" +
-	"\x10DecommissionNode\x12*.plinth.cluster.v1.DecommissionNodeRequest\x1a+.plinth.cluster.v1.DecommissionNodeResponse\"\x04\x88\xb5\x18\x052c\n" +
+	"\x10DecommissionNode\x12*.plinth.cluster.v1.DecommissionNodeRequest\x1a+.plinth.cluster.v1.DecommissionNodeResponse\"\x04\x88\xb5\x18\x05\x12\x8f\x01\n" +
+	"\x1aIssueKubernetesCredentials\x124.plinth.cluster.v1.IssueKubernetesCredentialsRequest\x1a5.plinth.cluster.v1.IssueKubernetesCredentialsResponse\"\x04\x88\xb5\x18\f2c\n" +
 	"\x03AAA\x12\\\n" +
 	"\x06Escrow\x12#.plinth.cluster.v1.EscrowFromClient\x1a#.plinth.cluster.v1.EscrowFromServer\"\x04\x88\xb5\x18\n" +
 	"(\x010\x01B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
@@ -1108,38 +1239,40 @@ func file_cluster_v1_management_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_management_proto_rawDescData
 }
 
-var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_cluster_v1_management_proto_goTypes = []any{
-	(*GetRegisterTicketRequest)(nil),      // 0: plinth.cluster.v1.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil),     // 1: plinth.cluster.v1.GetRegisterTicketResponse
-	(*RotateRegisterTicketRequest)(nil),   // 2: plinth.cluster.v1.RotateRegisterTicketRequest
-	(*RotateRegisterTicketResponse)(nil),  // 3: plinth.cluster.v1.RotateRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),         // 4: plinth.cluster.v1.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),        // 5: plinth.cluster.v1.GetClusterInfoResponse
-	(*GetNodesRequest)(nil),               // 6: plinth.cluster.v1.GetNodesRequest
-	(*ApproveNodeRequest)(nil),            // 7: plinth.cluster.v1.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),           // 8: plinth.cluster.v1.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),        // 9: plinth.cluster.v1.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),       // 10: plinth.cluster.v1.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),       // 11: plinth.cluster.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),      // 12: plinth.cluster.v1.DecommissionNodeResponse
-	(*EscrowFromClient)(nil),              // 13: plinth.cluster.v1.EscrowFromClient
-	(*EscrowFromServer)(nil),              // 14: plinth.cluster.v1.EscrowFromServer
-	(*EscrowFromClient_Parameters)(nil),   // 15: plinth.cluster.v1.EscrowFromClient.Parameters
-	(*EscrowFromClient_Proof)(nil),        // 16: plinth.cluster.v1.EscrowFromClient.Proof
-	(*EscrowFromServer_NeededProofs)(nil), // 17: plinth.cluster.v1.EscrowFromServer.NeededProofs
-	(*EscrowFromServer_Fulfilled)(nil),    // 18: plinth.cluster.v1.EscrowFromServer.Fulfilled
-	(*ClusterDirectory)(nil),              // 19: plinth.cluster.v1.ClusterDirectory
-	(*ClusterConfiguration)(nil),          // 20: plinth.cluster.v1.ClusterConfiguration
-	(*Node)(nil),                          // 21: plinth.cluster.v1.Node
+	(*GetRegisterTicketRequest)(nil),           // 0: plinth.cluster.v1.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),          // 1: plinth.cluster.v1.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),        // 2: plinth.cluster.v1.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),       // 3: plinth.cluster.v1.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),              // 4: plinth.cluster.v1.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),             // 5: plinth.cluster.v1.GetClusterInfoResponse
+	(*GetNodesRequest)(nil),                    // 6: plinth.cluster.v1.GetNodesRequest
+	(*ApproveNodeRequest)(nil),                 // 7: plinth.cluster.v1.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),                // 8: plinth.cluster.v1.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),             // 9: plinth.cluster.v1.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),            // 10: plinth.cluster.v1.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),            // 11: plinth.cluster.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),           // 12: plinth.cluster.v1.DecommissionNodeResponse
+	(*IssueKubernetesCredentialsRequest)(nil),  // 13: plinth.cluster.v1.IssueKubernetesCredentialsRequest
+	(*IssueKubernetesCredentialsResponse)(nil), // 14: plinth.cluster.v1.IssueKubernetesCredentialsResponse
+	(*EscrowFromClient)(nil),                   // 15: plinth.cluster.v1.EscrowFromClient
+	(*EscrowFromServer)(nil),                   // 16: plinth.cluster.v1.EscrowFromServer
+	(*EscrowFromClient_Parameters)(nil),        // 17: plinth.cluster.v1.EscrowFromClient.Parameters
+	(*EscrowFromClient_Proof)(nil),             // 18: plinth.cluster.v1.EscrowFromClient.Proof
+	(*EscrowFromServer_NeededProofs)(nil),      // 19: plinth.cluster.v1.EscrowFromServer.NeededProofs
+	(*EscrowFromServer_Fulfilled)(nil),         // 20: plinth.cluster.v1.EscrowFromServer.Fulfilled
+	(*ClusterDirectory)(nil),                   // 21: plinth.cluster.v1.ClusterDirectory
+	(*ClusterConfiguration)(nil),               // 22: plinth.cluster.v1.ClusterConfiguration
+	(*Node)(nil),                               // 23: plinth.cluster.v1.Node
 }
 var file_cluster_v1_management_proto_depIdxs = []int32{
-	19, // 0: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
-	20, // 1: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	15, // 2: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
-	16, // 3: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
-	17, // 4: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
-	18, // 5: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
+	21, // 0: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
+	22, // 1: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	17, // 2: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
+	18, // 3: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
+	19, // 4: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
+	20, // 5: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
 	0,  // 6: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
 	2,  // 7: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
 	4,  // 8: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
@@ -1147,17 +1280,19 @@ var file_cluster_v1_management_proto_depIdxs = []int32{
 	7,  // 10: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
 	9,  // 11: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
 	11, // 12: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
-	13, // 13: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
-	1,  // 14: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
-	3,  // 15: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
-	5,  // 16: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
-	21, // 17: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
-	8,  // 18: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
-	10, // 19: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
-	12, // 20: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
-	14, // 21: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
-	14, // [14:22] is the sub-list for method output_type
-	6,  // [6:14] is the sub-list for method input_type
+	13, // 13: plinth.cluster.v1.Management.IssueKubernetesCredentials:input_type -> plinth.cluster.v1.IssueKubernetesCredentialsRequest
+	15, // 14: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
+	1,  // 15: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
+	3,  // 16: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
+	5,  // 17: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
+	23, // 18: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
+	8,  // 19: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
+	10, // 20: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
+	12, // 21: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
+	14, // 22: plinth.cluster.v1.Management.IssueKubernetesCredentials:output_type -> plinth.cluster.v1.IssueKubernetesCredentialsResponse
+	16, // 23: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1174,11 +1309,11 @@ func file_cluster_v1_management_proto_init() {
 		(*UpdateNodeRolesRequest_Id)(nil),
 		(*UpdateNodeRolesRequest_PublicKey)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[13].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[15].OneofWrappers = []any{
 		(*EscrowFromClient_Parameters_)(nil),
 		(*EscrowFromClient_Proof_)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[14].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[16].OneofWrappers = []any{
 		(*EscrowFromServer_NeededProofs_)(nil),
 		(*EscrowFromServer_Fulfilled_)(nil),
 	}
@@ -1188,7 +1323,7 @@ func file_cluster_v1_management_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_management_proto_rawDesc), len(file_cluster_v1_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -25,13 +25,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Management_GetRegisterTicket_FullMethodName    = "/plinth.cluster.v1.Management/GetRegisterTicket"
-	Management_RotateRegisterTicket_FullMethodName = "/plinth.cluster.v1.Management/RotateRegisterTicket"
-	Management_GetClusterInfo_FullMethodName       = "/plinth.cluster.v1.Management/GetClusterInfo"
-	Management_GetNodes_FullMethodName             = "/plinth.cluster.v1.Management/GetNodes"
-	Management_ApproveNode_FullMethodName          = "/plinth.cluster.v1.Management/ApproveNode"
-	Management_UpdateNodeRoles_FullMethodName      = "/plinth.cluster.v1.Management/UpdateNodeRoles"
-	Management_DecommissionNode_FullMethodName     = "/plinth.cluster.v1.Management/DecommissionNode"
+	Management_GetRegisterTicket_FullMethodName          = "/plinth.cluster.v1.Management/GetRegisterTicket"
+	Management_RotateRegisterTicket_FullMethodName       = "/plinth.cluster.v1.Management/RotateRegisterTicket"
+	Management_GetClusterInfo_FullMethodName             = "/plinth.cluster.v1.Management/GetClusterInfo"
+	Management_GetNodes_FullMethodName                   = "/plinth.cluster.v1.Management/GetNodes"
+	Management_ApproveNode_FullMethodName                = "/plinth.cluster.v1.Management/ApproveNode"
+	Management_UpdateNodeRoles_FullMethodName            = "/plinth.cluster.v1.Management/UpdateNodeRoles"
+	Management_DecommissionNode_FullMethodName           = "/plinth.cluster.v1.Management/DecommissionNode"
+	Management_IssueKubernetesCredentials_FullMethodName = "/plinth.cluster.v1.Management/IssueKubernetesCredentials"
 )
 
 // ManagementClient is the client API for Management service.
@@ -68,6 +69,12 @@ type ManagementClient interface {
 	// DecommissionNode permanently removes a node: its roles are dropped,
 	// its certificate revoked, and JoinNode refuses it from then on.
 	DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error)
+	// IssueKubernetesCredentials certifies the caller's key for the
+	// Kubernetes API: a client certificate from the Kubernetes CA for user
+	// "plinth-owner:owner" in group system:masters, valid for one hour, so
+	// that nothing long-lived sits in the owner's kubeconfig (Kubernetes
+	// cannot revoke a certificate). Served by every curator.
+	IssueKubernetesCredentials(ctx context.Context, in *IssueKubernetesCredentialsRequest, opts ...grpc.CallOption) (*IssueKubernetesCredentialsResponse, error)
 }
 
 type managementClient struct {
@@ -157,6 +164,16 @@ func (c *managementClient) DecommissionNode(ctx context.Context, in *Decommissio
 	return out, nil
 }
 
+func (c *managementClient) IssueKubernetesCredentials(ctx context.Context, in *IssueKubernetesCredentialsRequest, opts ...grpc.CallOption) (*IssueKubernetesCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueKubernetesCredentialsResponse)
+	err := c.cc.Invoke(ctx, Management_IssueKubernetesCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -191,6 +208,12 @@ type ManagementServer interface {
 	// DecommissionNode permanently removes a node: its roles are dropped,
 	// its certificate revoked, and JoinNode refuses it from then on.
 	DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error)
+	// IssueKubernetesCredentials certifies the caller's key for the
+	// Kubernetes API: a client certificate from the Kubernetes CA for user
+	// "plinth-owner:owner" in group system:masters, valid for one hour, so
+	// that nothing long-lived sits in the owner's kubeconfig (Kubernetes
+	// cannot revoke a certificate). Served by every curator.
+	IssueKubernetesCredentials(context.Context, *IssueKubernetesCredentialsRequest) (*IssueKubernetesCredentialsResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -221,6 +244,9 @@ func (UnimplementedManagementServer) UpdateNodeRoles(context.Context, *UpdateNod
 }
 func (UnimplementedManagementServer) DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecommissionNode not implemented")
+}
+func (UnimplementedManagementServer) IssueKubernetesCredentials(context.Context, *IssueKubernetesCredentialsRequest) (*IssueKubernetesCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueKubernetesCredentials not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -362,6 +388,24 @@ func _Management_DecommissionNode_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_IssueKubernetesCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueKubernetesCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).IssueKubernetesCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_IssueKubernetesCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).IssueKubernetesCredentials(ctx, req.(*IssueKubernetesCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -392,6 +436,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecommissionNode",
 			Handler:    _Management_DecommissionNode_Handler,
+		},
+		{
+			MethodName: "IssueKubernetesCredentials",
+			Handler:    _Management_IssueKubernetesCredentials_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -5,12 +5,16 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -40,6 +44,13 @@ type fakeCluster struct {
 	infoCA  *pki.CA // what GetClusterInfo reports; ca unless a test lies
 	ticket  []byte
 	escrows int // Escrow streams opened
+
+	// IssueKubernetesCredentials: a Kubernetes CA of its own, the
+	// lifetime of what it issues, the API servers it names, calls.
+	k8sCA       *pki.CA
+	k8sValidity time.Duration
+	apiServers  []string
+	k8sIssued   int
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
@@ -59,7 +70,12 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		t.Fatal(err)
 	}
 	_, ownerKey, _ := ed25519.GenerateKey(rand.Reader)
-	f := &fakeCluster{ca: ca, node: node, ownerKey: ownerKey, infoCA: ca, ticket: []byte("first ticket")}
+	k8sCA, err := pki.NewCA("fake Kubernetes CA", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCluster{ca: ca, node: node, ownerKey: ownerKey, infoCA: ca, ticket: []byte("first ticket"),
+		k8sCA: k8sCA, k8sValidity: time.Hour, apiServers: []string{"10.42.0.11:6443", "10.42.0.12:6443"}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +197,41 @@ func (f *fakeCluster) RotateRegisterTicket(ctx context.Context, _ *clusterpb.Rot
 	defer f.mu.Unlock()
 	f.ticket = t
 	return &clusterpb.RotateRegisterTicketResponse{Ticket: t}, nil
+}
+
+// IssueKubernetesCredentials certifies the key with the fake Kubernetes
+// CA, as the curator does (CN plinth-owner:owner, O system:masters).
+func (f *fakeCluster) IssueKubernetesCredentials(ctx context.Context, req *clusterpb.IssueKubernetesCredentialsRequest) (*clusterpb.IssueKubernetesCredentialsResponse, error) {
+	if err := f.isOwner(ctx); err != nil {
+		return nil, err
+	}
+	pub, err := x509.ParsePKIXPublicKey(req.PublicKey)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.k8sIssued++
+	now := time.Now()
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(int64(f.k8sIssued)),
+		Subject:      pkix.Name{CommonName: "plinth-owner:owner", Organization: []string{"system:masters"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(f.k8sValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, f.k8sCA.Certificate, pub, f.k8sCA.Key)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &clusterpb.IssueKubernetesCredentialsResponse{CaCertificate: f.k8sCA.Certificate.Raw, ClientCertificate: der,
+		ExpiresUnixNanos: now.Add(f.k8sValidity).UnixNano(), ApiServers: f.apiServers}, nil
+}
+
+func (f *fakeCluster) kubernetesIssued() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.k8sIssued
 }
 
 // runVerb runs a plinthctl verb as main does, capturing its output.

@@ -16,6 +16,8 @@
 //	plinthctl logs [-f] NODE
 //	plinthctl reboot NODE
 //	plinthctl decommission -yes NODE
+//	plinthctl kubeconfig [-server https://HOST:PORT] [-o FILE]
+//	plinthctl kubernetes-credential        kubectl's credential plugin (ExecCredential)
 //
 // Each verb is one file: a struct holding its flags, with a run method
 // that parses them and does the work (the layout of gokrazy's tools).

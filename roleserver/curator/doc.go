@@ -9,7 +9,8 @@
 //	             │               (leader only; followers: UNAVAILABLE "leader is X")│
 //	             │             GetCurrentLeader (every member, streams changes)    │
 //	owner ───────► Management  GetRegisterTicket GetClusterInfo GetNodes           │
-//	             │             ApproveNode UpdateNodeRoles DecommissionNode (any)  │
+//	             │             ApproveNode UpdateNodeRoles DecommissionNode        │
+//	             │             IssueKubernetesCredentials (any member)             │
 //	plinthctl ───► AAA         Escrow: owner key → owner certificate (any)         │
 //	             └───────┬──────────────────────────────────────┬──────────────────┘
 //	                     │ namespaced etcd client               │ AddNode/RemoveNode
@@ -20,7 +21,8 @@
 //	   /cluster-unlock-keys/<id>  32 bytes
 //	   /heartbeats/<id>           unix nanos, written by the leader
 //	   /certs/<id>/{node,curator}/<serial>  every certificate issued (for revocation)
-//	   /kubernetes-ca/{ca.pem,ca-key.pem}
+//	   /kubernetes-ca/…           Kubernetes CAs and service-account key
+//	                              (roleserver/kubernetes/pki)
 //	   /leader, /leader-since     leased: GetCurrentLeaderResponse{id, port}
 //
 // Leader election: each curator grants a lease (Config.LeaderTTL, 5 s)
@@ -65,6 +67,12 @@
 // its curator certificates; the cluster CRL (/cluster/crl) is followed by
 // every curator and handed to nodes with heartbeat answers and
 // GetClusterInfo.
+//
+// Kubernetes: IssueCertificate signs a worker's kubelet certificates from
+// the Kubernetes PKI, the serving one for exactly the caller's node ID and
+// the addresses on its record; IssueKubernetesCredentials gives the owner
+// a one-hour kubectl client certificate (system:masters) and the API
+// servers' addresses (UP KubernetesController nodes, port 6443).
 //
 // Authorization happens in one place, the interceptor of roleserver/rpc:
 // each RPC's required_permission and the kinds of caller each permission

@@ -295,6 +295,8 @@ func newCluster(t *testing.T) *cluster {
 		Configuration:  &clusterpb.ClusterConfiguration{},
 		TPMUsage:       clusterpb.NodeTPMUsage_NODE_TPM_USAGE_USED,
 		Status:         &clusterpb.NodeStatus{Addresses: []string{"127.0.0.1"}, Version: "test"},
+		// The first node as a controller, as a default bootstrap makes it.
+		KubernetesController: true,
 	})
 	if err != nil {
 		t.Fatalf("Bootstrap: %v", err)

@@ -3,25 +3,40 @@ package curator
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
+	"errors"
 	"net"
+	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/identity"
+	kpki "plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
+// The Kubernetes PKI (roleserver/kubernetes/pki) lives in the curator's
+// etcd namespace under /kubernetes-ca/, apart from the cluster CA, so
+// that cluster certificates mean nothing to the API server and the
+// reverse. The curator issues from it what nodes and the owner cannot
+// issue themselves: the kubelet's certificates and the owner's kubectl
+// credentials. Controllers, being consensus members, issue their own
+// (kpki.PKI.Controller).
+
+// kubernetesAdminValidity is the lifetime of the owner's kubectl
+// certificate: plinthctl asks for a new one when it runs out, and
+// Kubernetes cannot revoke it.
+const kubernetesAdminValidity = time.Hour
+
 // IssueCertificate signs the kubelet's certificates with the Kubernetes
-// CA, a CA of its own (created on first use, kept in etcd) so that cluster
-// node certificates mean nothing to the API server and the reverse.
+// CA (created on first use). The serving certificate names only the
+// caller's node ID (from its certificate, checked against its record by
+// checkCaller) and the addresses in its record; the request carries
+// nothing but public keys.
 func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.IssueCertificateRequest) (*clusterpb.IssueCertificateResponse, error) {
 	p := rpc.PeerFrom(ctx)
 	if _, err := c.leaderTerm(); err != nil {
@@ -42,93 +57,94 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 	if n.GetRoles().GetKubernetesWorker() == nil {
 		return nil, status.Errorf(codes.PermissionDenied, "node %s does not have the KubernetesWorker role", p.NodeID)
 	}
-	for name, k := range map[string][]byte{"kubelet_client_public_key": w.KubeletClientPublicKey, "kubelet_server_public_key": w.KubeletServerPublicKey} {
-		if len(k) != ed25519.PublicKeySize {
-			return nil, status.Errorf(codes.InvalidArgument, "%s has %d bytes, want %d", name, len(k), ed25519.PublicKeySize)
+	for name, k := range map[string][]byte{"kubelet_client_public_key": w.KubeletClientPublicKey,
+		"kubelet_server_public_key": w.KubeletServerPublicKey, "proxy_public_key": w.ProxyPublicKey} {
+		if err := pki.CheckEd25519PublicKey(k); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s: %v", name, err)
 		}
 	}
-	ca, err := kubernetesCA(ctx, kv)
+	ca, clientCert, serverCert, err := kpki.New(kv).Kubelet(ctx, n.Id, nodeAddresses(n),
+		ed25519.PublicKey(w.KubeletClientPublicKey), ed25519.PublicKey(w.KubeletServerPublicKey))
 	if err != nil {
-		return nil, err
+		return nil, kubernetesErr("issuing the kubelet's certificates", err)
 	}
-	clientCert, err := issueKubernetes(ca, w.KubeletClientPublicKey, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "system:node:" + n.Id, Organization: []string{"system:nodes"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
+	_, proxyCert, err := kpki.New(kv).Proxy(ctx, ed25519.PublicKey(w.ProxyPublicKey))
 	if err != nil {
-		return nil, internalErr("issuing kubelet client certificate", err)
-	}
-	server := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: n.Id},
-		DNSNames:    []string{n.Id},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, a := range n.GetStatus().GetAddresses() {
-		if ip := net.ParseIP(a); ip != nil {
-			server.IPAddresses = append(server.IPAddresses, ip)
-		}
-	}
-	serverCert, err := issueKubernetes(ca, w.KubeletServerPublicKey, server)
-	if err != nil {
-		return nil, internalErr("issuing kubelet server certificate", err)
+		return nil, kubernetesErr("issuing kube-proxy's certificate", err)
 	}
 	return &clusterpb.IssueCertificateResponse{Kind: &clusterpb.IssueCertificateResponse_KubernetesWorker_{
 		KubernetesWorker: &clusterpb.IssueCertificateResponse_KubernetesWorker{
-			IdentityCaCertificate:    ca.Certificate.Raw,
+			IdentityCaCertificate:    ca.Raw,
 			KubeletClientCertificate: clientCert.Raw,
 			KubeletServerCertificate: serverCert.Raw,
+			ProxyCertificate:         proxyCert.Raw,
 		},
 	}}, nil
 }
 
-// kubernetesCA loads the Kubernetes CA, creating it on first use. Of two
-// concurrent creators, the first to commit wins and the other uses its CA.
-func kubernetesCA(ctx context.Context, kv clientv3.KV) (*pki.CA, error) {
-	resp, err := kv.Txn(ctx).Then(clientv3.OpGet(keyK8sCACert), clientv3.OpGet(keyK8sCAKey)).Commit()
-	if err != nil {
-		return nil, etcdErr("reading the Kubernetes CA", err)
-	}
-	if c, k := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs; len(c) == 1 && len(k) == 1 {
-		ca, err := pki.LoadCA(c[0].Value, k[0].Value)
-		if err != nil {
-			return nil, internalErr("loading the Kubernetes CA", err)
+// nodeAddresses are the addresses in a node's record, i.e. those it
+// reported in its status (checked to be IP addresses when stored).
+func nodeAddresses(n *clusterpb.Node) []net.IP {
+	var out []net.IP
+	for _, a := range n.GetStatus().GetAddresses() {
+		if ip := net.ParseIP(a); ip != nil {
+			out = append(out, ip)
 		}
-		return ca, nil
 	}
-	ca, err := pki.NewCA("Plinth Kubernetes CA", 0)
-	if err != nil {
-		return nil, internalErr("creating the Kubernetes CA", err)
-	}
-	certPEM, keyPEM, err := ca.MarshalPEM()
-	if err != nil {
-		return nil, internalErr("encoding the Kubernetes CA", err)
-	}
-	put, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keyK8sCACert), "=", 0)).
-		Then(clientv3.OpPut(keyK8sCACert, string(certPEM)), clientv3.OpPut(keyK8sCAKey, string(keyPEM))).
-		Commit()
-	if err != nil {
-		return nil, etcdErr("storing the Kubernetes CA", err)
-	}
-	if !put.Succeeded {
-		return kubernetesCA(ctx, kv)
-	}
-	return ca, nil
+	return out
 }
 
-func issueKubernetes(ca *pki.CA, pub ed25519.PublicKey, tmpl *x509.Certificate) (*x509.Certificate, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+// IssueKubernetesCredentials certifies the owner's key for kubectl: a
+// client certificate for a Kubernetes administrator, valid for
+// kubernetesAdminValidity, and where the API servers are. The
+// interceptor let only the owner through (KUBERNETES_ADMIN).
+func (m managementServer) IssueKubernetesCredentials(ctx context.Context, req *clusterpb.IssueKubernetesCredentialsRequest) (*clusterpb.IssueKubernetesCredentialsResponse, error) {
+	pub, err := kpki.ParsePublicKey(req.GetPublicKey())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "public_key: %v", err)
+	}
+	kv, _, err := m.backend()
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	tmpl.SerialNumber = serial
-	tmpl.NotBefore = now.Add(-time.Hour)
-	tmpl.NotAfter = ca.Certificate.NotAfter
-	tmpl.BasicConstraintsValid = true
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, pub, ca.Key)
+	nodes, _, err := listNodes(ctx, kv)
 	if err != nil {
 		return nil, err
 	}
-	return x509.ParseCertificate(der)
+	ca, cert, err := kpki.New(kv).Admin(ctx, pub, identity.OwnerName, kubernetesAdminValidity)
+	if err != nil {
+		return nil, kubernetesErr("issuing the owner's Kubernetes certificate", err)
+	}
+	return &clusterpb.IssueKubernetesCredentialsResponse{
+		CaCertificate:     ca.Raw,
+		ClientCertificate: cert.Raw,
+		ExpiresUnixNanos:  cert.NotAfter.UnixNano(),
+		ApiServers:        apiServers(nodes),
+	}, nil
+}
+
+// apiServers lists host:port of every address of every UP node with the
+// KubernetesController role.
+func apiServers(nodes []*clusterpb.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.State != clusterpb.NodeState_NODE_STATE_UP || n.GetRoles().GetKubernetesController() == nil {
+			continue
+		}
+		for _, a := range n.GetStatus().GetAddresses() {
+			out = append(out, net.JoinHostPort(a, strconv.Itoa(layout.KubernetesAPIPort)))
+		}
+	}
+	return out
+}
+
+// kubernetesErr is the status of a kpki error.
+func kubernetesErr(what string, err error) error {
+	switch {
+	case errors.Is(err, kpki.ErrInvalidArgument):
+		return status.Errorf(codes.InvalidArgument, "%s: %v", what, err)
+	case errors.Is(err, kpki.ErrStore):
+		return status.Errorf(codes.Unavailable, "%s: %v", what, err)
+	}
+	return internalErr(what, err)
 }

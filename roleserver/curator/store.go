@@ -27,10 +27,8 @@ const (
 	keyOwnerKey      = "/cluster/owner-key"     // owner ed25519 public key, raw
 	keyTicket        = "/cluster/ticket"        // register ticket, raw
 	keyConfiguration = "/cluster/configuration" // clusterpb.ClusterConfiguration
-	keyK8sCACert     = "/kubernetes-ca/ca.pem"  // Kubernetes CA, created lazily
-	keyK8sCAKey      = "/kubernetes-ca/ca-key.pem"
-	keyLeader        = "/leader"       // clusterpb.GetCurrentLeaderResponse{id, port}, leased
-	keyLeaderSince   = "/leader-since" // election time, unix nanos (decimal), same lease
+	keyLeader        = "/leader"                // clusterpb.GetCurrentLeaderResponse{id, port}, leased
+	keyLeaderSince   = "/leader-since"          // election time, unix nanos (decimal), same lease
 
 	prefixNodes      = "/nodes/"               // + node ID: clusterpb.Node without health
 	prefixJoinKeys   = "/join-keys/"           // + hex(join public key): node ID

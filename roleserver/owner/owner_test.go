@@ -39,6 +39,8 @@ type fakeCluster struct {
 	ownerPub ed25519.PublicKey
 	// mgmtErr, if set, is returned by every Management call.
 	mgmtErr error
+	// k8s answers IssueKubernetesCredentials for the key asked about.
+	k8s func(pub any) *clusterpb.IssueKubernetesCredentialsResponse
 
 	mu       sync.Mutex
 	approved [][]byte

@@ -207,6 +207,29 @@ func (p *PKI) Kubelet(ctx context.Context, nodeID string, addresses []net.IP, cl
 	return a.cert, clientCert, serverCert, nil
 }
 
+// ProxyUser is the user of a worker's service components (kube-proxy,
+// the pod network daemon, the DNS server): the API server's default
+// roles bind it to system:node-proxier (read Services, EndpointSlices
+// and Nodes), which is all these need.
+const ProxyUser = "system:kube-proxy"
+
+// Proxy certifies a worker's service components' key (see
+// CheckPublicKey) as ProxyUser, for KubeletValidity. It returns the
+// certificate with the Kubernetes CA, created on first use.
+func (p *PKI) Proxy(ctx context.Context, pub crypto.PublicKey) (ca, cert *x509.Certificate, err error) {
+	if err := CheckPublicKey(pub); err != nil {
+		return nil, nil, err
+	}
+	a, err := p.authority(ctx, secretCA)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cert, err = a.issue(pub, clientTemplate(ProxyUser), KubeletValidity); err != nil {
+		return nil, nil, err
+	}
+	return a.cert, cert, nil
+}
+
 // Admin certifies pub (see CheckPublicKey) as a Kubernetes superuser:
 // user AdminPrefix+name in group system:masters, for validity (at most
 // MaxAdminValidity: Kubernetes cannot revoke it). It returns the

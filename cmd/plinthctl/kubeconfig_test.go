@@ -1,0 +1,250 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"plinth.dev/plinth/platform/pki"
+)
+
+// The test binary stands in for plinthctl when client-go runs the
+// credential plugin a kubeconfig names (os.Executable, i.e. this binary):
+// with PLINTHCTL_TEST_MAIN=1 it is plinthctl.
+func TestMain(m *testing.M) {
+	if os.Getenv("PLINTHCTL_TEST_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func readKubeconfig(t *testing.T, b []byte) kubeconfig {
+	t.Helper()
+	var cfg kubeconfig
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("kubeconfig: %v\n%s", err, b)
+	}
+	if len(cfg.Clusters) != 1 || len(cfg.Users) != 1 || len(cfg.Contexts) != 1 {
+		t.Fatalf("kubeconfig: %s", b)
+	}
+	return cfg
+}
+
+func TestKubeconfig(t *testing.T) {
+	f := newFakeCluster(t)
+	dir := f.owned(t)
+	out := filepath.Join(t.TempDir(), "kubeconfig")
+	_, stderr, err := runVerb("kubeconfig", "-config", dir, "-o", out)
+	if err != nil {
+		t.Fatalf("kubeconfig: %v\n%s", err, stderr)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig file: %v %v", fi.Mode(), err)
+	}
+	b, _ := os.ReadFile(out)
+	cfg := readKubeconfig(t, b)
+	self, _ := os.Executable()
+	cl, u := cfg.Clusters[0].Cluster, cfg.Users[0].User.Exec
+	if cfg.APIVersion != "v1" || cfg.Kind != "Config" || cfg.CurrentContext != cfg.Contexts[0].Name ||
+		cfg.Contexts[0].Context.Cluster != cfg.Clusters[0].Name || cfg.Contexts[0].Context.User != cfg.Users[0].Name {
+		t.Errorf("kubeconfig structure: %s", b)
+	}
+	// The first API server the cluster names; the Kubernetes CA, not
+	// the cluster CA; a name every API server certificate has.
+	if cl.Server != "https://10.42.0.11:6443" || string(cl.CertificateAuthorityData) != string(pki.CertificatePEM(f.k8sCA.Certificate)) ||
+		cl.TLSServerName != "kubernetes.default.svc" {
+		t.Errorf("cluster: server %q, tls-server-name %q, CA %q", cl.Server, cl.TLSServerName, cl.CertificateAuthorityData)
+	}
+	if u.APIVersion != "client.authentication.k8s.io/v1" || u.Command != self || !slices.Equal(u.Args, []string{"kubernetes-credential", "-config", dir}) ||
+		u.InteractiveMode != "Never" {
+		t.Errorf("exec: %+v", u)
+	}
+	// Nothing long-lived in the file: no key, no certificate of the user.
+	if strings.Contains(string(b), "client-key") || strings.Contains(string(b), "client-certificate") || strings.Contains(string(b), "token") {
+		t.Errorf("the kubeconfig holds credentials:\n%s", b)
+	}
+	// client-go reads it as kubectl does.
+	rc, err := clientcmd.BuildConfigFromFlags("", out)
+	if err != nil {
+		t.Fatalf("client-go: %v", err)
+	}
+	if rc.Host != cl.Server || rc.TLSClientConfig.ServerName != "kubernetes.default.svc" || rc.ExecProvider == nil || rc.ExecProvider.Command != self {
+		t.Errorf("client-go config: %+v", rc)
+	}
+	// Writing it fetched (and cached) the first credential.
+	if n := f.kubernetesIssued(); n != 1 {
+		t.Errorf("%d credentials issued, want 1", n)
+	}
+
+	// -server wins; without -o the kubeconfig goes to stdout.
+	stdout, _, err := runVerb("kubeconfig", "-config", dir, "-server", "https://127.0.0.1:16443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := readKubeconfig(t, []byte(stdout)).Clusters[0].Cluster; s.Server != "https://127.0.0.1:16443" || s.TLSServerName != "kubernetes.default.svc" {
+		t.Errorf("-server: %+v", s)
+	}
+	if _, _, err := runVerb("kubeconfig", "-config", dir, "-server", "http://127.0.0.1:16443"); err == nil {
+		t.Error("-server http:// accepted")
+	}
+	// No controller yet and no -server: nothing to write.
+	f.mu.Lock()
+	f.apiServers = nil
+	f.mu.Unlock()
+	if _, _, err := runVerb("kubeconfig", "-config", dir); err == nil || !strings.Contains(err.Error(), "-server") {
+		t.Errorf("without API servers: %v", err)
+	}
+}
+
+// parseCredential checks the plugin's output as client-go would use it.
+func parseCredential(t *testing.T, f *fakeCluster, out string) (execCredential, *x509.Certificate) {
+	t.Helper()
+	var cred execCredential
+	if err := json.Unmarshal([]byte(out), &cred); err != nil || cred.Status == nil {
+		t.Fatalf("ExecCredential: %v\n%s", err, out)
+	}
+	if cred.APIVersion != "client.authentication.k8s.io/v1" || cred.Kind != "ExecCredential" {
+		t.Errorf("ExecCredential type: %s", out)
+	}
+	pair, err := tls.X509KeyPair([]byte(cred.Status.ClientCertificateData), []byte(cred.Status.ClientKeyData))
+	if err != nil {
+		t.Fatalf("ExecCredential key pair: %v", err)
+	}
+	if err := pki.Verify(f.k8sCA.Certificate, nil, pair.Leaf, pki.UsageClient); err != nil {
+		t.Errorf("ExecCredential certificate: %v", err)
+	}
+	exp, err := time.Parse(time.RFC3339, cred.Status.ExpirationTimestamp)
+	if err != nil || exp.After(pair.Leaf.NotAfter) || pair.Leaf.NotAfter.Sub(exp) >= time.Second {
+		t.Errorf("expirationTimestamp %q, certificate NotAfter %v: %v", cred.Status.ExpirationTimestamp, pair.Leaf.NotAfter, err)
+	}
+	return cred, pair.Leaf
+}
+
+func TestKubernetesCredential(t *testing.T) {
+	f := newFakeCluster(t)
+	dir := f.owned(t)
+	out, stderr, err := runVerb("kubernetes-credential", "-config", dir)
+	if err != nil {
+		t.Fatalf("kubernetes-credential: %v\n%s", err, stderr)
+	}
+	_, cert := parseCredential(t, f, out)
+	if k, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || k.Curve != elliptic.P256() {
+		t.Errorf("key %T, want ECDSA P-256", cert.PublicKey)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, kubeCredentialFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("cache: %v %v", fi, err)
+	}
+	// The cache answers until shortly before expiry.
+	again, _, err := runVerb("kubernetes-credential", "-config", dir)
+	if err != nil || again != out || f.kubernetesIssued() != 1 {
+		t.Errorf("second call: %v, same output %v, %d issued", err, again == out, f.kubernetesIssued())
+	}
+	if _, ok := cachedKubeCredential(dir, time.Now().Add(time.Hour-kubeCredentialRenewBefore+time.Minute)); ok {
+		t.Error("a credential about to expire came from the cache")
+	}
+	// A damaged cache is replaced.
+	if err := os.WriteFile(filepath.Join(dir, kubeCredentialFile), []byte(`{"apiVersion":"client.authentication.k8s.io/v1","status":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runVerb("kubernetes-credential", "-config", dir)
+	if err != nil || f.kubernetesIssued() != 2 {
+		t.Fatalf("after damage: %v, %d issued", err, f.kubernetesIssued())
+	}
+	parseCredential(t, f, out)
+	// Certificates shorter than the renewal margin are never cached.
+	f.mu.Lock()
+	f.k8sValidity = kubeCredentialRenewBefore - time.Minute
+	f.mu.Unlock()
+	os.Remove(filepath.Join(dir, kubeCredentialFile))
+	for i := range 2 {
+		if _, _, err := runVerb("kubernetes-credential", "-config", dir); err != nil || f.kubernetesIssued() != 3+i {
+			t.Fatalf("short-lived %d: %v, %d issued", i, err, f.kubernetesIssued())
+		}
+	}
+	// Without owner credentials there is nothing to ask with.
+	if _, _, err := runVerb("kubernetes-credential", "-config", f.ownerDir(t)); err == nil {
+		t.Error("kubernetes-credential without ownership succeeded")
+	}
+}
+
+// End to end with client-go, as kubectl: the kubeconfig and the
+// credential plugin (this test binary as plinthctl) reach an API server
+// through a loopback address that is not in its certificate.
+func TestKubeconfigWithClientGo(t *testing.T) {
+	f := newFakeCluster(t)
+	dir := f.owned(t)
+	// An "API server" with a serving certificate from the Kubernetes CA
+	// for kubernetes.default.svc only, requiring a client certificate from
+	// the same CA.
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(7),
+		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		DNSNames:     []string{"kubernetes.default.svc"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, f.k8sCA.Certificate, key.Public(), f.k8sCA.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := r.TLS.PeerCertificates[0]
+		fmt.Fprintf(w, "%s %s", c.Subject.CommonName, strings.Join(c.Subject.Organization, ","))
+	}))
+	srv.TLS = &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    f.k8sCA.CertPool(),
+	}
+	srv.StartTLS()
+	defer srv.Close()
+
+	out := filepath.Join(t.TempDir(), "kubeconfig")
+	if _, stderr, err := runVerb("kubeconfig", "-config", dir, "-server", srv.URL, "-o", out); err != nil {
+		t.Fatalf("kubeconfig: %v\n%s", err, stderr)
+	}
+	// The plugin runs in a process of its own and must fetch anew.
+	os.Remove(filepath.Join(dir, kubeCredentialFile))
+	t.Setenv("PLINTHCTL_TEST_MAIN", "1")
+	rc, err := clientcmd.BuildConfigFromFlags("", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(rc.Host + "/version")
+	if err != nil {
+		t.Fatalf("GET through client-go: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "plinth-owner:owner system:masters" {
+		t.Errorf("the API server saw %q", body)
+	}
+	if n := f.kubernetesIssued(); n != 2 {
+		t.Errorf("%d credentials issued, want 2 (kubeconfig, then the plugin)", n)
+	}
+}
