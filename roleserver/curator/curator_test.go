@@ -333,11 +333,16 @@ func TestCurator(t *testing.T) {
 			return nil
 		})
 		// Written to etcd for the other members (rate-limited).
-		kv, _, err := a.cur.backend()
-		mustOK(t, "backend", err)
-		if v, _, err := getValue(ctx, kv, heartbeatKey(b.id)); err != nil || parseNanos(v) == 0 {
-			t.Errorf("stored heartbeat = %q, %v", v, err)
-		}
+		eventually(t, 10*time.Second, "heartbeat stored in etcd", func() error {
+			kv, _, err := a.cur.backend()
+			if err != nil {
+				return err
+			}
+			if v, _, err := getValue(ctx, kv, heartbeatKey(b.id)); err != nil || parseNanos(v) == 0 {
+				return errorf("stored heartbeat = %q, %v", v, err)
+			}
+			return nil
+		})
 		stop()
 		<-done
 		stopped := time.Now()
