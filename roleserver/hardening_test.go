@@ -68,26 +68,31 @@ func serveFake(t *testing.T, creds *identity.Credentials, f *fakeLeader) string 
 // curator certificate the CRL revokes, both answer GetCurrentLeader and
 // Watch as the leader. The Role Server's resolver and role fetch accept
 // neither: the node keeps its roles and its locally sealed cluster key.
+// issueCreds are credentials from ca for a new key: a curator's or a
+// node's.
+func issueCreds(t *testing.T, ca *pki.CA, curator bool) *identity.Credentials {
+	t.Helper()
+	key := genKey(t)
+	pub := key.Public().(ed25519.PublicKey)
+	issue := identity.IssueNodeCertificate
+	if curator {
+		issue = identity.IssueCuratorCertificate
+	}
+	cert, err := issue(ca, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := identity.NewCredentials(key, cert.Raw, ca.Certificate.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestFakeLeaderRefused(t *testing.T) {
 	ca, _ := pki.NewCA("cluster", 0)
-	issue := func(curator bool) *identity.Credentials {
-		key := genKey(t)
-		pub := key.Public().(ed25519.PublicKey)
-		cert, err := identity.IssueNodeCertificate(ca, pub)
-		if curator {
-			cert, err = identity.IssueCuratorCertificate(ca, pub)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := identity.NewCredentials(key, cert.Raw, ca.Certificate.Raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	worker := issue(false)       // decommissioned, but its certificate still chains to the CA
-	formerCurator := issue(true) // revoked below
+	worker := issueCreds(t, ca, false)       // decommissioned, but its certificate still chains to the CA
+	formerCurator := issueCreds(t, ca, true) // revoked below
 	fakeWorker, fakeCurator := &fakeLeader{}, &fakeLeader{}
 	endpoints := []string{serveFake(t, worker, fakeWorker), serveFake(t, formerCurator, fakeCurator)}
 
@@ -116,7 +121,7 @@ func TestFakeLeaderRefused(t *testing.T) {
 		}
 	}
 	n.start()
-	self := issue(false)
+	self := issueCreds(t, ca, false)
 	n.svc.ProvideRegisterData(self, &clusterpb.ClusterDirectory{})
 
 	// Give the resolver time to try both endpoints several times.
@@ -221,19 +226,7 @@ func TestStaleRolesFileKeepsMember(t *testing.T) {
 // decommissioned); the check is in the shared authorization path.
 func TestNodeManagementChecksCRL(t *testing.T) {
 	ca, _ := pki.NewCA("cluster", 0)
-	issue := func() *identity.Credentials {
-		key := genKey(t)
-		cert, err := identity.IssueNodeCertificate(ca, key.Public().(ed25519.PublicKey))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := identity.NewCredentials(key, cert.Raw, ca.Certificate.Raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	self, other := issue(), issue()
+	self, other := issueCreds(t, ca, false), issueCreds(t, ca, false)
 	n := newTestNode(t)
 	n.start()
 	n.svc.ProvideRegisterData(self, &clusterpb.ClusterDirectory{})

@@ -30,13 +30,11 @@ func (c *approveCmd) run(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	cl, err := dialOwner(c.config)
+	cl, ctx, done, err := ownerCall(ctx, c.config)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
+	defer done()
 	if len(pos) == 0 {
 		nodes, err := cl.Nodes(ctx)
 		if err != nil {

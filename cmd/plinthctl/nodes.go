@@ -33,13 +33,11 @@ func (c *nodesCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	cl, err := dialOwner(c.config)
+	cl, ctx, done, err := ownerCall(ctx, c.config)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
+	defer done()
 	nodes, err := cl.Nodes(ctx)
 	if err != nil {
 		return err

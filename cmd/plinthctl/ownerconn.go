@@ -30,6 +30,17 @@ func dialOwner(dir string) (*owner.Client, error) {
 	return owner.Dial(cfg)
 }
 
+// ownerCall is dialOwner for one call: the client, a context bounded by
+// callTimeout, and what closes both.
+func ownerCall(ctx context.Context, dir string) (*owner.Client, context.Context, func(), error) {
+	cl, err := dialOwner(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	return cl, ctx, func() { cancel(); cl.Close() }, nil
+}
+
 // nodeID resolves a NODE argument to a node ID.
 func nodeID(ctx context.Context, c *owner.Client, ref string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)

@@ -31,13 +31,11 @@ func (c *rolesCmd) run(ctx context.Context, args []string, _, stderr io.Writer) 
 		return errors.New("usage: plinthctl roles add|remove NODE consensus-member|kubernetes-controller|kubernetes-worker...")
 	}
 	on := pos[0] == "add"
-	cl, err := dialOwner(c.config)
+	cl, ctx, done, err := ownerCall(ctx, c.config)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
+	defer done()
 	n, err := cl.FindNode(ctx, pos[1])
 	if err != nil {
 		return err

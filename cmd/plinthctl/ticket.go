@@ -37,13 +37,11 @@ func (c *ticketCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	cl, err := dialOwner(c.config)
+	cl, ctx, done, err := ownerCall(ctx, c.config)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
+	defer done()
 	get := cl.Ticket
 	if c.rotate {
 		get = cl.RotateTicket

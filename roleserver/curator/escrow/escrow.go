@@ -24,6 +24,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/identity"
@@ -62,6 +63,13 @@ func TakeOwnership(ctx context.Context, aaa clusterpb.AAAClient, creds *identity
 			PublicKey:             key.Public().(ed25519.PublicKey),
 		},
 	}}); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The server ended the stream (e.g. refused the caller at
+			// once): the reason is the stream's status, which Recv returns.
+			if _, rerr := st.Recv(); rerr != nil {
+				return nil, rerr
+			}
+		}
 		return nil, fmt.Errorf("escrow: sending parameters: %w", err)
 	}
 	msg, err := st.Recv()
@@ -82,7 +90,8 @@ func TakeOwnership(ctx context.Context, aaa clusterpb.AAAClient, creds *identity
 	}
 	if err := st.Send(&clusterpb.EscrowFromClient{Message: &clusterpb.EscrowFromClient_Proof_{
 		Proof: &clusterpb.EscrowFromClient_Proof{Signature: sig},
-	}}); err != nil {
+	}}); err != nil && !errors.Is(err, io.EOF) {
+		// io.EOF: the server ended the stream; Recv below has its status.
 		return nil, fmt.Errorf("escrow: sending proof: %w", err)
 	}
 	if msg, err = st.Recv(); err != nil {
