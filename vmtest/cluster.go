@@ -23,8 +23,6 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/layout"
-	"plinth.dev/plinth/platform/pki"
-	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/owner"
 )
 
@@ -55,7 +53,16 @@ type ClusterOptions struct {
 	// StepTimeout bounds each wait (curator up, node registered, node UP);
 	// default 10 minutes, which TCG needs for a cold boot and join.
 	StepTimeout time.Duration
+	// Kubernetes makes the bootstrap node a Kubernetes controller and
+	// worker, gives every node AddNode brings in the worker role, and
+	// forwards each node's API server and KubernetesNodePort from the
+	// host.
+	Kubernetes bool
 }
+
+// KubernetesNodePort is the NodePort the router forwards to every node of
+// a Kubernetes cluster (tests create their Services with it).
+const KubernetesNodePort = 30080
 
 // Cluster is a set of nodes on one Switch, reachable from the host through
 // a Router, owned by the test: LaunchCluster took ownership with the
@@ -251,7 +258,7 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		forwards = append(forwards, nodeForwards(n)...)
+		forwards = append(forwards, c.nodeForwards(n)...)
 	}
 	if c.Router, err = StartRouter(ctx, c.Switch, o.Dir, forwards); err != nil {
 		return nil, err
@@ -259,11 +266,15 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 	return c, nil
 }
 
-func nodeForwards(n *ClusterNode) []netip.AddrPort {
-	return []netip.AddrPort{
+func (c *Cluster) nodeForwards(n *ClusterNode) []netip.AddrPort {
+	f := []netip.AddrPort{
 		netip.AddrPortFrom(n.Addr, layout.CuratorPort),
 		netip.AddrPortFrom(n.Addr, layout.NodeManagementPort),
 	}
+	if c.opts.Kubernetes {
+		f = append(f, netip.AddrPortFrom(n.Addr, layout.KubernetesAPIPort), netip.AddrPortFrom(n.Addr, KubernetesNodePort))
+	}
+	return f
 }
 
 func (c *Cluster) logf(format string, args ...any) {
@@ -290,6 +301,9 @@ func (c *Cluster) newSlot() (*ClusterNode, error) {
 }
 
 func (c *Cluster) setParams(n *ClusterNode, p *nodepb.Parameters) error {
+	if c.opts.Kubernetes {
+		WithKubernetes(p)
+	}
 	if c.opts.Parameters != nil {
 		c.opts.Parameters(n.Name, p)
 	}
@@ -345,83 +359,22 @@ func (c *Cluster) CuratorEndpoint(n *ClusterNode) string {
 	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, layout.CuratorPort))
 }
 
+// KubernetesAPIEndpoint is the host's 127.0.0.1:port forwarded to the
+// node's Kubernetes API server (ClusterOptions.Kubernetes).
+func (c *Cluster) KubernetesAPIEndpoint(n *ClusterNode) string {
+	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, layout.KubernetesAPIPort))
+}
+
+// NodePortEndpoint is the host's 127.0.0.1:port forwarded to the node's
+// KubernetesNodePort.
+func (c *Cluster) NodePortEndpoint(n *ClusterNode) string {
+	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, KubernetesNodePort))
+}
+
 // NodeManagementEndpoint is the host's 127.0.0.1:port forwarded to the
 // node's NodeManagement port.
 func (c *Cluster) NodeManagementEndpoint(n *ClusterNode) string {
 	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, layout.NodeManagementPort))
-}
-
-// takeOwnership waits for the bootstrap node's curator (retrying while it
-// is not up yet) and saves the owner configuration.
-func (c *Cluster) takeOwnership(ctx context.Context, boot *ClusterNode, key ed25519.PrivateKey) error {
-	ep := c.CuratorEndpoint(boot)
-	// The CA fingerprint the bootstrap node logs on its console (a
-	// channel the owner trusts) pins the CA: nothing is sent to a server
-	// presenting another one.
-	lines, err := boot.VM().WaitForLine(ctx, bootstrappedLine)
-	if err != nil {
-		return fmt.Errorf("vmtest: %s: no bootstrap line with the CA fingerprint: %w", boot.Name, err)
-	}
-	fp, err := pki.ParseFingerprint(lines[1])
-	if err != nil {
-		return err
-	}
-	c.logf("%s: waiting for its curator (forwarded to %s) to take ownership, CA pinned to %s", boot.Name, ep, pki.FormatFingerprint(fp))
-	var creds *identity.Credentials
-	err = c.retry(ctx, boot, "taking ownership", func(ctx context.Context) error {
-		var err error
-		creds, _, err = owner.TakeOwnership(ctx, ep, key, owner.WithCAFingerprint(fp))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cfg = &owner.Config{Dir: c.OwnerDir(), Key: key, Credentials: creds, NodeEndpoints: map[string]string{}}
-	c.cfg.Curators = c.curatorsLocked()
-	if c.client, err = owner.Dial(c.cfg); err != nil {
-		return err
-	}
-	if err := c.cfg.Save(); err != nil {
-		return err
-	}
-	c.logf("took ownership; owner configuration in %s", c.OwnerDir())
-	return nil
-}
-
-// bootstrappedLine is the bootstrap node's console line naming the
-// cluster CA's fingerprint.
-var bootstrappedLine = regexp.MustCompile(`I root\.roleserver\.controlplane: cluster bootstrapped: .*ca-sha256=([0-9A-F:]+)`)
-
-// curatorsLocked lists the forwarded curator ports of the nodes started
-// so far, the bootstrap node first: nodes without a curator refuse at
-// once, and the client moves on to the next.
-func (c *Cluster) curatorsLocked() []string {
-	var out []string
-	for _, n := range c.slots {
-		n.mu.Lock()
-		started := n.used && n.vm != nil
-		n.mu.Unlock()
-		if started {
-			out = append(out, c.CuratorEndpoint(n))
-		}
-	}
-	return out
-}
-
-// updateOwnerLocked brings the client and the saved owner configuration
-// up to date with the started nodes.
-func (c *Cluster) updateOwnerLocked() error {
-	if c.cfg == nil {
-		return nil
-	}
-	c.cfg.Curators = c.curatorsLocked()
-	c.client.SetCurators(c.cfg.Curators)
-	for id, ep := range c.cfg.NodeEndpoints {
-		c.client.SetNodeEndpoint(id, ep)
-	}
-	return c.cfg.Save()
 }
 
 // retriable are the errors of a cluster that is still coming up.
@@ -614,6 +567,16 @@ func (c *Cluster) AddNode(ctx context.Context, opts ...AddNodeOption) (*ClusterN
 	}
 	n.mark(&n.times.Healthy)
 	c.logf("%s is HEALTHY (%s after boot)", n.Name, time.Since(start).Round(time.Second))
+	if c.opts.Kubernetes {
+		c.logf("%s: giving it the KubernetesWorker role", n.Name)
+		on := true
+		if err := c.retry(ctx, n, "giving the worker role", func(ctx context.Context) error {
+			return c.Client().UpdateRoles(ctx, &clusterpb.UpdateNodeRolesRequest{
+				Node: &clusterpb.UpdateNodeRolesRequest_Id{Id: n.ID()}, KubernetesWorker: &on})
+		}); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -685,7 +648,7 @@ func (c *Cluster) freeSlot(ctx context.Context) (*ClusterNode, error) {
 	n.used = true
 	n.mu.Unlock()
 	c.logf("no spare router forwards left: restarting the router with forwards for %s", n.Name)
-	if err := c.Router.AddForwards(ctx, nodeForwards(n)); err != nil {
+	if err := c.Router.AddForwards(ctx, c.nodeForwards(n)); err != nil {
 		return nil, err
 	}
 	return n, nil

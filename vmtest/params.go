@@ -13,17 +13,30 @@ import (
 const ParametersFwCfg = parameters.FwCfgName
 
 // BootstrapParameters returns parameters for a node bootstrapping a new
-// cluster with a fresh owner key and a required TPM.
+// cluster with a fresh owner key and a required TPM. The node runs no
+// Kubernetes (most tests are about something else, and Kubernetes under
+// TCG costs a minute of CPU): WithKubernetes turns it on.
 func BootstrapParameters() *nodepb.Parameters {
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		panic(err)
 	}
 	return &nodepb.Parameters{
-		Cluster: &nodepb.Parameters_Bootstrap{Bootstrap: &nodepb.Bootstrap{OwnerPublicKey: pub}},
+		Cluster: &nodepb.Parameters_Bootstrap{Bootstrap: &nodepb.Bootstrap{OwnerPublicKey: pub,
+			NoKubernetesController: true, NoKubernetesWorker: true}},
 		Tpm:     &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_REQUIRED},
 		Storage: &nodepb.NodeStorage{Security: nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED, Filesystem: nodepb.NodeStorage_FILESYSTEM_EXT4},
 	}
+}
+
+// WithKubernetes makes bootstrap parameters start the first node as a
+// Kubernetes controller and worker (a one-node cluster that runs pods),
+// as a node's default parameters do.
+func WithKubernetes(p *nodepb.Parameters) *nodepb.Parameters {
+	if b := p.GetBootstrap(); b != nil {
+		b.NoKubernetesController, b.NoKubernetesWorker = false, false
+	}
+	return p
 }
 
 // WriteParameters encodes p into file and returns file.

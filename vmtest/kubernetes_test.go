@@ -1,0 +1,131 @@
+package vmtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"plinth.dev/plinth/platform/layout"
+)
+
+// kubectl runs the kubectl built from the nodes' Kubernetes version
+// (PLINTH_KUBECTL, built by the Makefile) with a kubeconfig.
+type kubectl struct {
+	bin, kubeconfig string
+}
+
+func newKubectl(t *testing.T, kubeconfig string) kubectl {
+	t.Helper()
+	bin := os.Getenv("PLINTH_KUBECTL")
+	if bin == "" {
+		t.Fatal("PLINTH_KUBECTL unset: run `make vmtest`, which builds out/bin/kubectl")
+	}
+	return kubectl{bin: bin, kubeconfig: kubeconfig}
+}
+
+func (k kubectl) try(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kubeconfig, "--request-timeout=60s"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+func (k kubectl) run(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	out, err := k.try(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// until retries kubectl until ok accepts its output or timeout passes.
+func (k kubectl) until(t *testing.T, ctx context.Context, timeout time.Duration, what string, ok func(string) bool, args ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var out string
+	var err error
+	for time.Now().Before(deadline) {
+		if out, err = k.try(ctx, args...); err == nil && ok(out) {
+			return out
+		}
+		time.Sleep(3 * time.Second)
+	}
+	t.Fatalf("%s: not within %v (last output %q, %v)", what, timeout, out, err)
+	return ""
+}
+
+// applyStdin is kubectl apply -f - with manifest.
+func (k kubectl) apply(t *testing.T, ctx context.Context, manifest string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, k.bin, "--kubeconfig", k.kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
+	}
+}
+
+const testDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: ` + layout.TestImage + `
+        imagePullPolicy: Never
+        args: [serve]
+`
+
+// TestKubernetesOneNode: a node with ConsensusMember, KubernetesController
+// and KubernetesWorker answers a stock kubectl (built from the nodes'
+// Kubernetes version) through plinthctl's kubeconfig and its short-lived
+// credentials; it is Ready; a Deployment of the test image runs; logs and
+// exec work; a deleted pod is replaced.
+func TestKubernetesOneNode(t *testing.T) {
+	img := testImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	dir := TestDir(t)
+	// Images and snapshots need room: 4 GiB.
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	node := c.Nodes()[0]
+	ctl := buildPlinthctl(t)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	ctl.run(t, "kubeconfig", "-config", c.OwnerDir(), "-server", "https://"+c.KubernetesAPIEndpoint(node), "-o", kubeconfig)
+	k := newKubectl(t, kubeconfig)
+
+	k.until(t, ctx, 15*time.Minute, "node Ready", func(out string) bool { return out == "True" },
+		"get", "node", node.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
+
+	k.apply(t, ctx, testDeployment)
+	k.run(t, ctx, "rollout", "status", "deployment/web", "--timeout=10m")
+	pod := strings.TrimSpace(k.run(t, ctx, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
+	k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "serving") }, "logs", pod)
+	if out := k.run(t, ctx, "exec", pod, "--", "/testpod", "print", "hello from exec"); !strings.Contains(out, "hello from exec") {
+		t.Fatalf("kubectl exec: %q", out)
+	}
+	k.run(t, ctx, "delete", "pod", pod, "--wait=false")
+	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] != pod && f[1] == "Running"
+	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
+}
