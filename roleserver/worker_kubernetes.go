@@ -37,6 +37,34 @@ type workerKubernetes struct {
 	loadModules func() error
 	// output: set while the local API server serves.
 	status *memory.Value[*kubernetes.Status]
+
+	// runController and runWorker make the runnables of the two roles
+	// (nil: kubernetes.Controller and kubernetes.Worker; tests put fakes
+	// in).
+	runController func(nodeID string, addr net.IP, st *consensus.Status) supervisor.Runnable
+	runWorker     func(nodeID string, addr net.IP, conn *CuratorConnection) supervisor.Runnable
+}
+
+func (w *workerKubernetes) controllerRunnable(nodeID string, addr net.IP, st *consensus.Status) supervisor.Runnable {
+	if w.runController != nil {
+		return w.runController(nodeID, addr, st)
+	}
+	c := &kubernetes.Controller{Root: w.root, NodeID: nodeID, Address: addr, Consensus: st, Status: w.status}
+	return c.Run
+}
+
+func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *CuratorConnection) supervisor.Runnable {
+	if w.runWorker != nil {
+		return w.runWorker(nodeID, addr, conn)
+	}
+	wk := &kubernetes.Worker{
+		Root: w.root, NodeID: nodeID, Address: addr, ResolvConf: w.resolvConf,
+		APIServers: w.controllers, LoadModules: w.loadModules,
+		Certify: func(ctx context.Context, keys kubernetes.WorkerKeys) (*kubernetes.WorkerCertificates, error) {
+			return certifyWorker(ctx, conn, keys)
+		},
+	}
+	return wk.Run
 }
 
 func (w *workerKubernetes) run(ctx context.Context) error {
@@ -65,8 +93,7 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			c := &kubernetes.Controller{Root: w.root, NodeID: nd.nodeID, Address: addr, Consensus: st, Status: w.status}
-			if err := supervisor.Run(ctx, "controller", c.Run); err != nil {
+			if err := supervisor.Run(ctx, "controller", w.controllerRunnable(nd.nodeID, addr, st)); err != nil {
 				return err
 			}
 		}
@@ -75,14 +102,7 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			wk := &kubernetes.Worker{
-				Root: w.root, NodeID: nd.nodeID, Address: addr, ResolvConf: w.resolvConf,
-				APIServers: w.controllers, LoadModules: w.loadModules,
-				Certify: func(ctx context.Context, keys kubernetes.WorkerKeys) (*kubernetes.WorkerCertificates, error) {
-					return certifyWorker(ctx, conn, keys)
-				},
-			}
-			if err := supervisor.Run(ctx, "worker", wk.Run); err != nil {
+			if err := supervisor.Run(ctx, "worker", w.workerRunnable(nd.nodeID, addr, conn)); err != nil {
 				return err
 			}
 		}
