@@ -28,7 +28,7 @@ func init() {
 		KubernetesModules: kubernetesModules,
 		Arch:              "amd64",
 		HostFiles:         append(append([]HostFile(nil), mkfsTools...), nftTool),
-		Console:   "ttyS0",
+		Console:           "ttyS0",
 		// panic=-1: a kernel panic reboots at once instead of hanging a
 		// test; loglevel=4 keeps kernel warnings and errors on the console.
 		Cmdline: []string{"panic=-1", "loglevel=4"},
