@@ -39,13 +39,26 @@ help:
 deps:
 	@scripts/install-deps
 
-# The binaries are rebuilt when any Go source changes; gobuild keeps the old
-# file (and its timestamp) when the result is identical.
-$(BIN)/plinthctl: $(GO_SRC)
-	@scripts/gobuild $@ ./cmd/plinthctl
+# Every Go binary is built by scripts/gobuild, which replaces the file only
+# when the link gives new bytes, so the image is rebuilt for real changes
+# only. A stamp per binary (in $(STAMP)) records that the build ran: without
+# it an unchanged binary would stay older than its sources and be linked
+# again by every make (GNU make re-reads a binary's time after its stamp's
+# recipe ran, so the image does not see a rebuild that changed nothing).
+# A missing binary makes its stamp out of date.
+STAMP := $(OUT)/stamp
+missing = $(if $(wildcard $(1)),,FORCE)
+FORCE:
+.SECONDEXPANSION:
 
-$(BIN)/init: $(GO_SRC)
-	@CGO_ENABLED=0 scripts/gobuild $@ ./init -ldflags "-s -w -X main.version=$(VERSION)"
+# /init and plinthctl: rebuilt when any Go source changes.
+$(STAMP)/plinthctl: $(GO_SRC) $(call missing,$(BIN)/plinthctl)
+	@scripts/gobuild $(BIN)/plinthctl ./cmd/plinthctl
+	@mkdir -p $(@D) && touch $@
+
+$(STAMP)/init: $(GO_SRC) $(call missing,$(BIN)/init)
+	@CGO_ENABLED=0 scripts/gobuild $(BIN)/init ./init -ldflags "-s -w -X main.version=$(VERSION)"
+	@mkdir -p $(@D) && touch $@
 
 tools: $(BIN)/plinthctl $(BIN)/init
 
@@ -53,8 +66,7 @@ tools: $(BIN)/plinthctl $(BIN)/init
 # (k8s.io/kubernetes in require, the runtime as tool directives), so one
 # go.mod change moves them all. They import nothing from this repository
 # but their own cmd/ directory, so only go.mod/go.sum (and that directory)
-# trigger a rebuild; gobuild keeps the old file when the link gives the
-# same bytes, so the image is only rebuilt for a real change.
+# trigger a rebuild.
 #
 # The Kubernetes version is go.mod's k8s.io/kubernetes version.
 KUBE_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ { print $$2; exit }' go.mod)
@@ -80,38 +92,49 @@ CNI_PLUGINS := github.com/containernetworking/plugins/plugins/main/ptp \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 KUBE_BINS := $(BIN)/kube $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/runc \
 	$(foreach p,$(CNI_PLUGINS),$(BIN)/cni/$(notdir $(p))) $(BIN)/testpod
+CNI_STAMPS := $(foreach p,$(CNI_PLUGINS),$(STAMP)/cni/$(notdir $(p)))
 
-$(BIN)/kube: $(wildcard cmd/kube/*.go) $(GO_MOD)
+$(STAMP)/kube: $(wildcard cmd/kube/*.go) $(GO_MOD) $(call missing,$(BIN)/kube)
 	@echo "gobuild: kube $(KUBE_VERSION) (cached: ~1 min to link; cold: ~11 min)"
-	@nice -n 19 scripts/gobuild $@ ./cmd/kube -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
+	@nice -n 19 scripts/gobuild $(BIN)/kube ./cmd/kube -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
+	@mkdir -p $(@D) && touch $@
 
 # kubectl is not in the image: the VM tests drive the cluster with the
 # same Kubernetes version as the nodes.
-$(BIN)/kubectl: $(GO_MOD)
+$(STAMP)/kubectl: $(GO_MOD) $(call missing,$(BIN)/kubectl)
 	@echo "gobuild: kubectl $(KUBE_VERSION)"
-	@nice -n 19 scripts/gobuild $@ k8s.io/kubernetes/cmd/kubectl -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
+	@nice -n 19 scripts/gobuild $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
+	@mkdir -p $(@D) && touch $@
 
-$(BIN)/containerd: $(GO_MOD)
+$(STAMP)/containerd: $(GO_MOD) $(call missing,$(BIN)/containerd)
 	@echo "gobuild: containerd $(CONTAINERD_VERSION)"
-	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $@ $(CONTAINERD_PKG)/cmd/containerd -tags "$(CONTAINERD_TAGS)" -ldflags "$(CONTAINERD_LDFLAGS)"
+	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $(BIN)/containerd $(CONTAINERD_PKG)/cmd/containerd -tags "$(CONTAINERD_TAGS)" -ldflags "$(CONTAINERD_LDFLAGS)"
+	@mkdir -p $(@D) && touch $@
 
-$(BIN)/containerd-shim-runc-v2: $(GO_MOD)
+$(STAMP)/containerd-shim-runc-v2: $(GO_MOD) $(call missing,$(BIN)/containerd-shim-runc-v2)
 	@echo "gobuild: containerd-shim-runc-v2 $(CONTAINERD_VERSION)"
-	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $@ $(CONTAINERD_PKG)/cmd/containerd-shim-runc-v2 -tags "$(CONTAINERD_TAGS) no_grpc" -ldflags "$(CONTAINERD_LDFLAGS)"
+	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $(BIN)/containerd-shim-runc-v2 $(CONTAINERD_PKG)/cmd/containerd-shim-runc-v2 -tags "$(CONTAINERD_TAGS) no_grpc" -ldflags "$(CONTAINERD_LDFLAGS)"
+	@mkdir -p $(@D) && touch $@
 
 # runc needs cgo for libseccomp (seccomp filters) and its nsenter C code;
 # linked statically against Debian's libseccomp-dev.
-$(BIN)/runc: $(GO_MOD) | deps
+$(STAMP)/runc: $(GO_MOD) $(call missing,$(BIN)/runc) | deps
 	@echo "gobuild: runc (cgo, static, seccomp)"
-	@CGO_ENABLED=1 nice -n 19 scripts/gobuild $@ github.com/opencontainers/runc -tags "seccomp netgo osusergo" -ldflags "-s -w -extldflags -static"
+	@CGO_ENABLED=1 nice -n 19 scripts/gobuild $(BIN)/runc github.com/opencontainers/runc -tags "seccomp netgo osusergo" -ldflags "-s -w -extldflags -static"
+	@mkdir -p $(@D) && touch $@
 
-$(BIN)/cni/%: $(GO_MOD)
-	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $@ $(filter %/$*,$(CNI_PLUGINS)) -ldflags "-s -w"
+$(CNI_STAMPS): $(STAMP)/cni/%: $(GO_MOD) $$(call missing,$(BIN)/cni/$$*)
+	@echo "gobuild: CNI plugin $*"
+	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $(BIN)/cni/$* $(filter %/$*,$(CNI_PLUGINS)) -ldflags "-s -w"
+	@mkdir -p $(@D) && touch $@
 
-$(BIN)/testpod: $(wildcard cmd/testpod/*.go) $(GO_MOD)
-	@CGO_ENABLED=0 scripts/gobuild $@ ./cmd/testpod -ldflags "-s -w"
+$(STAMP)/testpod: $(wildcard cmd/testpod/*.go) $(GO_MOD) $(call missing,$(BIN)/testpod)
+	@CGO_ENABLED=0 scripts/gobuild $(BIN)/testpod ./cmd/testpod -ldflags "-s -w"
+	@mkdir -p $(@D) && touch $@
 
 kube-bins: $(KUBE_BINS) $(BIN)/kubectl
+
+$(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(BIN)/kubectl: $(BIN)/%: $(STAMP)/% ;
 
 # plinthctl build -bin takes every binary above from one directory.
 $(IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) | deps
