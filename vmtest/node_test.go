@@ -200,5 +200,7 @@ func TestTamperedSystemImageRefused(t *testing.T) {
 			}
 		}
 	}
-	mustLine(t, ctx, n, `I pid1: core finished, powering off`)
+	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`I pid1: core finished, powering off`)); err != nil {
+		t.Fatal(err)
+	}
 }
