@@ -1,7 +1,7 @@
 // Package board defines the hardware targets Plinth builds images for: which
 // Debian kernel package, which kernel modules (early ones in the initramfs,
-// the rest in the system image), the kernel command line and how QEMU runs
-// the board.
+// the rest in the system image, and those Kubernetes loads), the kernel
+// command line and how QEMU runs the board.
 package board
 
 import (
@@ -21,9 +21,19 @@ type Board struct {
 	EarlyModules []string
 	// SystemModules are carried in the system image for later use.
 	SystemModules []string
+	// KubernetesModules are what the Kubernetes worker loads when it
+	// starts, never at boot: the container runtime's overlayfs, the pod
+	// network (veth, bridge), kube-proxy's nftables rules and the dummy
+	// link of the node's DNS address. The builder carries their closure in
+	// the system image and writes its load order (minus what boot loads
+	// anyway) to layout.KubernetesModuleLoadList.
+	KubernetesModules []string
+	// Arch is the GOARCH of the node's programs and container images; the
+	// builder refuses binaries built for another machine.
+	Arch string
 	// HostFiles are copied from the build host into the system image:
-	// the real mkfs programs (with their shared libraries) and their
-	// configuration.
+	// the real mkfs programs and nft (with their shared libraries) and
+	// their configuration.
 	HostFiles []HostFile
 	// Console is the serial console device.
 	Console string

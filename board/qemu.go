@@ -1,5 +1,11 @@
 package board
 
+import (
+	"strings"
+
+	"plinth.dev/plinth/platform/layout"
+)
+
 func init() {
 	register(&Board{
 		Name:          "qemu-x86_64",
@@ -19,8 +25,10 @@ func init() {
 			"overlay", "xfs", "vfat", "efivarfs",
 			"bridge", "br_netfilter", "veth", "vxlan", "nf_tables", "wireguard",
 		},
-		HostFiles: mkfsTools,
-		Console:   "ttyS0",
+		KubernetesModules: kubernetesModules,
+		Arch:              "amd64",
+		HostFiles:         append(append([]HostFile(nil), mkfsTools...), nftTool),
+		Console:           "ttyS0",
 		// panic=-1: a kernel panic reboots at once instead of hanging a
 		// test; loglevel=4 keeps kernel warnings and errors on the console.
 		Cmdline: []string{"panic=-1", "loglevel=4"},
@@ -34,4 +42,32 @@ var mkfsTools = []HostFile{
 	{Source: "/sbin/mke2fs", Dest: "usr/sbin/mke2fs", Links: []string{"usr/sbin/mkfs.ext4"}, Executable: true},
 	{Source: "/etc/mke2fs.conf", Dest: "etc/mke2fs.conf"},
 	{Source: "/sbin/mkfs.xfs", Dest: "usr/sbin/mkfs.xfs", Executable: true},
+}
+
+// nftTool is nft (Debian package nftables), which kube-proxy's nftables
+// mode and the CNI plugins' nftables masquerading run.
+var nftTool = HostFile{Source: "/usr/sbin/nft", Dest: strings.TrimPrefix(layout.NftBinary, "/"), Executable: true}
+
+// kubernetesModules are every module of the Debian cloud kernel 6.1 that
+// the Kubernetes worker needs and that is not built in (their
+// dependencies, e.g. nf_conntrack, nf_nat, nf_defrag_*, libcrc32c, llc,
+// stp, come with them). No x_tables, xt_* or nft_compat: the node has no
+// iptables, and kube-proxy runs in nftables mode.
+var kubernetesModules = []string{
+	// containerd's overlayfs snapshotter
+	"overlay",
+	// pod network: ptp's veth pairs; bridge and br_netfilter so that
+	// bridged pod traffic passes the nftables rules too
+	"veth", "bridge", "br_netfilter",
+	// the link-local address the node's DNS server answers on
+	"dummy",
+	// nftables and what kube-proxy's nftables mode and the CNI plugins'
+	// masquerading use: conntrack state and its netlink interface
+	// (kube-proxy clears stale UDP flows), NAT chains, DNAT/masquerade,
+	// random endpoint choice (numgen), fib "is this address local",
+	// reject for Services without endpoints, rate limits
+	"nf_tables", "nfnetlink", "nf_conntrack", "nf_conntrack_netlink", "nf_nat",
+	"nft_ct", "nft_nat", "nft_chain_nat", "nft_masq", "nft_redir", "nft_numgen",
+	"nft_fib_inet", "nft_fib_ipv4", "nft_fib_ipv6", "nft_limit",
+	"nft_reject_inet", "nft_reject_ipv4", "nft_reject_ipv6", "nf_reject_ipv4", "nf_reject_ipv6",
 }

@@ -4,7 +4,10 @@
 //	       │
 //	       └─► modules ──► early closure ──┐
 //	                     └► system closure ─┼─► squashfs + dm-verity ─► system.img ─┐
-//	/init (static Go) ─────────────────────┴───────────────────────────────────────┴─► initramfs.img
+//	kube, containerd, runc, CNI ───────────┤                                        │
+//	testpod ──► pause + test OCI images ───┤                                        │
+//	nft, mkfs (+ libraries, build host) ───┘                                        │
+//	/init (static Go) ──────────────────────────────────────────────────────────────┴─► initramfs.img
 //	verity root hash ──► kernel command line ──► cmdline, manifest.json
 //
 // Every step is deterministic (sorted entries, fixed timestamps, owners and
@@ -21,6 +24,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +39,9 @@ type Config struct {
 	KernelPackage string
 	// Init is the static /init binary.
 	Init string
+	// Binaries are Kubernetes, the container runtime, the CNI plugins and
+	// testpod (BinariesIn names them as make builds them).
+	Binaries Binaries
 	// OutDir receives the artefacts; it is created if missing.
 	OutDir string
 	// Version names this build in the image (default "dev").
@@ -58,16 +65,21 @@ const (
 // Manifest describes one build. It holds no timestamps: two builds of the
 // same inputs have equal manifests.
 type Manifest struct {
-	Board               string              `json:"board"`
-	Version             string              `json:"version"`
-	KernelPackage       string              `json:"kernel_package"`
-	KernelPackageSHA256 string              `json:"kernel_package_sha256"`
-	KernelVersion       string              `json:"kernel_version"`
-	Cmdline             string              `json:"cmdline"`
-	Verity              VerityInfo          `json:"verity"`
-	EarlyModules        []string            `json:"early_modules"`
-	SystemModules       []string            `json:"system_modules"`
-	Artefacts           map[string]Artefact `json:"artefacts"`
+	Board               string     `json:"board"`
+	Version             string     `json:"version"`
+	KernelPackage       string     `json:"kernel_package"`
+	KernelPackageSHA256 string     `json:"kernel_package_sha256"`
+	KernelVersion       string     `json:"kernel_version"`
+	Cmdline             string     `json:"cmdline"`
+	Verity              VerityInfo `json:"verity"`
+	EarlyModules        []string   `json:"early_modules"`
+	SystemModules       []string   `json:"system_modules"`
+	// KubernetesModules are the entries of layout.KubernetesModuleLoadList.
+	KubernetesModules []string            `json:"kubernetes_modules"`
+	Artefacts         map[string]Artefact `json:"artefacts"`
+	// SystemFiles are the programs and container images the system image
+	// carries for Kubernetes, by absolute path on the node.
+	SystemFiles map[string]Artefact `json:"system_files"`
 }
 
 // VerityInfo describes the dm-verity protection of the system image.
@@ -92,6 +104,8 @@ type buildState struct {
 	kernelSHA     string
 	earlyModules  []*Module
 	systemModules []*Module
+	kubeModules   []*Module // in system image, loaded by the Kubernetes worker
+	kubeFiles     []sysFile
 	caCerts       []byte
 }
 
@@ -99,6 +113,10 @@ type buildState struct {
 func Build(ctx context.Context, c Config) (*Manifest, error) {
 	if c.Board == nil || c.KernelPackage == "" || c.Init == "" || c.OutDir == "" {
 		return nil, fmt.Errorf("image: Board, KernelPackage, Init and OutDir are required")
+	}
+	// A binary the node cannot run is refused before anything is read.
+	if err := c.Binaries.check(c.Board.Arch); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
 	}
 	b := &buildState{Config: c, board: c.Board, version: c.Version}
 	if b.version == "" {
@@ -112,8 +130,9 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	p := newProgress(c.Progress, 5)
-	m := &Manifest{Board: b.board.Name, Version: b.version, KernelPackage: b.board.KernelPackage, Artefacts: map[string]Artefact{}}
+	p := newProgress(c.Progress, 6)
+	m := &Manifest{Board: b.board.Name, Version: b.version, KernelPackage: b.board.KernelPackage,
+		Artefacts: map[string]Artefact{}, SystemFiles: map[string]Artefact{}}
 
 	err = p.step("read kernel package "+filepath.Base(c.KernelPackage), func() (string, error) {
 		data, err := os.ReadFile(c.KernelPackage)
@@ -139,7 +158,11 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		if b.earlyModules, err = b.kernel.Closure(b.board.EarlyModules); err != nil {
 			return "", err
 		}
-		all, err := b.kernel.Closure(append(append([]string(nil), b.board.EarlyModules...), b.board.SystemModules...))
+		all, err := b.kernel.Closure(slices.Concat(b.board.EarlyModules, b.board.SystemModules, b.board.KubernetesModules))
+		if err != nil {
+			return "", err
+		}
+		kube, err := b.kernel.Closure(b.board.KubernetesModules)
 		if err != nil {
 			return "", err
 		}
@@ -154,7 +177,36 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 				m.SystemModules = append(m.SystemModules, s.Name)
 			}
 		}
-		return fmt.Sprintf("%d early (from %d asked), %d in the system image", len(b.earlyModules), len(b.board.EarlyModules), len(b.systemModules)), nil
+		// Early modules are loaded at boot and live only in the initramfs.
+		for _, k := range kube {
+			if !early[k.Name] {
+				b.kubeModules = append(b.kubeModules, k)
+				m.KubernetesModules = append(m.KubernetesModules, k.Name)
+			}
+		}
+		return fmt.Sprintf("%d early (from %d asked), %d in the system image, %d of them for Kubernetes (from %d asked)",
+			len(b.earlyModules), len(b.board.EarlyModules), len(b.systemModules), len(b.kubeModules), len(b.board.KubernetesModules)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	err = p.step("check Kubernetes binaries, write container images", func() (string, error) {
+		if b.kubeFiles, err = kubernetesFiles(c.Binaries, b.board.Arch); err != nil {
+			return "", err
+		}
+		var total int64
+		var sizes []string
+		for _, f := range b.kubeFiles {
+			a, err := fileArtefact(f)
+			if err != nil {
+				return "", err
+			}
+			m.SystemFiles["/"+f.Path] = a
+			total += a.Size
+			sizes = append(sizes, fmt.Sprintf("%s %s", filepath.Base(f.Path), mib(a.Size)))
+		}
+		return fmt.Sprintf("%s in all: %s", mib(total), strings.Join(sizes, ", ")), nil
 	})
 	if err != nil {
 		return nil, err
@@ -175,7 +227,7 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		if err != nil {
 			return "", err
 		}
-		vp, dataSize, err := buildSquashfs(ctx, tmp, sysPath, tree)
+		vp, dataSize, err := buildSquashfs(ctx, tmp, sysPath, tree, p)
 		if err != nil {
 			return "", err
 		}
@@ -310,6 +362,28 @@ func (p *progress) step(name string, fn func() (string, error)) error {
 	}
 	fmt.Fprintf(p.w, "[%d/%d] done in %.2fs: %s\n", p.n, p.of, time.Since(t).Seconds(), detail)
 	return nil
+}
+
+// every prints what status says every interval until the returned stop
+// is called: a sign of life in a long step.
+func (p *progress) every(interval time.Duration, status func() string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	t := time.Now()
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				fmt.Fprintf(p.w, "[%d/%d]   ... %.0fs: %s\n", p.n, p.of, time.Since(t).Seconds(), status())
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func (p *progress) done() {

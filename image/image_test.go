@@ -79,7 +79,7 @@ func TestModuleClosureOnRealKernel(t *testing.T) {
 		t.Errorf("unknown module: %v", err)
 	}
 	b, _ := board.Get(board.Default)
-	if _, err := k.Closure(append(b.EarlyModules, b.SystemModules...)); err != nil {
+	if _, err := k.Closure(slices.Concat(b.EarlyModules, b.SystemModules, b.KubernetesModules)); err != nil {
 		t.Errorf("board %s modules: %v", b.Name, err)
 	}
 }
@@ -92,12 +92,13 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	}
 	b, _ := board.Get(board.Default)
 	out := t.TempDir()
+	bins, content := standInBinaries(t)
 	var progress strings.Builder
-	m, err := Build(context.Background(), Config{Board: b, KernelPackage: deb, Init: initBin, OutDir: out, Version: "test", Progress: &progress})
+	m, err := Build(context.Background(), Config{Board: b, KernelPackage: deb, Init: initBin, Binaries: bins, OutDir: out, Version: "test", Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "[5/5] done") {
+	if !strings.Contains(progress.String(), "[6/6] done") {
 		t.Errorf("progress output:\n%s", progress.String())
 	}
 
@@ -158,13 +159,15 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	if len(m.EarlyModules) < len(b.EarlyModules) || !slices.Contains(m.EarlyModules, "dm_mod") {
 		t.Errorf("early modules %v", m.EarlyModules)
 	}
+	checkKubernetesContents(t, m, filepath.Join(out, SystemFile), content)
 }
 
 func TestBuildRefusesWrongKernel(t *testing.T) {
 	_, deb := testKernel(t)
 	b := *must(board.Get(board.Default))
 	b.KernelPackage = "linux-image-9.9.9-other"
-	_, err := Build(context.Background(), Config{Board: &b, KernelPackage: deb, Init: deb, OutDir: t.TempDir()})
+	bins, _ := standInBinaries(t)
+	_, err := Build(context.Background(), Config{Board: &b, KernelPackage: deb, Init: deb, Binaries: bins, OutDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "board") {
 		t.Fatalf("mismatched kernel accepted: %v", err)
 	}

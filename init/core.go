@@ -59,6 +59,10 @@ func bootCore() int {
 		// volume opens only after the cluster hands over its key.
 		registering bool
 		diskCfg     datadisk.Config
+		sysImage    *sysimage.Result
+		// imageBad receives if the background read of the whole system
+		// image finds a block that does not match the root hash.
+		imageBad <-chan error
 	)
 	// The boot, in order. Each step logs what it did and how long it took.
 	// A failed step leaves the node waiting, saying why, and still
@@ -75,11 +79,15 @@ func bootCore() int {
 			return "devpts, shm, run", err
 		}},
 		{"load early kernel modules", loadModules},
-		{"verify and mount the system image", func() (detail string, err error) {
-			system, detail, err = openSystemImage(args)
+		{"map and mount the system image (dm-verity)", func() (detail string, err error) {
+			system, sysImage, detail, err = openSystemImage(args)
 			return detail, err
 		}},
 		{"switch root into the system image", switchRoot},
+		{"verify the whole system image in the background", func() (string, error) {
+			imageBad = verifySystemImage(l, sysImage, system)
+			return fmt.Sprintf("%d MiB, reading %.0f%% of the time", sysImage.Size>>20, systemImagePace.Busy*100), nil
+		}},
 		{"cgroup2", setupCgroups},
 		// What this node is for. Without valid parameters it waits:
 		// nothing below may touch the disk on a guess.
@@ -107,12 +115,20 @@ func bootCore() int {
 			return waitForPowerOff(logs)
 		}
 		l.Info(s.name, "detail", detail, "took", time.Since(t))
+		select {
+		case <-imageBad:
+			closeDataVolume(l, local)
+			unix.Sync()
+			l.Error(imageHaltedMessage)
+			return waitForPowerOff(logs)
+		default:
+		}
 	}
 	if args["plinth.bench"] == "storage" {
 		benchmarkStorage(l, diskCfg.Disk)
 	}
 	reportHardware(l)
-	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg})
+	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg, imageBad: imageBad})
 }
 
 // nodeState is what the boot steps hand to the supervised node.
@@ -122,6 +138,8 @@ type nodeState struct {
 	keys   datadisk.KeyProtector
 	chip   *tpm.TPM
 	disk   datadisk.Config
+	// imageBad: see verifySystemImage.
+	imageBad <-chan error
 }
 
 // runNode runs the supervisor tree until a shutdown request, then stops
@@ -199,8 +217,12 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 	}, supervisor.Options{})
 	go reportReadiness(ctx, l, sup)
 
-	code := waitForShutdownRequest(l, shutdown)
-	l.Info("shutting down: stopping all runnables")
+	code, corrupt := waitForShutdownRequest(l, shutdown, n.imageBad)
+	if corrupt != nil {
+		l.Error("halting: the system image is corrupt; stopping all runnables")
+	} else {
+		l.Info("shutting down: stopping all runnables")
+	}
 	cancel()
 	stopped := make(chan struct{})
 	go func() { sup.Wait(); close(stopped) }()
@@ -210,16 +232,24 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 	case <-time.After(15 * time.Second):
 		l.Error("runnables still running after 15s, going down anyway", "still", notStopped(sup))
 	}
-	if !mounted(n.local.Data.Path()) {
+	closeDataVolume(l, n.local)
+	unix.Sync()
+	if corrupt != nil {
+		l.Error(imageHaltedMessage)
+		return waitForPowerOff(logs)
+	}
+	l.Info("filesystems synced, handing over to PID 1", "action", map[int]string{reaper.ExitPowerOff: "power off", reaper.ExitReboot: "reboot"}[code])
+	return code
+}
+
+func closeDataVolume(l *slog.Logger, local *localstorage.Root) {
+	if !mounted(local.Data.Path()) {
 		l.Info("data volume was not open")
-	} else if err := datadisk.Close(n.local.Data.Path()); err != nil {
+	} else if err := datadisk.Close(local.Data.Path()); err != nil {
 		l.Error("closing the data volume", "err", err)
 	} else {
 		l.Info("data volume unmounted")
 	}
-	unix.Sync()
-	l.Info("filesystems synced, handing over to PID 1", "action", map[int]string{reaper.ExitPowerOff: "power off", reaper.ExitReboot: "reboot"}[code])
-	return code
 }
 
 var runtimeMounts = []mount.Mount{
@@ -246,24 +276,59 @@ func loadModules() (string, error) {
 	return detail, err
 }
 
-func openSystemImage(args map[string]string) (verity.Params, string, error) {
+// openSystemImage maps the system image through dm-verity and mounts it.
+// Every block a process reads is checked against the root hash from the
+// (measured) command line; verifySystemImage reads the rest.
+func openSystemImage(args map[string]string) (verity.Params, *sysimage.Result, string, error) {
 	raw, ok := args["plinth.verity"]
 	if !ok {
-		return verity.Params{}, "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
+		return verity.Params{}, nil, "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
 	}
 	p, err := verity.ParseParams(raw)
 	if err != nil {
-		return p, "", err
+		return p, nil, "", err
 	}
 	r, err := sysimage.Open("/"+layout.SystemImagePath, p)
 	if err != nil {
-		return p, "", err
+		return p, nil, "", err
 	}
 	if err := sysimage.Mount(r.Device, "/newroot", "squashfs"); err != nil {
-		return p, "", err
+		return p, nil, "", err
 	}
-	return p, fmt.Sprintf("%s on %s verified %d MiB in %v (verity status %s), root hash %x",
-		r.Device, r.Loop, r.Verified>>20, r.VerifyTime.Round(time.Millisecond), r.VerityStatus, p.RootHash), nil
+	return p, r, fmt.Sprintf("%s on %s, %d MiB, root hash %x: every block is checked when read", r.Device, r.Loop, r.Size>>20, p.RootHash), nil
+}
+
+// systemImagePace keeps the full read out of the boot's way: 1 MiB at a
+// time, reading a quarter of the time. Measured under TCG (2 vCPUs, loaded
+// host): boot → ready no slower than with the old 3 MiB image read through
+// before the mount; 65 MiB verified ~11 s after the read started.
+var systemImagePace = sysimage.Pace{Chunk: 1 << 20, Busy: 0.25}
+
+// imageHaltedMessage ends a node whose system image failed verification.
+const imageHaltedMessage = "node halted: the system image does not match its root hash (tampered or corrupt); power the node off and boot a good image"
+
+// verifySystemImage reads the whole system image in the background, so
+// that a tampered block is found even if nothing reads it for a long time
+// (dm-verity already refuses it to any reader). The returned channel
+// receives if a block does not match: the core then stops everything and
+// halts, as for a failed boot step. An error that says nothing about the
+// image (it could not be opened for reading) is logged, not halted for.
+func verifySystemImage(l *slog.Logger, r *sysimage.Result, p verity.Params) <-chan error {
+	bad := make(chan error, 1)
+	go func() {
+		v, err := sysimage.Verify(context.Background(), r.Device, r.Size, systemImagePace)
+		switch {
+		case errors.Is(err, sysimage.ErrTampered):
+			l.Error("system image verification failed", "err", err, "read", fmt.Sprintf("%d MiB in %v", v.Bytes>>20, v.Took.Round(time.Millisecond)))
+			bad <- err
+		case err != nil:
+			l.Error("system image could not be read through (dm-verity still checks every block read)", "err", err)
+		default:
+			l.Info("system image verified", "detail", fmt.Sprintf("%s: %d MiB in %v, %v of it reading, O_DIRECT %v (verity status %s), root hash %x",
+				r.Device, v.Bytes>>20, v.Took.Round(time.Millisecond), v.Busy.Round(time.Millisecond), v.Direct, v.Status, p.RootHash))
+		}
+	}()
+	return bad
 }
 
 func switchRoot() (string, error) {
@@ -374,19 +439,22 @@ func notStopped(sup *supervisor.Supervisor) string {
 
 // waitForShutdownRequest returns the exit code for the first request: the
 // power button, SIGTERM/SIGPWR forwarded by PID 1 (power off) or SIGINT,
-// which is Ctrl-Alt-Del (reboot).
-func waitForShutdownRequest(l *slog.Logger, button <-chan int) int {
+// which is Ctrl-Alt-Del (reboot); or the error from imageBad (nil: never),
+// on which the node must halt.
+func waitForShutdownRequest(l *slog.Logger, button <-chan int, imageBad <-chan error) (int, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
 	select {
 	case code := <-button:
-		return code
+		return code, nil
+	case err := <-imageBad:
+		return 0, err
 	case sig := <-sigs:
 		l.Info("shutdown requested", "signal", sig.String())
 		if sig == unix.SIGINT {
-			return reaper.ExitReboot
+			return reaper.ExitReboot, nil
 		}
-		return reaper.ExitPowerOff
+		return reaper.ExitPowerOff, nil
 	}
 }
 
@@ -401,7 +469,7 @@ func waitForPowerOff(logs *logtree.Tree) int {
 		default:
 		}
 	}), supervisor.Options{})
-	code := waitForShutdownRequest(logs.Logger("init"), shutdown)
+	code, _ := waitForShutdownRequest(logs.Logger("init"), shutdown, nil)
 	unix.Sync()
 	return code
 }

@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -129,14 +130,16 @@ func TestCtrlAltDelReboots(t *testing.T) {
 }
 
 // TestTamperedSystemImageRefused flips one byte in the middle of the system
-// image inside a copy of the initramfs: the node must refuse it, say why,
-// not panic or loop, and still power off on request.
+// image inside a copy of the initramfs. The node mounts the image at once
+// (dm-verity refuses a bad block to any reader) and reads all of it in the
+// background: that read must find the flipped block, and the node must
+// say so, stop everything it runs, close its data volume and halt — not
+// panic or loop — and still power off on request.
 func TestTamperedSystemImageRefused(t *testing.T) {
-	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	dir := TestDir(t)
-	orig := filepath.Join(img.Dir, image.InitramfsFile)
+	m := newMachine(t, BootstrapParameters())
+	orig := filepath.Join(m.img.Dir, image.InitramfsFile)
 	data, err := os.ReadFile(orig)
 	if err != nil {
 		t.Fatal(err)
@@ -146,22 +149,58 @@ func TestTamperedSystemImageRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	data[off+size/2] ^= 0x01
-	tampered := filepath.Join(dir, "initramfs-tampered.img")
+	// The middle of the image is data (the hash tree is the last ~1 %).
+	if size/2 >= int64(m.img.Manifest.Verity.DataBlocks)*4096 {
+		t.Fatalf("the middle of the system image (%d) is not data", size/2)
+	}
+	wantBlock := fmt.Sprint(size / 2 / 4096)
+	tampered := filepath.Join(m.dir, "initramfs-tampered.img")
 	if err := os.WriteFile(tampered, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := img.NodeOptions("node")
-	o.WorkDir, o.Initramfs, o.NoNetwork = dir, tampered, true
-	n := LaunchT(t, ctx, o)
+	n := m.boot(t, ctx, "node", func(o *NodeOptions) { o.Initramfs, o.NoNetwork = tampered, true })
 
-	mustLine(t, ctx, n, `E init: boot step failed: verify and mount the system image err=.*does not match the root hash`)
-	mustLine(t, ctx, n, `E init: node halted`)
-	powerOff(t, ctx, n)
-	for _, l := range n.Lines() {
-		for _, bad := range []string{"node ready", "switch root into the system image", "Kernel panic", "core died"} {
+	// The boot does not wait for the full read; the full read finds the
+	// very block that was changed.
+	mustLine(t, ctx, n, `I init: verify the whole system image in the background`)
+	bad := mustLine(t, ctx, n, `E init: system image verification failed err=".*does not match the root hash.*: reading block (\d+) `)
+	if bad[1] != wantBlock {
+		t.Errorf("verification failed at block %s, the tampered byte is in block %s", bad[1], wantBlock)
+	}
+	_, halted, err := n.WaitForLineAfter(ctx, 0, regexp.MustCompile(`E init: node halted: the system image does not match its root hash`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Halted means stopped: every runnable and the data volume, if the
+	// boot had got that far; then only the power button is served.
+	lines := n.Lines()
+	joined := strings.Join(lines[:halted], "\n")
+	if strings.Contains(joined, "boot step failed") {
+		t.Errorf("a boot step failed before the verification did:\n%s", joined)
+	}
+	if strings.Contains(joined, "I root.") && !strings.Contains(joined, "I init: all runnables stopped") {
+		t.Errorf("the supervisor tree ran and was not stopped before the halt")
+	}
+	if strings.Contains(joined, "boot counter") && !strings.Contains(joined, "I init: data volume unmounted") {
+		t.Errorf("the data volume was open and not closed before the halt")
+	}
+	if _, _, err := n.WaitForLineAfter(ctx, halted, regexp.MustCompile(`listening for the power button`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.PowerDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Wait(ctx); err != nil {
+		t.Fatalf("qemu did not end cleanly: %v", err)
+	}
+	for _, l := range n.Lines()[halted:] {
+		for _, bad := range []string{"node ready", "Kernel panic", "core died", "I root.network", "I root.roleserver"} {
 			if strings.Contains(l, bad) {
-				t.Errorf("tampered node went on: %q", l)
+				t.Errorf("tampered node went on after halting: %q", l)
 			}
 		}
+	}
+	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`I pid1: core finished, powering off`)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -20,6 +20,7 @@ type buildCmd struct {
 	kernelPackage string
 	cache         string
 	init          string
+	bin           string
 	out           string
 	version       string
 }
@@ -29,7 +30,8 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&c.board, "board", board.Default, "board to build for")
 	fs.StringVar(&c.kernelPackage, "kernel-package", "", "path of the board's Debian kernel package (default: fetched into -cache)")
 	fs.StringVar(&c.cache, "cache", "out/cache", "directory for downloaded kernel packages")
-	fs.StringVar(&c.init, "init", "", "static /init binary (make builds out/init)")
+	fs.StringVar(&c.init, "init", "", "static /init binary (make builds out/bin/init)")
+	fs.StringVar(&c.bin, "bin", "", "directory with kube, containerd, containerd-shim-runc-v2, runc, cni/{host-local,loopback,ptp} and testpod (make builds them in out/bin)")
 	fs.StringVar(&c.out, "out", "out/image/"+board.Default, "output directory")
 	fs.StringVar(&c.version, "version", "dev", "version recorded in the image")
 	fs.Parse(args)
@@ -40,12 +42,15 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	if c.init == "" {
 		return fmt.Errorf("-init is required (make builds out/bin/init)")
 	}
+	if c.bin == "" {
+		return fmt.Errorf("-bin is required: the directory of the Kubernetes binaries and testpod (make builds them in out/bin)")
+	}
 	if c.kernelPackage == "" {
 		if c.kernelPackage, err = image.FetchKernelPackage(ctx, b.KernelPackage, c.cache, stdout); err != nil {
 			return err
 		}
 	}
-	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, OutDir: c.out, Version: c.version, Progress: stdout})
+	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, Binaries: image.BinariesIn(c.bin), OutDir: c.out, Version: c.version, Progress: stdout})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // Command plinthctl builds Plinth images and operates Plinth nodes.
 //
-//	plinthctl build  [-board B] -kernel-package DEB -init BIN [-out DIR]
+//	plinthctl build  [-board B] [-kernel-package DEB] -init BIN -bin DIR [-out DIR]
 //	plinthctl run    [-image DIR] [-state DIR]      boot one node in QEMU with swtpm
 //	plinthctl params -o FILE -bootstrap|-register   write node parameters
 //	plinthctl launch [-nodes N] [-dir DIR]          local test cluster (vmtest)

@@ -52,6 +52,14 @@ const (
 	// PauseImage and TestImage are the references the archives carry.
 	PauseImage = "plinth.dev/pause:v1"
 	TestImage  = "plinth.dev/testpod:v1"
+	// KubernetesModuleLoadList lists, in load order, the kernel modules
+	// the Kubernetes worker needs (overlay, veth, bridge, nf_tables and
+	// kube-proxy's nftables expressions, ...), one path relative to
+	// /lib/modules/VERSION per line, as ModuleLoadList does for the early
+	// modules: kmod.LoadList(moduleDir, KubernetesModuleLoadList). Nothing
+	// loads them at boot; a node without the worker role never does.
+	// Modules already loaded at boot are not listed.
+	KubernetesModuleLoadList = "/etc/plinth/kubernetes-modules.load"
 )
 
 // Kubernetes ports and address ranges.

@@ -1,0 +1,112 @@
+// Command testpod is the only program in the container images a Plinth
+// node carries: the pod sandbox ("pause") image and the test image the VM
+// tests run workloads from. Nodes have no registry to pull from, so the
+// image builder writes both images as OCI archives into the system image,
+// each holding just this one static binary.
+//
+//	testpod pause               sleep until SIGTERM/SIGINT; reap children as PID 1
+//	testpod serve [-port 8080]  HTTP: / answers "hello from <hostname>", /healthz "ok"
+//	testpod print TEXT...       print TEXT and exit 0
+//	testpod dns NAME            resolve NAME, print its addresses (non-zero exit on failure)
+//	testpod api                 GET this namespace's pods from the Kubernetes API with
+//	                            the pod's service account (exit 0 only on HTTP 200)
+//	testpod selftest            dns kubernetes.default.svc.cluster.local + api
+//
+// Why one program for everything: one small binary (no shell, no libc)
+// keeps the images tiny and reproducible, and every behaviour a test
+// needs is Go code that is unit-tested here. The API check uses plain
+// net/http and crypto/tls, not client-go, to stay a few MiB.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// command is one subcommand: it gets its arguments and returns the exit
+// code.
+type command struct {
+	usage string
+	run   func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{
+	"pause": {"pause", func(_ []string, _, _ io.Writer) int {
+		sigs := make(chan os.Signal, 8)
+		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGCHLD)
+		return pause(sigs, os.Getpid() == 1, reapChildren)
+	}},
+	"serve":    {"serve [-port 8080]", serveCmd},
+	"print":    {"print TEXT...", printCmd},
+	"dns":      {"dns [-timeout 10s] NAME", dnsCmd},
+	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
+	"selftest": {"selftest", selftestCmd},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return usage(stderr)
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "testpod: unknown command %q\n", args[0])
+		return usage(stderr)
+	}
+	return c.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) int {
+	var names []string
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "usage: testpod COMMAND [ARGS]")
+	for _, n := range names {
+		fmt.Fprintln(w, "  testpod "+commands[n].usage)
+	}
+	return 2
+}
+
+func printCmd(args []string, stdout, _ io.Writer) int {
+	fmt.Fprintln(stdout, strings.Join(args, " "))
+	return 0
+}
+
+// pause waits for SIGTERM or SIGINT (exit 0), as the pod sandbox's
+// process must. As PID 1 of its PID namespace it also reaps the children
+// that are re-parented to it, on every SIGCHLD.
+func pause(sigs <-chan os.Signal, pid1 bool, reap func()) int {
+	for sig := range sigs {
+		switch sig {
+		case unix.SIGCHLD:
+			if pid1 {
+				reap()
+			}
+		default:
+			return 0
+		}
+	}
+	return 0
+}
+
+// reapChildren collects every exited child without blocking.
+func reapChildren() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errOut strings.Builder
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsageAndPrint(t *testing.T) {
+	if code, _, errOut := runCmd(); code != 2 || !strings.Contains(errOut, "testpod selftest") {
+		t.Errorf("no args: %d %q", code, errOut)
+	}
+	if code, _, errOut := runCmd("nope"); code != 2 || !strings.Contains(errOut, `unknown command "nope"`) {
+		t.Errorf("unknown: %d %q", code, errOut)
+	}
+	if code, out, _ := runCmd("print", "hello", "world"); code != 0 || out != "hello world\n" {
+		t.Errorf("print: %d %q", code, out)
+	}
+}
+
+func TestPause(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	reaped := 0
+	sigs <- unix.SIGCHLD
+	sigs <- unix.SIGCHLD
+	sigs <- unix.SIGTERM
+	if code := pause(sigs, true, func() { reaped++ }); code != 0 || reaped != 2 {
+		t.Errorf("pause as PID 1: exit %d, reaped %d times", code, reaped)
+	}
+	sigs <- unix.SIGCHLD
+	sigs <- unix.SIGINT
+	if code := pause(sigs, false, func() { reaped++ }); code != 0 || reaped != 2 {
+		t.Errorf("pause not PID 1: exit %d, reaped %d times (must not reap)", code, reaped)
+	}
+}
+
+func TestServeHandler(t *testing.T) {
+	host, _ := os.Hostname()
+	for path, want := range map[string]string{"/": "hello from " + host + "\n", "/healthz": "ok\n"} {
+		rec := httptest.NewRecorder()
+		handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != 200 || rec.Body.String() != want {
+			t.Errorf("GET %s: %d %q, want %q", path, rec.Code, rec.Body.String(), want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/other", nil))
+	if rec.Code != 404 {
+		t.Errorf("GET /other: %d", rec.Code)
+	}
+}
+
+func TestDNS(t *testing.T) {
+	// localhost comes from /etc/hosts; a name that is not a valid domain
+	// name fails at once, without asking a DNS server.
+	if code, out, errOut := runCmd("dns", "localhost"); code != 0 || !strings.Contains(out, "127.0.0.1") {
+		t.Errorf("dns localhost: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := runCmd("dns", "plinth..test"); code != 1 || !strings.Contains(errOut, "no such host") {
+		t.Errorf("dns of a name that cannot resolve: %d %q", code, errOut)
+	}
+	if code, _, _ := runCmd("dns"); code != 2 {
+		t.Errorf("dns without a name: %d", code)
+	}
+}
+
+// fakeAPI serves the pod list for namespace "testns" to the token
+// "secret-token", 403 otherwise, and writes a service account directory
+// for it.
+func fakeAPI(t *testing.T, token string) (*httptest.Server, string) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/namespaces/testns/pods" || r.URL.Query().Get("limit") != "1" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("Authorization") != "Bearer secret-token" {
+			http.Error(w, `{"kind":"Status","reason":"Forbidden"}`, http.StatusForbidden)
+			return
+		}
+		w.Write([]byte(`{"kind":"PodList","items":[]}`))
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are part of the test
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	for name, data := range map[string]string{"token": token + "\n", "namespace": "testns", "ca.crt": string(ca)} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv, dir
+}
+
+func TestAPI(t *testing.T) {
+	srv, dir := fakeAPI(t, "secret-token")
+	code, out, errOut := runCmd("api", "-server", srv.URL, "-account", dir)
+	if code != 0 || !strings.Contains(out, "/api/v1/namespaces/testns/pods?limit=1: 200 OK") {
+		t.Errorf("api: %d %q %q", code, out, errOut)
+	}
+
+	srv, dir = fakeAPI(t, "wrong-token")
+	code, out, errOut = runCmd("api", "-server", srv.URL, "-account", dir)
+	if code != 1 || !strings.Contains(out, "403 Forbidden") || !strings.Contains(errOut, "Forbidden") {
+		t.Errorf("api with a refused token: %d %q %q", code, out, errOut)
+	}
+
+	// A service account whose CA did not sign the server's certificate.
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	os.WriteFile(filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	if code, _, errOut := runCmd("api", "-server", srv.URL, "-account", dir); code != 1 || !strings.Contains(errOut, "certificate") {
+		t.Errorf("api against an untrusted server: %d %q", code, errOut)
+	}
+	if code, _, errOut := runCmd("api", "-server", srv.URL, "-account", t.TempDir()); code != 1 || !strings.Contains(errOut, "service account") {
+		t.Errorf("api without a service account: %d %q", code, errOut)
+	}
+}
