@@ -18,6 +18,7 @@ export PLINTH_IMAGE          := $(abspath $(IMAGE))
 export PLINTH_INIT           := $(abspath $(BIN)/init)
 export PLINTH_KERNEL_PACKAGE_DIR := $(abspath $(CACHE))
 export PLINTH_VMTEST_DIR     := $(abspath $(OUT)/vmtest)
+export PLINTH_KUBECTL        := $(abspath $(BIN)/kubectl)
 
 .PHONY: all help deps tools kube-bins image run test unit race fuzz vmtest repro bench generate clean
 

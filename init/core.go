@@ -177,7 +177,15 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 				requestShutdown(reaper.ExitPowerOff)
 			}
 		},
-		Runnables:        func() []supervisor.Status { return sup.Snapshot() },
+		Runnables:  func() []supervisor.Status { return sup.Snapshot() },
+		ResolvConf: "/run/resolv.conf",
+		LoadKubernetesModules: func() error {
+			loaded, _, err := kmod.LoadList(moduleDir(), layout.KubernetesModuleLoadList)
+			if err == nil {
+				l.Info("Kubernetes kernel modules loaded", "modules", len(loaded))
+			}
+			return err
+		},
 		LocalClusterKey:  func(keep bool) error { return enrol.KeepClusterKeyLocally(keep) },
 		CuratorEndpoints: n.params.Params.GetRegister().GetCuratorEndpoints(),
 		DirectoryChanged: func(d *clusterpb.ClusterDirectory) error { return enrol.UpdateDirectory(d) },
