@@ -28,6 +28,7 @@ help:
 	@echo "make run       build the default image if needed and boot a node in QEMU with swtpm"
 	@echo "make test      everything CI runs: unit tests, reproducibility, VM tests"
 	@echo "make image     build the image for BOARD=$(BOARD) into $(IMAGE)"
+	@echo "make kube-bins build kube, containerd, runc, CNI plugins, testpod and kubectl into $(BIN)"
 	@echo "make unit      unit tests (no VM)"
 	@echo "make race      consensus, supervisor, event and logtree tests under the race detector"
 	@echo "make fuzz      run every fuzz target briefly (FUZZTIME=$(FUZZTIME))"
