@@ -19,6 +19,7 @@ export PLINTH_INIT           := $(abspath $(BIN)/init)
 export PLINTH_KERNEL_PACKAGE_DIR := $(abspath $(CACHE))
 export PLINTH_VMTEST_DIR     := $(abspath $(OUT)/vmtest)
 export PLINTH_KUBECTL        := $(abspath $(BIN)/kubectl)
+export PLINTH_KUBE           := $(abspath $(BIN)/kube)
 
 .PHONY: all help deps tools kube-bins image run test unit race fuzz vmtest repro bench generate clean
 
@@ -153,7 +154,7 @@ unit: deps tools
 
 # Concurrent packages run under the race detector (consensus runs only here).
 RACE_PKGS := ./roleserver/... ./platform/supervisor/... ./platform/event/... ./platform/logtree/...
-race:
+race: $(BIN)/kube
 	go test -count=1 -race $(RACE_PKGS)
 
 repro: deps $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS)

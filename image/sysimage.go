@@ -35,6 +35,10 @@ type sysFile struct {
 var systemDirs = []string{
 	"dev", "proc", "sys", "run", "tmp", "data", "ephemeral", "etc", "etc/ssl/certs",
 	"lib/modules", "usr/bin", "usr/lib", "var",
+	// The kubelet keeps some state at fixed paths below /var/lib/kubelet
+	// whatever its --root-dir (device plugins, pod resources): the
+	// Kubernetes worker mounts its directory on /data here.
+	"var/lib", "var/lib/kubelet",
 }
 
 func systemTree(b *buildState) ([]sysFile, error) {
@@ -43,6 +47,8 @@ func systemTree(b *buildState) ([]sysFile, error) {
 			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\n", b.board.Name, b.version))},
 		// Written by the network service at run time.
 		{Path: "etc/resolv.conf", Symlink: "../run/resolv.conf"},
+		// Written by the Kubernetes worker (the kubelet wants one).
+		{Path: "etc/machine-id", Symlink: "../run/machine-id"},
 		{Path: "etc/hosts", Symlink: "../run/hosts"},
 		{Path: "etc/hostname", Symlink: "../run/hostname"},
 		{Path: "etc/mtab", Symlink: "../proc/self/mounts"},

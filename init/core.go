@@ -40,7 +40,12 @@ import (
 // what to do next (reaper.ExitPowerOff / ExitReboot).
 func bootCore() int {
 	logs := logtree.New(16384)
-	logs.AddSink(os.Stdout)
+	// The console gets the node's own lines; child processes (Kubernetes)
+	// report only errors there, the rest stays in the log buffer.
+	logs.AddSink(os.Stdout, logtree.NotProcessOutput)
+	// The console is written asynchronously: its last lines must be out
+	// before PID 1 powers off.
+	defer logs.Flush(3 * time.Second)
 	log.SetFlags(0)
 	log.SetOutput(logs.Writer("init.stdlog", slog.LevelInfo))
 	// gRPC's own logger would write unformatted lines to the console.

@@ -94,7 +94,7 @@ type Tree struct {
 	ring     []Entry
 	next     int
 	full     bool
-	sinks    []io.Writer
+	sinks    []*sink
 	subs     map[*subscription]struct{}
 	minLevel slog.Level
 	now      func() time.Time
@@ -120,13 +120,6 @@ func (t *Tree) SetLevel(l slog.Level) {
 	t.mu.Unlock()
 }
 
-// AddSink makes every further entry also go to w as one line.
-func (t *Tree) AddSink(w io.Writer) {
-	t.mu.Lock()
-	t.sinks = append(t.sinks, w)
-	t.mu.Unlock()
-}
-
 func (t *Tree) enabled(l slog.Level) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -146,9 +139,8 @@ func (t *Tree) Log(e Entry) {
 	if t.next == 0 {
 		t.full = true
 	}
-	for _, w := range t.sinks {
-		// A sink that fails (console gone) must not stop logging to the others.
-		_, _ = w.Write(line)
+	for _, s := range t.sinks {
+		s.offer(e, line)
 	}
 	for s := range t.subs {
 		if !underDN(e.DN, s.prefix) {

@@ -37,10 +37,11 @@ func TestLineFormatRoundTrip(t *testing.T) {
 func TestSlogAttributesAndSink(t *testing.T) {
 	lt := New(10)
 	var console bytes.Buffer
-	lt.AddSink(&console)
+	lt.AddSink(&console, nil)
 	l := lt.Logger("root.storage").With("disk", "vda")
 	l.Info("mounted", "size", 1024, "err", errors.New("a b"), slog.Group("g", "k", "v"))
 	l.Debug("hidden")
+	lt.Flush(time.Second)
 	line := strings.TrimSpace(console.String())
 	for _, want := range []string{" I root.storage: mounted", "disk=vda", "size=1024", `err="a b"`, "g.k=v"} {
 		if !strings.Contains(line, want) {
@@ -86,5 +87,42 @@ func TestSubscribeAndWriter(t *testing.T) {
 	cancel()
 	for e := range ch {
 		t.Fatalf("unexpected entry %v", e)
+	}
+}
+
+// blockingWriter blocks every write until release is closed.
+type blockingWriter struct{ release chan struct{} }
+
+func (w blockingWriter) Write(p []byte) (int, error) { <-w.release; return len(p), nil }
+
+// TestSlowSinkNeverBlocks: a sink that does not keep up (a serial console
+// under emulation) loses lines instead of blocking the loggers, says how
+// many it lost, and a sink's filter keeps child processes' chatter away.
+func TestSlowSinkNeverBlocks(t *testing.T) {
+	lt := New(100)
+	w := blockingWriter{release: make(chan struct{})}
+	lt.AddSink(w, nil)
+	var console bytes.Buffer
+	lt.AddSink(&console, NotProcessOutput)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 3*sinkQueue; i++ {
+			lt.Logger("root.x").Info("line")
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("logging blocked on a slow sink")
+	}
+	close(w.release)
+	lt.Logger("root.kubelet" + ProcessOutputSuffix).Info("chatter")
+	lt.Logger("root.kubelet" + ProcessOutputSuffix).Error("failure")
+	lt.Logger("root.x").Info("after")
+	lt.Flush(5 * time.Second)
+	out := console.String()
+	if strings.Contains(out, "chatter") || !strings.Contains(out, "failure") || !strings.Contains(out, "after") {
+		t.Errorf("filtered console:\n%s", out[max(0, len(out)-500):])
 	}
 }

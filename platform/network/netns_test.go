@@ -100,7 +100,7 @@ func nodeMain(js string) int {
 	defer stop()
 	lt := logtree.New(0)
 	lt.SetLevel(slog.LevelDebug) // DHCP packet traces help when a test fails
-	lt.AddSink(os.Stdout)
+	lt.AddSink(os.Stdout, nil)
 
 	svc := New(spec.Config)
 	if spec.LinkWait > 0 {

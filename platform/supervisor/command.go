@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"plinth.dev/plinth/platform/logtree"
 )
 
 // Child processes. Kubernetes components, containerd and the like are
@@ -62,7 +64,7 @@ func RunCommand(ctx context.Context, c Command) error {
 	lines.Add(1)
 	go func() {
 		defer lines.Done()
-		logLines(log, pr)
+		logLines(outputLogger(ctx), pr)
 	}()
 	if err := cmd.Start(); err != nil {
 		pw.Close()
@@ -106,6 +108,16 @@ func RunCommand(ctx context.Context, c Command) error {
 		return fmt.Errorf("%s: %w", cmd.Path, err)
 	}
 	return nil
+}
+
+// outputLogger is where a runnable's child process's output goes: below
+// the runnable's DN (logtree.ProcessOutputSuffix), so that a console can
+// keep it apart from the node's own lines.
+func outputLogger(ctx context.Context) *slog.Logger {
+	if n, ok := ctx.Value(ctxKey{}).(*node); ok {
+		return n.s.lt.Logger(n.dn + logtree.ProcessOutputSuffix)
+	}
+	return slog.Default()
 }
 
 // klogLine is a klog header: "I1130 12:34:56.789012    1234 file.go:123] msg".

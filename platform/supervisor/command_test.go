@@ -57,7 +57,7 @@ func TestRunCommand(t *testing.T) {
 		return err == nil && pid > 0 && syscall.Kill(pid, 0) == nil
 	})
 	var plain, warn bool
-	for _, e := range lt.Read("root.proc", 0) {
+	for _, e := range lt.Read("root.proc"+logtree.ProcessOutputSuffix, 0) {
 		plain = plain || (e.Message == "plain line" && e.Level == slog.LevelInfo)
 		warn = warn || (e.Message == "a warning" && e.Level == slog.LevelWarn)
 	}

@@ -25,7 +25,8 @@ import (
 // gets an endpoint of its own that is confined to the /kubernetes/ prefix:
 //
 //	kube-apiserver ──unix socket──► ServeKubernetes (gRPC, in the core)
-//	                                  KV, Watch   namespaced to /kubernetes/
+//	                                  KV, Watch   namespaced to /kubernetes/ (progress
+//	                                              requests answered: the API server needs them)
 //	                                  Lease       namespaced; revoke, keep-alive and
 //	                                              time-to-live only for leases whose
 //	                                              keys all lie in /kubernetes/
@@ -57,15 +58,13 @@ func (s *Status) ServeKubernetes(ctx context.Context, path string) error {
 	defer cl.Close()
 	raw := cl.Lease
 	cl.KV = namespace.NewKV(cl.KV, kubernetesPrefix)
-	cl.Watcher = namespace.NewWatcher(cl.Watcher, kubernetesPrefix)
 	cl.Lease = namespace.NewLease(cl.Lease, kubernetesPrefix)
 
 	kv, _ := grpcproxy.NewKvProxy(cl)
-	watch, _ := grpcproxy.NewWatchProxy(ctx, zap.NewNop(), cl)
 	lease, _ := grpcproxy.NewLeaseProxy(ctx, cl)
 	srv := grpc.NewServer()
 	pb.RegisterKVServer(srv, kv)
-	pb.RegisterWatchServer(srv, watch)
+	pb.RegisterWatchServer(srv, &watchProxy{cl: cl, prefix: kubernetesPrefix})
 	pb.RegisterLeaseServer(srv, &confinedLease{LeaseServer: lease, raw: raw, prefix: kubernetesPrefix, granted: map[int64]bool{}})
 	pb.RegisterMaintenanceServer(srv, statusOnly{m: grpcproxy.NewMaintenanceProxy(cl)})
 

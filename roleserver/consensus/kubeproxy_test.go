@@ -96,6 +96,27 @@ func TestKubernetesEndpoint(t *testing.T) {
 	if _, err := cl.Revoke(ctx, own.ID); err != nil {
 		t.Errorf("revoking its own lease: %v", err)
 	}
+	// Watches are confined, and progress requests are answered (the API
+	// server's consistent reads from its cache wait for them).
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wch := cl.Watch(wctx, "registry/", clientv3.WithPrefix())
+	mustPut(t, ctx, cur, "registry/x", "curator")
+	mustPut(t, ctx, k8s, "registry/pods/y", "pod")
+	if wr := <-wch; len(wr.Events) != 1 || string(wr.Events[0].Kv.Key) != "registry/pods/y" {
+		t.Fatalf("watch through the endpoint: %+v", wr.Events)
+	}
+	if err := cl.RequestProgress(wctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case wr := <-wch:
+		if !wr.IsProgressNotify() {
+			t.Fatalf("after a progress request: %+v", wr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to a progress request")
+	}
 	// Status works (the API server asks), a snapshot of the store does not.
 	if _, err := cl.Status(ctx, cl.Endpoints()[0]); err != nil {
 		t.Errorf("Status: %v", err)

@@ -48,6 +48,9 @@ type Controller struct {
 	// Status is set when the API server serves, and cleared when it
 	// stops.
 	Status *memory.Value[*Status]
+	// KubeBinary is the multi-call Kubernetes binary; default
+	// layout.KubeBinary (tests run the control plane on the host).
+	KubeBinary string
 }
 
 // Run is a supervisor runnable.
@@ -77,9 +80,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return c.Consensus.ServeKubernetes(ctx, etcdSock)
 		}},
-		{"apiserver", command(apiserverArgs(f, c.Address, etcdSock), ready)},
-		{"controller-manager", command(controllerManagerArgs(f), nil)},
-		{"scheduler", command(schedulerArgs(f), nil)},
+		{"apiserver", command(c.KubeBinary, apiserverArgs(f, c.Address, etcdSock), ready)},
+		{"controller-manager", command(c.KubeBinary, controllerManagerArgs(f), nil)},
+		{"scheduler", command(c.KubeBinary, schedulerArgs(f), nil)},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
 			return err
@@ -125,10 +128,14 @@ func controllerFiles(c *pki.ControllerCredentials) files {
 	}
 }
 
-// command is a runnable running the kube binary with args.
-func command(args []string, ready func(context.Context) error) supervisor.Runnable {
+// command is a runnable running the kube binary (default
+// layout.KubeBinary) with args.
+func command(kube string, args []string, ready func(context.Context) error) supervisor.Runnable {
+	if kube == "" {
+		kube = layout.KubeBinary
+	}
 	return func(ctx context.Context) error {
-		return supervisor.RunCommand(ctx, supervisor.Command{Path: layout.KubeBinary, Args: args, Ready: ready})
+		return supervisor.RunCommand(ctx, supervisor.Command{Path: kube, Args: args, Ready: ready})
 	}
 }
 

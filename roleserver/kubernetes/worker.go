@@ -10,9 +10,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/layout"
@@ -76,12 +78,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := dnsAddress(); err != nil {
 		return err
 	}
+	if err := machineID(w.NodeID); err != nil {
+		return err
+	}
 	for _, d := range []*localstorage.Directory{&w.Root.Data.Containerd, &w.Root.Data.Kubernetes.Kubelet,
 		&w.Root.Data.Kubernetes.PodLogs, &w.Root.Ephemeral.Containerd.Directory, &w.Root.Ephemeral.Kubernetes.Worker,
 		&w.Root.Ephemeral.Kubernetes.CNI, &w.Root.Ephemeral.Kubernetes.VolumePlugins} {
 		if err := os.MkdirAll(d.Path(), 0o700); err != nil {
 			return err
 		}
+	}
+	if err := mountKubeletDir(w.Root.Data.Kubernetes.Kubelet.Path()); err != nil {
+		return err
 	}
 	keys, pub, err := newWorkerKeys()
 	if err != nil {
@@ -144,12 +152,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalDone)
 			return nil
 		})},
-		{"kubelet", afterContainerd(command(kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
-			w.Root.Data.Kubernetes.Kubelet.Path(), w.NodeID, w.Address), nil))},
-		{"proxy", command([]string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil)},
-		{"netd", command([]string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
+		{"kubelet", afterContainerd(command("", kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
+			kubeletDir, w.NodeID, w.Address), nil))},
+		{"proxy", command("", []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil)},
+		{"netd", command("", []string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
 			"-cni-conf-dir", w.Root.Ephemeral.Kubernetes.CNI.Path(), "-ipam-dir", filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam")}, nil)},
-		{"dns", command([]string{"dns", "-conf", paths[fileCorefile]}, nil)},
+		{"dns", command("", []string{"dns", "-conf", paths[fileCorefile]}, nil)},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
 			return err
@@ -229,6 +237,49 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 		fileProxyConfig: proxyConfig(filepath.Join(dir, fileProxyKubeconfig), w.NodeID),
 		fileCorefile:    corefile(filepath.Join(dir, fileProxyKubeconfig), w.ResolvConf),
 	}, nil
+}
+
+// kubeletDir is where the kubelet's state appears: some of it (device
+// plugins, pod resources) has fixed paths below /var/lib/kubelet whatever
+// --root-dir says, so the data volume's directory is mounted here (a
+// mount point in the read-only system image).
+const kubeletDir = "/var/lib/kubelet"
+
+// mountKubeletDir bind-mounts the kubelet's directory on /data at
+// kubeletDir, once.
+func mountKubeletDir(src string) error {
+	if mounted, err := isMountPoint(kubeletDir); err != nil || mounted {
+		return err
+	}
+	if err := unix.Mount(src, kubeletDir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mounting %s on %s: %w", src, kubeletDir, err)
+	}
+	// Volumes the kubelet mounts below it must propagate to containers.
+	return unix.Mount("", kubeletDir, "", unix.MS_SHARED, "")
+}
+
+// isMountPoint reports whether dir is a mount point (its device differs
+// from its parent's).
+func isMountPoint(dir string) (bool, error) {
+	var a, b unix.Stat_t
+	if err := unix.Stat(dir, &a); err != nil {
+		return false, err
+	}
+	if err := unix.Stat(filepath.Dir(dir), &b); err != nil {
+		return false, err
+	}
+	return a.Dev != b.Dev, nil
+}
+
+// machineID writes /run/machine-id (the system image links
+// /etc/machine-id there) from the node ID's 32 hex digits: stable for the
+// node, unique in the cluster.
+func machineID(nodeID string) error {
+	id := strings.TrimPrefix(nodeID, "plinth-")
+	if len(id) != 32 {
+		return fmt.Errorf("node ID %q does not make a machine ID", nodeID)
+	}
+	return os.WriteFile("/run/machine-id", []byte(id+"\n"), 0o444)
 }
 
 // dnsLink is the dummy interface carrying ClusterDNSIP.

@@ -1,0 +1,194 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"plinth.dev/plinth/platform/event"
+	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/internal/testutil"
+	"plinth.dev/plinth/roleserver/kubernetes/pki"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// TestControlPlaneOnHost runs the real control plane — the kube binary's
+// API server, controller manager and scheduler, as the Controller runs
+// them — on the build host against an in-process etcd member, through the
+// confined etcd endpoint: the API server serves, the owner's
+// certificate (pki.Admin) is system:masters, a Node gets a pod CIDR from
+// the controller manager, and the API server's keys land under
+// /kubernetes/ only. Natively this takes seconds; under TCG it would take
+// minutes, so the VM tests only check what needs a node.
+func TestControlPlaneOnHost(t *testing.T) {
+	kube := os.Getenv("PLINTH_KUBE")
+	if kube == "" {
+		t.Fatal("PLINTH_KUBE unset: run `make unit`, which builds out/bin/kube")
+	}
+	dir, err := os.MkdirTemp("", "cp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	root := &localstorage.Root{}
+	if err := localstorage.Place(root, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := localstorage.Create(&root.Data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := localstorage.Create(&root.Ephemeral, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	peer, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := peer.Addr().(*net.TCPAddr).Port
+	peer.Close()
+	cons := testutil.NewLoopbackConsensus(consensus.Config{Data: &root.Data.Etcd, Ephemeral: &root.Ephemeral.Consensus,
+		NodeID: "plinth-0123456789abcdef0123456789abcdef", NodePrivateKey: key}, port)
+
+	lt := logtree.New(20000)
+	status := &memory.Value[*Status]{}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w := cons.Watch()
+	defer w.Close()
+	var st *consensus.Status
+	sup := supervisor.New(ctx, lt, func(ctx context.Context) error {
+		if err := supervisor.Run(ctx, "consensus", cons.Run); err != nil {
+			return err
+		}
+		s, err := w.Get(ctx, consensus.FilterRunning)
+		if err != nil {
+			return err
+		}
+		st = s
+		c := &Controller{Root: root, NodeID: "plinth-0123456789abcdef0123456789abcdef", Address: hostAddress(t),
+			Consensus: s, Status: status, KubeBinary: kube}
+		if err := supervisor.Run(ctx, "controller", c.Run); err != nil {
+			return err
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, supervisor.Options{})
+	t.Cleanup(func() {
+		cancel()
+		sup.Wait()
+		// PLINTH_TEST_LOG=FILE keeps every component's whole log.
+		if f := os.Getenv("PLINTH_TEST_LOG"); f != "" {
+			var b strings.Builder
+			for _, e := range lt.Read("", 0) {
+				b.WriteString(e.String() + "\n")
+			}
+			os.WriteFile(f, []byte(b.String()), 0o644)
+		}
+		if t.Failed() {
+			for _, dn := range []string{"root.controller", "root.controller.apiserver.out", "root.controller.controller-manager.out", "root.controller.scheduler.out"} {
+				for _, e := range lt.Read(dn, 60) {
+					if e.DN == dn || dn == "root.controller" && !strings.HasSuffix(e.DN, ".out") {
+						t.Log(e.String())
+					}
+				}
+			}
+		}
+	})
+	sw := status.Watch()
+	defer sw.Close()
+	s, err := sw.Get(ctx, event.Filter(func(s *Status) bool { return s != nil }))
+	if err != nil {
+		t.Fatalf("API server never served: %v", err)
+	}
+
+	// An administrator's client, as plinthctl kubernetes-credential gets.
+	kv, err := st.CuratorClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	adminPub, adminKey, _ := ed25519.GenerateKey(rand.Reader)
+	ca, cert, err := pki.New(kv).Admin(ctx, adminPub, "test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: adminKey}},
+	}}}
+	api := func(method, path, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, s.APIServer+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, b := api("POST", "/api/v1/nodes", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"plinth-test"}}`); code != http.StatusCreated {
+		t.Fatalf("creating a Node: %d %s", code, b)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, b := api("GET", "/api/v1/nodes/plinth-test", "")
+		var n struct {
+			Spec struct{ PodCIDR string } `json:"spec"`
+		}
+		if json.Unmarshal(b, &n) == nil && strings.HasPrefix(n.Spec.PodCIDR, "10.244.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pod CIDR from the controller manager: %s", b)
+		}
+		time.Sleep(time.Second)
+	}
+	// Everything the API server stored is below /kubernetes/.
+	k8s, err := st.KubernetesClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k8s.Close()
+	resp, err := k8s.Get(ctx, "/registry/minions/plinth-test")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the Node is not under /kubernetes/registry: %v, %v", resp, err)
+	}
+}
+
+// hostAddress is a non-loopback IPv4 address of the host (the API server
+// refuses to advertise a loopback one).
+func hostAddress(t *testing.T) net.IP {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.To4()
+		}
+	}
+	t.Fatal("the host has no non-loopback IPv4 address")
+	return nil
+}
