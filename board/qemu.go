@@ -27,7 +27,7 @@ func init() {
 		},
 		KubernetesModules: kubernetesModules,
 		Arch:              "amd64",
-		HostFiles:         append(append([]HostFile(nil), mkfsTools...), nftTool),
+		HostFiles:         append(append(append([]HostFile(nil), mkfsTools...), nftTool), mountTools...),
 		Console:           "ttyS0",
 		// panic=-1: a kernel panic reboots at once instead of hanging a
 		// test; loglevel=4 keeps kernel warnings and errors on the console.
@@ -42,6 +42,14 @@ var mkfsTools = []HostFile{
 	{Source: "/sbin/mke2fs", Dest: "usr/sbin/mke2fs", Links: []string{"usr/sbin/mkfs.ext4"}, Executable: true},
 	{Source: "/etc/mke2fs.conf", Dest: "etc/mke2fs.conf"},
 	{Source: "/sbin/mkfs.xfs", Dest: "usr/sbin/mkfs.xfs", Executable: true},
+}
+
+// mountTools are mount(8) and umount(8) (Debian package mount): the
+// kubelet mounts pods' volumes (tmpfs, projected service account tokens)
+// through them.
+var mountTools = []HostFile{
+	{Source: "/usr/bin/mount", Dest: "usr/bin/mount", Executable: true},
+	{Source: "/usr/bin/umount", Dest: "usr/bin/umount", Executable: true},
 }
 
 // nftTool is nft (Debian package nftables), which kube-proxy's nftables

@@ -30,6 +30,9 @@ func main() {
 		}
 		reaper.Run(os.Stdout, line, "/init", []string{"/init"}, append(os.Environ(), roleEnv+"=core"))
 	case os.Getenv(roleEnv) == "core":
+		// Programs the node runs (mkfs, the Kubernetes components) find
+		// their helpers (nft, mount) in the system image.
+		os.Setenv("PATH", "/usr/sbin:/usr/bin")
 		os.Exit(bootCore())
 	default:
 		fmt.Fprintln(os.Stderr, "this is the Plinth node init; it only runs as PID 1 of a Plinth node")
