@@ -39,6 +39,9 @@ var systemDirs = []string{
 	// whatever its --root-dir (device plugins, pod resources): the
 	// Kubernetes worker mounts its directory on /data here.
 	"var/lib", "var/lib/kubelet",
+	// CNI's result cache (containerd's CNI library has it there, fixed):
+	// the worker mounts a directory of its tmpfs here.
+	"var/lib/cni",
 }
 
 func systemTree(b *buildState) ([]sysFile, error) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
 
@@ -62,7 +64,9 @@ func (s *Status) ServeKubernetes(ctx context.Context, path string) error {
 
 	kv, _ := grpcproxy.NewKvProxy(cl)
 	lease, _ := grpcproxy.NewLeaseProxy(ctx, cl)
-	srv := grpc.NewServer()
+	// The API server's etcd client pings every 30 s or so; a server with
+	// gRPC's default policy would send it away for that.
+	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	pb.RegisterKVServer(srv, kv)
 	pb.RegisterWatchServer(srv, &watchProxy{cl: cl, prefix: kubernetesPrefix})
 	pb.RegisterLeaseServer(srv, &confinedLease{LeaseServer: lease, raw: raw, prefix: kubernetesPrefix, granted: map[int64]bool{}})

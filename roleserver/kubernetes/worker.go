@@ -88,7 +88,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := mountKubeletDir(w.Root.Data.Kubernetes.Kubelet.Path()); err != nil {
+	if err := bindMount(w.Root.Data.Kubernetes.Kubelet.Path(), kubeletDir, true); err != nil {
+		return err
+	}
+	if err := bindMount(w.Root.Ephemeral.Kubernetes.CNICache.Path(), cniCacheDir, false); err != nil {
 		return err
 	}
 	keys, pub, err := newWorkerKeys()
@@ -245,17 +248,27 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 // mount point in the read-only system image).
 const kubeletDir = "/var/lib/kubelet"
 
-// mountKubeletDir bind-mounts the kubelet's directory on /data at
-// kubeletDir, once.
-func mountKubeletDir(src string) error {
-	if mounted, err := isMountPoint(kubeletDir); err != nil || mounted {
+// cniCacheDir is where containerd's CNI library keeps results, a fixed
+// path; a directory of the tmpfs is mounted there.
+const cniCacheDir = "/var/lib/cni"
+
+// bindMount mounts src at dst (a mount point in the system image), once;
+// shared makes mounts below it propagate (the kubelet's volumes must reach
+// the containers).
+func bindMount(src, dst string, shared bool) error {
+	if err := os.MkdirAll(src, 0o700); err != nil {
 		return err
 	}
-	if err := unix.Mount(src, kubeletDir, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("mounting %s on %s: %w", src, kubeletDir, err)
+	if mounted, err := isMountPoint(dst); err != nil || mounted {
+		return err
 	}
-	// Volumes the kubelet mounts below it must propagate to containers.
-	return unix.Mount("", kubeletDir, "", unix.MS_SHARED, "")
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mounting %s on %s: %w", src, dst, err)
+	}
+	if shared {
+		return unix.Mount("", dst, "", unix.MS_SHARED, "")
+	}
+	return nil
 }
 
 // isMountPoint reports whether dir is a mount point (its device differs

@@ -134,6 +134,8 @@ type EphemeralKubernetesDirectory struct {
 	CNI Directory `dir:"cni"`
 	// VolumePlugins is the kubelet's (the system image is read-only).
 	VolumePlugins Directory `dir:"volume-plugins"`
+	// CNICache is containerd's CNI result cache (mounted at /var/lib/cni).
+	CNICache Directory `dir:"cni-cache"`
 }
 
 // EphemeralConsensusDirectory holds etcd's runtime files.
