@@ -119,7 +119,7 @@ func TestKubernetesOneNode(t *testing.T) {
 	k.apply(t, ctx, testDeployment)
 	k.run(t, ctx, "rollout", "status", "deployment/web", "--timeout=10m")
 	pod := strings.TrimSpace(k.run(t, ctx, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
-	k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "serving") }, "logs", pod)
+	k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "listening on") }, "logs", pod)
 	if out := k.run(t, ctx, "exec", pod, "--", "/testpod", "print", "hello from exec"); !strings.Contains(out, "hello from exec") {
 		t.Fatalf("kubectl exec: %q", out)
 	}

@@ -67,7 +67,7 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 // controllerManagerArgs are kube-controller-manager's flags: pod CIDRs
 // are allocated per node (/NodeCIDRMaskSize of ClusterCIDR), and the CSR
 // signer is off (kubelets get their certificates from the curator).
-func controllerManagerArgs(f map[string]string) []string {
+func controllerManagerArgs(f map[string]string, flexDir string) []string {
 	return []string{
 		"controller-manager",
 		"--kubeconfig=" + f[fileControllerManager],
@@ -83,6 +83,8 @@ func controllerManagerArgs(f map[string]string) []string {
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
 		"--root-ca-file=" + f[fileCA],
 		"--service-account-private-key-file=" + f[fileServiceAccountKey],
+		// The default (/usr/libexec/...) is on the read-only system image.
+		"--flex-volume-plugin-dir=" + flexDir,
 		"--profiling=false",
 		"--v=0",
 	}

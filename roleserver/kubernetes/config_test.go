@@ -102,7 +102,7 @@ func TestControlPlaneArgs(t *testing.T) {
 	if api[0] != "apiserver" {
 		t.Errorf("component %q", api[0])
 	}
-	cm := controllerManagerArgs(f)
+	cm := controllerManagerArgs(f, "/ephemeral/kubernetes/volume-plugins")
 	for _, want := range []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + layout.ClusterCIDR, "--node-cidr-mask-size=24"} {
 		if !slices.Contains(cm, want) {
 			t.Errorf("controller-manager args lack %s: %v", want, cm)

@@ -81,7 +81,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			return c.Consensus.ServeKubernetes(ctx, etcdSock)
 		}},
 		{"apiserver", command(c.KubeBinary, apiserverArgs(f, c.Address, etcdSock), ready)},
-		{"controller-manager", command(c.KubeBinary, controllerManagerArgs(f), nil)},
+		{"controller-manager", command(c.KubeBinary, controllerManagerArgs(f, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
 		{"scheduler", command(c.KubeBinary, schedulerArgs(f), nil)},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
