@@ -27,11 +27,15 @@ type launchCmd struct {
 	dir      string
 	fresh    bool
 	consoles bool
+	// noKubernetes: the nodes run no Kubernetes (the first one is a
+	// controller and worker, the others workers, by default).
+	noKubernetes bool
 }
 
 func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("launch", stderr)
 	fs.IntVar(&c.nodes, "nodes", 1, "number of nodes (the first bootstraps the cluster)")
+	fs.BoolVar(&c.noKubernetes, "no-kubernetes", false, "run no Kubernetes (by default the first node is a Kubernetes controller and worker, the others workers)")
 	fs.StringVar(&c.image, "image", "out/image/"+board.Default, "image directory (plinthctl build -out)")
 	fs.StringVar(&c.dir, "dir", "out/cluster", "directory for the nodes' disks, TPM state and logs, and the owner configuration (DIR/owner)")
 	fs.BoolVar(&c.fresh, "fresh", false, "delete DIR first if it holds an earlier cluster")
@@ -51,7 +55,7 @@ func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer)
 			return err
 		}
 	}
-	o := vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: c.dir, Progress: stderr, DiskSizeBytes: 4 << 30}
+	o := vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: c.dir, Progress: stderr, DiskSizeBytes: 4 << 30, Kubernetes: !c.noKubernetes}
 	if c.consoles {
 		var mu sync.Mutex
 		o.Console = func(name string) io.Writer { return &prefixWriter{mu: &mu, w: stderr, prefix: name + "| "} }
@@ -70,7 +74,11 @@ func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer)
 			filepath.Join(n.Dir, "boot*", "console.log"))
 	}
 	tw.Flush()
-	fmt.Fprintf(stderr, "\nplinthctl: the cluster is up. In another shell:\n  export PLINTH_CONFIG=%s\n  plinthctl nodes list\nCtrl-C powers the nodes off.\n", cl.OwnerDir())
+	fmt.Fprintf(stderr, "\nplinthctl: the cluster is up. In another shell:\n  export PLINTH_CONFIG=%s\n  plinthctl nodes list\n", cl.OwnerDir())
+	if !c.noKubernetes {
+		fmt.Fprintf(stderr, "  plinthctl kubeconfig -server https://%s -o kubeconfig && kubectl --kubeconfig kubeconfig get nodes\n", cl.KubernetesAPIEndpoint(cl.Nodes()[0]))
+	}
+	fmt.Fprintf(stderr, "Ctrl-C powers the nodes off.\n")
 
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "\nplinthctl: powering the nodes off")

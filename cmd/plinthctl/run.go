@@ -41,6 +41,7 @@ type runCmd struct {
 	ownerDir    string
 	curatorPort int
 	mgmtPort    int
+	apiPort     int
 }
 
 func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -52,6 +53,7 @@ func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&c.ownerDir, "owner-dir", "", "owner configuration `dir` the first run writes the owner key to (default STATE/owner)")
 	fs.IntVar(&c.curatorPort, "curator-port", layout.CuratorPort, "host `port` on 127.0.0.1 forwarded to the node's curator (0: none)")
 	fs.IntVar(&c.mgmtPort, "mgmt-port", layout.NodeManagementPort, "host `port` on 127.0.0.1 forwarded to the node's NodeManagement (0: none)")
+	fs.IntVar(&c.apiPort, "kubernetes-port", layout.KubernetesAPIPort, "host `port` on 127.0.0.1 forwarded to the node's Kubernetes API server (0: none)")
 	fs.Parse(args)
 	if c.ownerDir == "" {
 		c.ownerDir = filepath.Join(c.state, "owner")
@@ -76,7 +78,8 @@ func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Write
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(c.state, "disk.img"), c.diskSize
 	o.TPMStateDir = filepath.Join(c.state, "tpm")
 	o.Console = stdout
-	for _, f := range []vmtest.Forward{{HostPort: c.curatorPort, GuestPort: layout.CuratorPort}, {HostPort: c.mgmtPort, GuestPort: layout.NodeManagementPort}} {
+	for _, f := range []vmtest.Forward{{HostPort: c.curatorPort, GuestPort: layout.CuratorPort}, {HostPort: c.mgmtPort, GuestPort: layout.NodeManagementPort},
+		{HostPort: c.apiPort, GuestPort: layout.KubernetesAPIPort}} {
 		if f.HostPort != 0 {
 			o.HostForwards = append(o.HostForwards, f)
 		}
@@ -84,7 +87,7 @@ func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Write
 
 	fmt.Fprintf(stderr, "plinthctl: booting %s (kernel %s, %s acceleration); console log in %s; Ctrl-C powers the node off\n",
 		img.Manifest.Board, img.Manifest.KernelVersion, accel(), filepath.Join(c.state, "console.log"))
-	printNextSteps(stderr, c.ownerDir, c.curatorPort, c.mgmtPort)
+	printNextSteps(stderr, c.ownerDir, c.curatorPort, c.mgmtPort, c.apiPort)
 	for {
 		rebooted, err := bootOnce(ctx, stderr, o)
 		if err != nil || !rebooted || ctx.Err() != nil {
@@ -156,7 +159,7 @@ func firstRunParameters(stderr io.Writer, paramsFile, ownerDir string) error {
 
 // printNextSteps tells how to take ownership of the node, or how to reach
 // it once that is done.
-func printNextSteps(stderr io.Writer, ownerDir string, curatorPort, mgmtPort int) {
+func printNextSteps(stderr io.Writer, ownerDir string, curatorPort, mgmtPort, apiPort int) {
 	self := "plinthctl"
 	if strings.Contains(os.Args[0], "go-build") {
 		self = "go run ./cmd/plinthctl"
@@ -186,4 +189,8 @@ func printNextSteps(stderr io.Writer, ownerDir string, curatorPort, mgmtPort int
 		fmt.Fprintf(stderr, "plinthctl: you own this node (%s); in another shell:\n", ownerDir)
 	}
 	fmt.Fprintf(stderr, "  %s nodes list%s\n  %s logs%s NODE\n", self, config, self, config)
+	if apiPort != 0 {
+		fmt.Fprintf(stderr, "  %s kubeconfig%s -server https://%s -o kubeconfig && kubectl --kubeconfig kubeconfig get nodes\n",
+			self, config, net.JoinHostPort("127.0.0.1", strconv.Itoa(apiPort)))
+	}
 }
