@@ -551,12 +551,35 @@ func (s *Service) clearProblem(component string) bool {
 // currentProblems are the ongoing problems, by component.
 func (s *Service) currentProblems() []*clusterpb.NodeProblem {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := make([]*clusterpb.NodeProblem, 0, len(s.problems))
 	for _, p := range s.problems {
 		out = append(out, proto.Clone(p).(*clusterpb.NodeProblem))
 	}
+	s.mu.Unlock()
+	if s.Runnables != nil {
+		out = append(out, crashLoops(s.Runnables())...)
+	}
 	slices.SortFunc(out, func(a, b *clusterpb.NodeProblem) int { return strings.Compare(a.Component, b.Component) })
+	return out
+}
+
+// crashLoopFailures is how many failures in a row make a runnable a
+// problem of the node (a Kubernetes component that keeps crashing).
+const crashLoopFailures = 3
+
+// crashLoops are the runnables that failed crashLoopFailures times in a
+// row without staying healthy in between.
+func crashLoops(runnables []supervisor.Status) []*clusterpb.NodeProblem {
+	var out []*clusterpb.NodeProblem
+	for _, r := range runnables {
+		if r.Failures < crashLoopFailures {
+			continue
+		}
+		out = append(out, &clusterpb.NodeProblem{
+			Component: r.DN,
+			Message:   fmt.Sprintf("failed %d times in a row, last: %s", r.Failures, r.LastErr),
+		})
+	}
 	return out
 }
 

@@ -12,6 +12,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
@@ -208,5 +209,20 @@ func TestCuratorEndpoints(t *testing.T) {
 	want := []string{"127.0.0.1:7835", "10.42.0.11:7835", "10.42.0.13:7835"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("endpoints %v, want %v", got, want)
+	}
+}
+
+// TestCrashLoopsInStatus: a runnable that failed three times in a row
+// (a Kubernetes component that keeps crashing) shows in the node status.
+func TestCrashLoopsInStatus(t *testing.T) {
+	s := New(Config{Runnables: func() []supervisor.Status {
+		return []supervisor.Status{
+			{DN: "root.roleserver.kubernetes.worker.kubelet", Failures: 3, LastErr: "exit status 1"},
+			{DN: "root.roleserver.kubernetes.worker.proxy", Failures: 2, LastErr: "exit status 1"},
+		}
+	}})
+	p := s.status().GetProblems()
+	if len(p) != 1 || p[0].GetComponent() != "root.roleserver.kubernetes.worker.kubelet" || !strings.Contains(p[0].GetMessage(), "3 times in a row") {
+		t.Fatalf("problems %v", p)
 	}
 }
