@@ -3,6 +3,8 @@ package vmtest
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,4 +130,131 @@ func TestKubernetesOneNode(t *testing.T) {
 		f := strings.Fields(out)
 		return len(f) == 2 && f[0] != pod && f[1] == "Running"
 	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
+}
+
+// podOn is a pod of the test image serving HTTP, pinned to a node.
+func podOn(name, node string) string {
+	return `apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, labels: {app: ` + name + `}}
+spec:
+  nodeName: ` + node + `
+  containers:
+  - name: web
+    image: ` + layout.TestImage + `
+    imagePullPolicy: Never
+    args: [serve]
+`
+}
+
+// selfTestJob resolves kubernetes.default.svc.cluster.local and calls the
+// API through the Service VIP with its service account token.
+const selfTestJob = `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: selftest}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: selftest-view}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
+subjects: [{kind: ServiceAccount, name: selftest, namespace: default}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: selftest}
+spec:
+  backoffLimit: 4
+  template:
+    spec:
+      serviceAccountName: selftest
+      restartPolicy: Never
+      containers:
+      - name: selftest
+        image: ` + layout.TestImage + `
+        imagePullPolicy: Never
+        args: [selftest]
+`
+
+// nodePortService exposes the pod "b" on KubernetesNodePort.
+var nodePortService = fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: b}
+spec:
+  type: NodePort
+  selector: {app: b}
+  ports: [{port: 80, targetPort: 8080, nodePort: %d}]
+`, KubernetesNodePort)
+
+// TestKubernetesTwoNodes: a controller+worker and a worker-only node.
+// Pods on the two nodes reach each other by pod IP (routes between the
+// nodes' pod CIDRs), an in-cluster Job resolves the API's name through the
+// node's DNS and calls it through the Service VIP with its service
+// account token, and a NodePort Service answers from the host through the
+// harness's forwarded port.
+func TestKubernetesTwoNodes(t *testing.T) {
+	img := testImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	dir := TestDir(t)
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 2, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first, second := c.Nodes()[0], c.Nodes()[1]
+	ctl := buildPlinthctl(t)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	ctl.run(t, "kubeconfig", "-config", c.OwnerDir(), "-server", "https://"+c.KubernetesAPIEndpoint(first), "-o", kubeconfig)
+	k := newKubectl(t, kubeconfig)
+	for _, n := range []*ClusterNode{first, second} {
+		k.until(t, ctx, 15*time.Minute, n.Name+" Ready", func(out string) bool { return out == "True" },
+			"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	}
+	k.apply(t, ctx, podOn("a", first.ID()))
+	k.apply(t, ctx, podOn("b", second.ID()))
+	k.apply(t, ctx, nodePortService)
+	k.run(t, ctx, "wait", "--for=condition=Ready", "pod/a", "pod/b", "--timeout=10m")
+	ipB := strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
+	// Across nodes, by pod IP.
+	k.until(t, ctx, 3*time.Minute, "pod a reaches pod b", func(out string) bool { return strings.Contains(out, "hello from b") },
+		"exec", "a", "--", "/testpod", "get", "http://"+ipB+":8080/")
+
+	k.apply(t, ctx, selfTestJob)
+	if _, err := k.try(ctx, "wait", "--for=condition=complete", "job/selftest", "--timeout=10m"); err != nil {
+		logs, _ := k.try(ctx, "logs", "job/selftest")
+		t.Fatalf("self-test job: %v\n%s", err, logs)
+	}
+	t.Log(k.run(t, ctx, "logs", "job/selftest"))
+
+	// NodePort from the host, through the harness's forward to the first
+	// node (the pod is on the second: kube-proxy forwards it there).
+	url := "http://" + c.NodePortEndpoint(first) + "/"
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		body, err := httpGet(ctx, url)
+		if err == nil && strings.Contains(body, "hello from b") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NodePort %s from the host: %q, %v", url, body, err)
+		}
+		time.Sleep(3 * time.Second)
+	}
+}
+
+// httpGet fetches url from the host.
+func httpGet(ctx context.Context, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

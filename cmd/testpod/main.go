@@ -11,6 +11,7 @@
 //	testpod api                 GET this namespace's pods from the Kubernetes API with
 //	                            the pod's service account (exit 0 only on HTTP 200)
 //	testpod selftest            dns kubernetes.default.svc.cluster.local + api
+//	testpod get URL             HTTP GET, print the body (exit 0 only on HTTP 200)
 //
 // Why one program for everything: one small binary (no shell, no libc)
 // keeps the images tiny and reproducible, and every behaviour a test
@@ -47,6 +48,7 @@ var commands = map[string]command{
 	"dns":      {"dns [-timeout 10s] NAME", dnsCmd},
 	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
 	"selftest": {"selftest", selftestCmd},
+	"get":      {"get [-timeout 10s] URL", getCmd},
 }
 
 func main() {

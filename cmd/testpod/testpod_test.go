@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -138,5 +139,23 @@ func TestAPI(t *testing.T) {
 	}
 	if code, _, errOut := runCmd("api", "-server", srv.URL, "-account", t.TempDir()); code != 1 || !strings.Contains(errOut, "service account") {
 		t.Errorf("api without a service account: %d %q", code, errOut)
+	}
+}
+
+func TestGet(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/missing" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, "hello")
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	if code := run([]string{"get", srv.URL}, &out, &errb); code != 0 || out.String() != "hello" {
+		t.Fatalf("get: %d %q %q", code, out.String(), errb.String())
+	}
+	if code := run([]string{"get", srv.URL + "/missing"}, &out, &errb); code == 0 {
+		t.Fatal("get of a 404 succeeded")
 	}
 }
