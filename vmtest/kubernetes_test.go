@@ -31,7 +31,12 @@ func newKubectl(t *testing.T, kubeconfig string) kubectl {
 }
 
 func (k kubectl) try(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	return k.tryFor(ctx, 2*time.Minute, args...)
+}
+
+// tryFor is try with a timeout for kubectl's whole run.
+func (k kubectl) tryFor(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kubeconfig, "--request-timeout=60s"}, args...)...)
 	out, err := cmd.CombinedOutput()
@@ -48,6 +53,12 @@ func (k kubectl) run(t *testing.T, ctx context.Context, args ...string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// wait is kubectl wait --for=condition for what, up to timeout.
+func (k kubectl) wait(ctx context.Context, timeout time.Duration, condition string, what ...string) (string, error) {
+	args := append([]string{"wait", "--for=condition=" + condition, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds()))}, what...)
+	return k.tryFor(ctx, timeout+time.Minute, args...)
 }
 
 // until retries kubectl until ok accepts its output or timeout passes.
@@ -119,7 +130,10 @@ func TestKubernetesOneNode(t *testing.T) {
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 
 	k.apply(t, ctx, testDeployment)
-	k.run(t, ctx, "rollout", "status", "deployment/web", "--timeout=10m")
+	t.Log("node Ready; deployment web applied")
+	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/web", "--timeout=10m"); err != nil {
+		t.Fatal(err)
+	}
 	pod := strings.TrimSpace(k.run(t, ctx, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
 	k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "listening on") }, "logs", pod)
 	if out := k.run(t, ctx, "exec", pod, "--", "/testpod", "print", "hello from exec"); !strings.Contains(out, "hello from exec") {
@@ -213,14 +227,18 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	k.apply(t, ctx, podOn("a", first.ID()))
 	k.apply(t, ctx, podOn("b", second.ID()))
 	k.apply(t, ctx, nodePortService)
-	k.run(t, ctx, "wait", "--for=condition=Ready", "pod/a", "pod/b", "--timeout=10m")
+	t.Log("both nodes Ready; pods a and b on them, Service b on NodePort")
+	if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {
+		t.Fatal(err)
+	}
 	ipB := strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
 	// Across nodes, by pod IP.
 	k.until(t, ctx, 3*time.Minute, "pod a reaches pod b", func(out string) bool { return strings.Contains(out, "hello from b") },
 		"exec", "a", "--", "/testpod", "get", "http://"+ipB+":8080/")
 
 	k.apply(t, ctx, selfTestJob)
-	if _, err := k.try(ctx, "wait", "--for=condition=complete", "job/selftest", "--timeout=10m"); err != nil {
+	t.Log("pod a reached pod b; the self-test job runs")
+	if _, err := k.wait(ctx, 10*time.Minute, "complete", "job/selftest"); err != nil {
 		logs, _ := k.try(ctx, "logs", "job/selftest")
 		t.Fatalf("self-test job: %v\n%s", err, logs)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"plinth.dev/plinth/platform/event/memory"
@@ -71,31 +72,31 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	etcdSock := c.Root.Ephemeral.Kubernetes.EtcdSocket.Path()
-	ready := apiReady(creds.CACertificate)
-	for _, r := range []struct {
-		name string
-		fn   supervisor.Runnable
-	}{
+	served, ready := servedOnce(apiReady(apiServerLocalEndpoint, creds.CACertificate))
+	// The API server first: under TCG its start takes minutes of CPU,
+	// and the controller manager and scheduler only crash-loop (with a
+	// growing backoff) until it serves and its default roles exist.
+	if err := runAll(ctx, []named{
 		{"etcd", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return c.Consensus.ServeKubernetes(ctx, etcdSock)
 		}},
 		{"apiserver", command(c.KubeBinary, apiserverArgs(f, c.Address, etcdSock), ready)},
-		{"controller-manager", command(c.KubeBinary, controllerManagerArgs(f, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
-		{"scheduler", command(c.KubeBinary, schedulerArgs(f), nil)},
-	} {
-		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	defer c.Status.Set(nil)
-	// Wait for the API server, then publish it.
-	for ready(ctx) != nil {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-served:
+	}
+	if err := runAll(ctx, []named{
+		{"rbac", applyRBAC(pki.New(kv), c.NodeID, apiServerLocalEndpoint)},
+		{"controller-manager", command(c.KubeBinary, controllerManagerArgs(f, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
+		{"scheduler", command(c.KubeBinary, schedulerArgs(f), nil)},
+	}); err != nil {
+		return err
 	}
 	log.Info("Kubernetes API server serving", "address", apiServerLocalEndpoint)
 	c.Status.Set(&Status{APIServer: apiServerLocalEndpoint, CACertificate: creds.CACertificate})
@@ -128,6 +129,36 @@ func controllerFiles(c *pki.ControllerCredentials) files {
 	}
 }
 
+// named is a child runnable with its name.
+type named struct {
+	name string
+	fn   supervisor.Runnable
+}
+
+// runAll starts rs as children of the calling runnable.
+func runAll(ctx context.Context, rs []named) error {
+	for _, r := range rs {
+		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// servedOnce wraps a readiness check: served is closed the first time
+// it passes (the API server has served since this controller started).
+func servedOnce(check func(context.Context) error) (served <-chan struct{}, ready func(context.Context) error) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return ch, func(ctx context.Context) error {
+		err := check(ctx)
+		if err == nil {
+			once.Do(func() { close(ch) })
+		}
+		return err
+	}
+}
+
 // command is a runnable running the kube binary (default
 // layout.KubeBinary) with args.
 func command(kube string, args []string, ready func(context.Context) error) supervisor.Runnable {
@@ -139,17 +170,19 @@ func command(kube string, args []string, ready func(context.Context) error) supe
 	}
 }
 
-// apiReady checks the local API server's /readyz (open to anonymous
-// callers by the default RBAC) against the Kubernetes CA.
-func apiReady(caPEM []byte) func(context.Context) error {
+// apiReady checks an API server's /readyz (open to anonymous callers by
+// the default RBAC) at endpoint, against the Kubernetes CA (PEM). The
+// timeout is long on purpose: a starved API server (a VM under TCG)
+// answers slowly, and a timed-out check costs it a new TLS handshake.
+func apiReady(endpoint string, caPEM []byte) func(context.Context) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	client := &http.Client{
-		Timeout:   2 * time.Second,
+		Timeout:   10 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
 	}
 	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiServerLocalEndpoint+"/readyz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/readyz", nil)
 		if err != nil {
 			return err
 		}
@@ -163,4 +196,16 @@ func apiReady(caPEM []byte) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// waitFor polls check every interval until it passes or ctx ends.
+func waitFor(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
+	for check(ctx) != nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+	return nil
 }

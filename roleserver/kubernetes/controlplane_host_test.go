@@ -164,6 +164,23 @@ func TestControlPlaneOnHost(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+	// Plinth's RBAC objects are applied: the DNS server's user may watch
+	// Namespaces (the API server's default roles do not let it).
+	deadline = time.Now().Add(time.Minute)
+	for {
+		_, b := api("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", `{"apiVersion":"authorization.k8s.io/v1",
+			"kind":"SubjectAccessReview","spec":{"user":"`+pki.ProxyUser+`","resourceAttributes":{"verb":"watch","resource":"namespaces"}}}`)
+		var r struct {
+			Status struct{ Allowed bool } `json:"status"`
+		}
+		if json.Unmarshal(b, &r) == nil && r.Status.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s may not watch Namespaces: %s", pki.ProxyUser, b)
+		}
+		time.Sleep(time.Second)
+	}
 	// Everything the API server stored is below /kubernetes/.
 	k8s, err := st.KubernetesClient()
 	if err != nil {

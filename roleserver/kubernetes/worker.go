@@ -122,18 +122,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	afterContainerd := func(r supervisor.Runnable) supervisor.Runnable {
+	// after runs r once ready passes: the kubelet needs containerd, and
+	// the API's clients wait for an API server (on a controller node,
+	// they would only take CPU from its start).
+	after := func(interval time.Duration, ready func(context.Context) error, r supervisor.Runnable) supervisor.Runnable {
 		return func(ctx context.Context) error {
-			for containerdUp(ctx) != nil {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(500 * time.Millisecond):
-				}
+			if err := waitFor(ctx, interval, ready); err != nil {
+				return err
 			}
 			return r(ctx)
 		}
 	}
+	apiUp := apiReady(fmt.Sprintf("https://127.0.0.1:%d", layout.KubernetesAPIProxyPort), pki.CertificatePEM(certs.CA))
+	afterAPI := func(r supervisor.Runnable) supervisor.Runnable { return after(2*time.Second, apiUp, r) }
+	afterContainerd := func(r supervisor.Runnable) supervisor.Runnable { return after(500*time.Millisecond, containerdUp, r) }
 	proxy := &apiProxy{servers: w.APIServers}
 	for _, r := range []struct {
 		name string
@@ -155,12 +157,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalDone)
 			return nil
 		})},
-		{"kubelet", afterContainerd(command("", kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
-			kubeletDir, w.NodeID, w.Address), nil))},
-		{"proxy", command("", []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil)},
-		{"netd", command("", []string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
-			"-cni-conf-dir", w.Root.Ephemeral.Kubernetes.CNI.Path(), "-ipam-dir", filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam")}, nil)},
-		{"dns", command("", []string{"dns", "-conf", paths[fileCorefile]}, nil)},
+		{"kubelet", afterAPI(afterContainerd(command("", kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
+			kubeletDir, w.NodeID, w.Address), nil)))},
+		{"proxy", afterAPI(command("", []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil))},
+		{"netd", afterAPI(command("", []string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
+			"-cni-conf-dir", w.Root.Ephemeral.Kubernetes.CNI.Path(), "-ipam-dir", filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam")}, nil))},
+		{"dns", afterAPI(command("", []string{"dns", "-conf", paths[fileCorefile]}, nil))},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
 			return err
