@@ -183,9 +183,16 @@ func (m *nodeManagement) Status(context.Context, *clusterpb.StatusRequest) (*clu
 	resp := &clusterpb.StatusResponse{Status: m.s.status()}
 	if m.s.Runnables != nil {
 		for _, r := range m.s.Runnables() {
-			resp.Runnables = append(resp.Runnables, &clusterpb.RunnableStatus{
+			rs := &clusterpb.RunnableStatus{
 				Dn: r.DN, State: string(r.State), Restarts: int32(r.Restarts), LastError: r.LastErr,
-			})
+			}
+			if r.PID != 0 {
+				if u, err := supervisor.ProcessUsage(r.PID); err == nil {
+					rs.Process = &clusterpb.ProcessUsage{Pid: int32(r.PID), CpuSeconds: u.CPUSeconds,
+						RssBytes: u.RSSBytes, PeakRssBytes: u.PeakRSSBytes}
+				}
+			}
+			resp.Runnables = append(resp.Runnables, rs)
 		}
 	}
 	return resp, nil

@@ -204,7 +204,9 @@ spec:
 // nodes' pod CIDRs), an in-cluster Job resolves the API's name through the
 // node's DNS and calls it through the Service VIP with its service
 // account token, and a NodePort Service answers from the host through the
-// harness's forwarded port.
+// harness's forwarded port. Then the worker-only node loses its
+// KubernetesWorker role (NotReady), gets it back (Ready), and has its
+// power cut (Ready again, its pod runs again and is reachable).
 func TestKubernetesTwoNodes(t *testing.T) {
 	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
@@ -258,6 +260,38 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		}
 		time.Sleep(3 * time.Second)
 	}
+
+	// Role changes: without KubernetesWorker the second node's kubelet
+	// stops and the node goes NotReady; with the role back, Ready.
+	t.Log("NodePort answers from the host; removing the second node's KubernetesWorker role")
+	ready := func(n *ClusterNode, want bool, timeout time.Duration) {
+		t.Helper()
+		k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },
+			"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	}
+	ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
+	ready(second, false, 5*time.Minute)
+	t.Log("NotReady; giving the role back")
+	ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
+	ready(second, true, 10*time.Minute)
+
+	// A power cut: the node boots again, is Ready, runs its pod again
+	// (from the image in its containerd store) and pod a reaches it.
+	t.Log("Ready again; cutting the second node's power")
+	if err := c.KillNode(second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartNode(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	ready(second, true, 10*time.Minute)
+	k.until(t, ctx, 10*time.Minute, "pod b running again after the power cut", func(out string) bool {
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] == "true" && f[1] != "0"
+	}, "get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
+	ipB = strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
+	k.until(t, ctx, 3*time.Minute, "pod a reaches pod b after the power cut", func(out string) bool { return strings.Contains(out, "hello from b") },
+		"exec", "a", "--", "/testpod", "get", "http://"+ipB+":8080/")
 }
 
 // httpGet fetches url from the host.

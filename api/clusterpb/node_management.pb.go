@@ -277,7 +277,10 @@ type RunnableStatus struct {
 	// a crash loop even if it looks HEALTHY now.
 	Restarts int32 `protobuf:"varint,3,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	// The error of its last failure, empty if it never failed.
-	LastError     string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastError string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// The process it runs (a child process, or the role server itself for
+	// the root), unset if it runs none now.
+	Process       *ProcessUsage `protobuf:"bytes,5,opt,name=process,proto3" json:"process,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +343,84 @@ func (x *RunnableStatus) GetLastError() string {
 	return ""
 }
 
+func (x *RunnableStatus) GetProcess() *ProcessUsage {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+// ProcessUsage is what a process has used, from /proc.
+type ProcessUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	// User and system CPU time since the process started.
+	CpuSeconds float64 `protobuf:"fixed64,2,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	// Resident memory now, and its peak (VmHWM).
+	RssBytes      uint64 `protobuf:"varint,3,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`
+	PeakRssBytes  uint64 `protobuf:"varint,4,opt,name=peak_rss_bytes,json=peakRssBytes,proto3" json:"peak_rss_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessUsage) Reset() {
+	*x = ProcessUsage{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessUsage) ProtoMessage() {}
+
+func (x *ProcessUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessUsage.ProtoReflect.Descriptor instead.
+func (*ProcessUsage) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ProcessUsage) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetCpuSeconds() float64 {
+	if x != nil {
+		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetRssBytes() uint64 {
+	if x != nil {
+		return x.RssBytes
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetPeakRssBytes() uint64 {
+	if x != nil {
+		return x.PeakRssBytes
+	}
+	return 0
+}
+
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The same status the node reports to the curator.
@@ -352,7 +433,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +445,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +458,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatusResponse) GetStatus() *NodeStatus {
@@ -402,7 +483,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +495,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +508,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{7}
 }
 
 type RebootResponse struct {
@@ -438,7 +519,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +531,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +544,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{8}
 }
 
 type PowerOffRequest struct {
@@ -474,7 +555,7 @@ type PowerOffRequest struct {
 
 func (x *PowerOffRequest) Reset() {
 	*x = PowerOffRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +567,7 @@ func (x *PowerOffRequest) String() string {
 func (*PowerOffRequest) ProtoMessage() {}
 
 func (x *PowerOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +580,7 @@ func (x *PowerOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOffRequest.ProtoReflect.Descriptor instead.
 func (*PowerOffRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{9}
 }
 
 type PowerOffResponse struct {
@@ -510,7 +591,7 @@ type PowerOffResponse struct {
 
 func (x *PowerOffResponse) Reset() {
 	*x = PowerOffResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +603,7 @@ func (x *PowerOffResponse) String() string {
 func (*PowerOffResponse) ProtoMessage() {}
 
 func (x *PowerOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +616,7 @@ func (x *PowerOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOffResponse.ProtoReflect.Descriptor instead.
 func (*PowerOffResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{10}
 }
 
 var File_cluster_v1_node_management_proto protoreflect.FileDescriptor
@@ -558,13 +639,20 @@ const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\n" +
 	"attributes\x18\x05 \x03(\tR\n" +
 	"attributes\"\x0f\n" +
-	"\rStatusRequest\"q\n" +
+	"\rStatusRequest\"\xac\x01\n" +
 	"\x0eRunnableStatus\x12\x0e\n" +
 	"\x02dn\x18\x01 \x01(\tR\x02dn\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1a\n" +
 	"\brestarts\x18\x03 \x01(\x05R\brestarts\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x04 \x01(\tR\tlastError\"\x88\x01\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\x129\n" +
+	"\aprocess\x18\x05 \x01(\v2\x1f.plinth.cluster.v1.ProcessUsageR\aprocess\"\x84\x01\n" +
+	"\fProcessUsage\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1f\n" +
+	"\vcpu_seconds\x18\x02 \x01(\x01R\n" +
+	"cpuSeconds\x12\x1b\n" +
+	"\trss_bytes\x18\x03 \x01(\x04R\brssBytes\x12$\n" +
+	"\x0epeak_rss_bytes\x18\x04 \x01(\x04R\fpeakRssBytes\"\x88\x01\n" +
 	"\x0eStatusResponse\x125\n" +
 	"\x06status\x18\x01 \x01(\v2\x1d.plinth.cluster.v1.NodeStatusR\x06status\x12?\n" +
 	"\trunnables\x18\x02 \x03(\v2!.plinth.cluster.v1.RunnableStatusR\trunnables\"\x0f\n" +
@@ -590,37 +678,39 @@ func file_cluster_v1_node_management_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_node_management_proto_rawDescData
 }
 
-var file_cluster_v1_node_management_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cluster_v1_node_management_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_cluster_v1_node_management_proto_goTypes = []any{
 	(*LogsRequest)(nil),      // 0: plinth.cluster.v1.LogsRequest
 	(*LogsResponse)(nil),     // 1: plinth.cluster.v1.LogsResponse
 	(*LogEntry)(nil),         // 2: plinth.cluster.v1.LogEntry
 	(*StatusRequest)(nil),    // 3: plinth.cluster.v1.StatusRequest
 	(*RunnableStatus)(nil),   // 4: plinth.cluster.v1.RunnableStatus
-	(*StatusResponse)(nil),   // 5: plinth.cluster.v1.StatusResponse
-	(*RebootRequest)(nil),    // 6: plinth.cluster.v1.RebootRequest
-	(*RebootResponse)(nil),   // 7: plinth.cluster.v1.RebootResponse
-	(*PowerOffRequest)(nil),  // 8: plinth.cluster.v1.PowerOffRequest
-	(*PowerOffResponse)(nil), // 9: plinth.cluster.v1.PowerOffResponse
-	(*NodeStatus)(nil),       // 10: plinth.cluster.v1.NodeStatus
+	(*ProcessUsage)(nil),     // 5: plinth.cluster.v1.ProcessUsage
+	(*StatusResponse)(nil),   // 6: plinth.cluster.v1.StatusResponse
+	(*RebootRequest)(nil),    // 7: plinth.cluster.v1.RebootRequest
+	(*RebootResponse)(nil),   // 8: plinth.cluster.v1.RebootResponse
+	(*PowerOffRequest)(nil),  // 9: plinth.cluster.v1.PowerOffRequest
+	(*PowerOffResponse)(nil), // 10: plinth.cluster.v1.PowerOffResponse
+	(*NodeStatus)(nil),       // 11: plinth.cluster.v1.NodeStatus
 }
 var file_cluster_v1_node_management_proto_depIdxs = []int32{
 	2,  // 0: plinth.cluster.v1.LogsResponse.entries:type_name -> plinth.cluster.v1.LogEntry
-	10, // 1: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
-	4,  // 2: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
-	0,  // 3: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
-	3,  // 4: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
-	6,  // 5: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
-	8,  // 6: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
-	1,  // 7: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
-	5,  // 8: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
-	7,  // 9: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
-	9,  // 10: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
-	7,  // [7:11] is the sub-list for method output_type
-	3,  // [3:7] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	5,  // 1: plinth.cluster.v1.RunnableStatus.process:type_name -> plinth.cluster.v1.ProcessUsage
+	11, // 2: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
+	4,  // 3: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
+	0,  // 4: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
+	3,  // 5: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
+	7,  // 6: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
+	9,  // 7: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
+	1,  // 8: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
+	6,  // 9: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
+	8,  // 10: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
+	10, // 11: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_node_management_proto_init() }
@@ -636,7 +726,7 @@ func file_cluster_v1_node_management_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_node_management_proto_rawDesc), len(file_cluster_v1_node_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -80,7 +80,7 @@ func main() {
 }
 
 // sections are what -only selects, in the order they run.
-var sections = []string{"build", "sizes", "boot", "storage", "consensus", "cluster"}
+var sections = []string{"build", "sizes", "boot", "storage", "consensus", "cluster", "kubernetes"}
 
 func run(imageDir, initBin, binDir, cache, out string, boots int, sel map[string]bool) error {
 	ctx := context.Background()
@@ -138,6 +138,12 @@ func run(imageDir, initBin, binDir, cache, out string, boots int, sel map[string
 	if sel["cluster"] {
 		if err := benchCluster(ctx, img, work, bare, add); err != nil {
 			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+
+	if sel["kubernetes"] {
+		if err := benchKubernetes(ctx, img, binDir, work, add); err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
 		}
 	}
 

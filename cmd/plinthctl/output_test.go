@@ -98,3 +98,27 @@ func TestFormatLogEntry(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
+
+func TestRunnablesTable(t *testing.T) {
+	rs := []*clusterpb.RunnableStatus{
+		{Dn: "root", State: "HEALTHY", Process: &clusterpb.ProcessUsage{Pid: 1, CpuSeconds: 12.34, RssBytes: 50 << 20, PeakRssBytes: 60 << 20}},
+		{Dn: "root.network", State: "HEALTHY"},
+		{Dn: "root.roleserver.kubernetes.worker.kubelet", State: "BACKOFF", Restarts: 3, LastError: "/usr/bin/kube: exit status 1"},
+	}
+	var b bytes.Buffer
+	if err := printRunnables(&b, rs, false); err != nil {
+		t.Fatal(err)
+	}
+	want := `RUNNABLE                                   STATE    RESTARTS  PID  CPU    RSS      PEAK RSS  LAST ERROR
+root                                       HEALTHY  0         1    12.3s  50.0MiB  60.0MiB   -
+root.roleserver.kubernetes.worker.kubelet  BACKOFF  3         -    -      -        -         /usr/bin/kube: exit status 1
+`
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	printRunnables(&b, rs, true)
+	if !strings.Contains(b.String(), "root.network") {
+		t.Errorf("-all leaves out a runnable:\n%s", b.String())
+	}
+}

@@ -72,6 +72,8 @@ func RunCommand(ctx context.Context, c Command) error {
 		return fmt.Errorf("starting %s: %w", c.Path, err)
 	}
 	log.Info("started "+cmd.Path, "pid", cmd.Process.Pid)
+	setPID(ctx, cmd.Process.Pid)
+	defer setPID(ctx, 0)
 	ready := make(chan struct{})
 	go func() {
 		defer close(ready)
@@ -154,5 +156,14 @@ func logLines(log *slog.Logger, r io.Reader) {
 	if err := sc.Err(); err != nil && !errors.Is(err, io.ErrClosedPipe) {
 		log.Warn("process output", "err", err)
 		_, _ = io.Copy(io.Discard, r)
+	}
+}
+
+// setPID records the calling runnable's child process for Snapshot.
+func setPID(ctx context.Context, pid int) {
+	if n, ok := ctx.Value(ctxKey{}).(*node); ok {
+		n.s.mu.Lock()
+		n.pid = pid
+		n.s.mu.Unlock()
 	}
 }

@@ -56,6 +56,11 @@ func TestRunCommand(t *testing.T) {
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil && pid > 0 && syscall.Kill(pid, 0) == nil
 	})
+	// Snapshot names the process (the shell's PID; the root's is ours).
+	waitFor(t, "PID in the snapshot", func() bool { return statusOf(s, "root.proc").PID == pid })
+	if got := statusOf(s, "root").PID; got != os.Getpid() {
+		t.Errorf("root's PID %d, want %d", got, os.Getpid())
+	}
 	var plain, warn bool
 	for _, e := range lt.Read("root.proc"+logtree.ProcessOutputSuffix, 0) {
 		plain = plain || (e.Message == "plain line" && e.Level == slog.LevelInfo)
@@ -68,4 +73,7 @@ func TestRunCommand(t *testing.T) {
 	s.Wait()
 	// The shell ignored SIGTERM: it must have been killed.
 	waitFor(t, "process gone", func() bool { return syscall.Kill(pid, 0) != nil })
+	if got := statusOf(s, "root.proc").PID; got != 0 {
+		t.Errorf("PID %d in the snapshot after the process ended", got)
+	}
 }

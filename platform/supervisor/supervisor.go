@@ -19,6 +19,7 @@
 package supervisor
 
 import (
+	"os"
 	"context"
 	"errors"
 	"fmt"
@@ -90,6 +91,7 @@ type node struct {
 	failures int // in a row: since it last stayed healthy ResetAfter
 	lastErr  error
 	healthy  time.Time
+	pid      int // the child process RunCommand runs now, 0 if none
 
 	// generation is cancelled when the runnable dies, taking its subtree down.
 	genCancel context.CancelFunc
@@ -289,6 +291,9 @@ type Status struct {
 	// runnable stayed healthy for Options.ResetAfter.
 	Failures int
 	LastErr  string
+	// PID is the process the runnable runs now (RunCommand's child; the
+	// supervisor's own process for the root), 0 if none.
+	PID int
 }
 
 // Snapshot returns the status of every runnable, sorted by DN.
@@ -298,7 +303,10 @@ func (s *Supervisor) Snapshot() []Status {
 	var out []Status
 	var walk func(n *node)
 	walk = func(n *node) {
-		st := Status{DN: n.dn, State: n.state, Restarts: n.restarts, Failures: n.failures}
+		st := Status{DN: n.dn, State: n.state, Restarts: n.restarts, Failures: n.failures, PID: n.pid}
+		if n.parent == nil {
+			st.PID = os.Getpid()
+		}
 		if n.state == StateHealthy && !n.healthy.IsZero() && time.Since(n.healthy) > s.opts.ResetAfter {
 			st.Failures = 0
 		}

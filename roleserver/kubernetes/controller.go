@@ -62,6 +62,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	defer kv.Close()
+	issued := time.Now()
 	creds, err := pki.New(kv).Controller(ctx, c.NodeID, []net.IP{c.Address})
 	if err != nil {
 		return fmt.Errorf("control plane credentials: %w", err)
@@ -101,13 +102,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	log.Info("Kubernetes API server serving", "address", apiServerLocalEndpoint)
 	c.Status.Set(&Status{APIServer: apiServerLocalEndpoint, CACertificate: creds.CACertificate})
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	// New credentials before these expire: a restart issues them.
-	renew := time.Until(creds.NotAfter) - time.Hour
+	// New credentials at two thirds of their life: a restart issues them
+	// (from etcd, which this node serves: nothing to wait for).
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(max(renew, time.Minute)):
-		return fmt.Errorf("control plane certificates expire at %v: %w", creds.NotAfter, supervisor.ErrRestart)
+	case <-time.After(time.Until(pki.RenewAt(issued, creds.NotAfter))):
+		return fmt.Errorf("renewing the control plane's certificates (valid until %v): %w", creds.NotAfter, supervisor.ErrRestart)
 	}
 }
 

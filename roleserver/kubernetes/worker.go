@@ -20,6 +20,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/supervisor"
+	kpki "plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
@@ -62,6 +63,9 @@ type Worker struct {
 	// LoadModules loads the kernel modules Kubernetes needs (nf_tables,
 	// overlay, veth, dummy…).
 	LoadModules func() error
+
+	// renewed are certificates obtained for the next run (renewal).
+	renewed *workerCredentials
 }
 
 // Run is a supervisor runnable.
@@ -94,15 +98,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := bindMount(w.Root.Ephemeral.Kubernetes.CNICache.Path(), cniCacheDir, false); err != nil {
 		return err
 	}
-	keys, pub, err := newWorkerKeys()
-	if err != nil {
-		return err
+	cred := w.renewed
+	w.renewed = nil
+	if cred == nil || time.Now().After(cred.certs.KubeletClient.NotAfter) {
+		log.Info("asking the curator for the kubelet's and kube-proxy's certificates")
+		var err error
+		if cred, err = w.certify(ctx); err != nil {
+			return err
+		}
 	}
-	log.Info("asking the curator for the kubelet's and kube-proxy's certificates")
-	certs, err := w.Certify(ctx, pub)
-	if err != nil {
-		return fmt.Errorf("worker certificates: %w", err)
-	}
+	keys, certs := cred.keys, cred.certs
 	f, err := workerFiles(w, keys, certs)
 	if err != nil {
 		return err
@@ -169,13 +174,48 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	// New certificates before these expire: a restart asks again.
+	// New certificates at two thirds of their life, asked for while
+	// these still serve (retried until the curator answers), then a
+	// restart with them.
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(max(time.Until(certs.KubeletClient.NotAfter)-time.Hour, time.Minute)):
-		return fmt.Errorf("worker certificates expire at %v: %w", certs.KubeletClient.NotAfter, supervisor.ErrRestart)
+	case <-time.After(time.Until(kpki.RenewAt(cred.issued, certs.KubeletClient.NotAfter))):
 	}
+	for {
+		next, err := w.certify(ctx)
+		if err == nil {
+			w.renewed = next
+			return fmt.Errorf("renewing the worker's certificates (valid until %v): %w", certs.KubeletClient.NotAfter, supervisor.ErrRestart)
+		}
+		log.Warn("renewing the worker's certificates", "err", err, "valid until", certs.KubeletClient.NotAfter)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Minute):
+		}
+	}
+}
+
+// workerCredentials are the worker's keys and their certificates.
+type workerCredentials struct {
+	keys   *workerKeys
+	certs  *WorkerCertificates
+	issued time.Time
+}
+
+// certify makes new keys and asks the curator to certify them.
+func (w *Worker) certify(ctx context.Context) (*workerCredentials, error) {
+	keys, pub, err := newWorkerKeys()
+	if err != nil {
+		return nil, err
+	}
+	issued := time.Now()
+	certs, err := w.Certify(ctx, pub)
+	if err != nil {
+		return nil, fmt.Errorf("worker certificates: %w", err)
+	}
+	return &workerCredentials{keys: keys, certs: certs, issued: issued}, nil
 }
 
 // Files of the worker's components, in the worker directory.

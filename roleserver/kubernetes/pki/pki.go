@@ -28,7 +28,7 @@ const (
 	// issues; the control plane gets new ones at every start.
 	ControllerValidity = 365 * 24 * time.Hour
 	// KubeletValidity is the lifetime of the kubelet's certificates: the
-	// worker renews them before they expire.
+	// worker renews them at RenewAt.
 	KubeletValidity = 30 * 24 * time.Hour
 	// MaxAdminValidity bounds what Admin accepts.
 	MaxAdminValidity = 24 * time.Hour
@@ -171,4 +171,12 @@ func (p *PKI) serviceAccountKey(ctx context.Context) ([]byte, *ecdsa.PrivateKey,
 		return nil, nil, fmt.Errorf("%w: %s is %T, want ECDSA", ErrCorrupt, secretServiceAccount.what, k)
 	}
 	return vals[0], ek, nil
+}
+
+// RenewAt is when certificates issued at issued and valid until notAfter
+// are renewed: at two thirds of their life (as the kubelet's own rotation
+// does), which leaves a third of it for retries while the issuer is
+// unreachable.
+func RenewAt(issued, notAfter time.Time) time.Time {
+	return issued.Add(notAfter.Sub(issued) * 2 / 3)
 }

@@ -453,3 +453,13 @@ func TestNoKubernetesImports(t *testing.T) {
 		}
 	}
 }
+
+func TestRenewAt(t *testing.T) {
+	issued := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got, want := RenewAt(issued, issued.Add(KubeletValidity)), issued.Add(20*24*time.Hour); !got.Equal(want) {
+		t.Errorf("RenewAt for %v: %v, want %v", KubeletValidity, got, want)
+	}
+	if got := RenewAt(issued, issued.Add(-time.Hour)); got.After(issued) {
+		t.Errorf("an expired certificate is renewed at %v, after its issue", got)
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/vmtest"
+)
+
+// apiServingRE is the controller's line once its API server serves.
+var apiServingRE = regexp.MustCompile(`^(\S+) I \S+: Kubernetes API server serving`)
+
+// benchKubernetes launches a one-node cluster with Kubernetes (controller
+// and worker on the bootstrap node) and times power-on to the API
+// server serving, to the node Ready, and a pod's creation to Running
+// (the test image, from the node's containerd store). It then reports
+// what the node's processes used (plinthctl status's numbers): CPU time
+// and peak resident memory of the role server (PID 1, with etcd
+// embedded) and of each Kubernetes process.
+func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string, add addFunc) error {
+	kubectlBin, plinthctl := filepath.Join(binDir, "kubectl"), filepath.Join(binDir, "plinthctl")
+	for _, b := range []string{kubectlBin, plinthctl} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("%w (make bench builds it)", err)
+		}
+	}
+	dir := filepath.Join(work, "kubernetes")
+	cons := &consoleClock{boots: map[string][]*stampedBoot{}}
+	c, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{
+		Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: os.Stderr, Console: cons.writer,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	node := c.Nodes()[0]
+	launched := node.Times().Launched
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if out, err := exec.CommandContext(ctx, plinthctl, "kubeconfig", "-config", c.OwnerDir(),
+		"-server", "https://"+c.KubernetesAPIEndpoint(node), "-o", kubeconfig).CombinedOutput(); err != nil {
+		return fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
+	}
+	kubectl := func(timeout time.Duration, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out), nil
+	}
+	poll := func(what string, timeout time.Duration, ok func() bool) (time.Time, error) {
+		deadline := time.Now().Add(timeout)
+		for !ok() {
+			if time.Now().After(deadline) {
+				return time.Time{}, fmt.Errorf("%s: not within %v", what, timeout)
+			}
+			time.Sleep(time.Second)
+		}
+		return time.Now(), nil
+	}
+	fmt.Fprintln(os.Stderr, "kubernetes: waiting for the node to be Ready")
+	readyAt, err := poll("node Ready", 20*time.Minute, func() bool {
+		out, err := kubectl(time.Minute, "get", "node", node.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return err == nil && out == "True"
+	})
+	if err != nil {
+		return err
+	}
+	servingAt, servingUp, err := cons.event(node.Name, apiServingRE)
+	if err != nil {
+		return err
+	}
+	accel := accelName()
+	add("kubernetes_api_serving_wall_seconds", servingAt.Sub(launched).Seconds(), "s", accel+", launch to 'Kubernetes API server serving' on the console (readyz passed)")
+	add("kubernetes_api_serving_guest_seconds", servingUp, "s", "guest uptime at that line")
+	add("kubernetes_node_ready_wall_seconds", readyAt.Sub(launched).Seconds(), "s", "launch to the Node's Ready condition True (kubectl, polled every second)")
+
+	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"bench"},"spec":{"containers":[{"name":"c","image":"` +
+		layout.TestImage + `","imagePullPolicy":"Never","args":["serve"]}]}}`
+	created := time.Now()
+	cmd := exec.CommandContext(ctx, kubectlBin, "--kubeconfig", kubeconfig, "create", "-f", "-")
+	cmd.Stdin = strings.NewReader(pod)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl create: %v: %s", err, out)
+	}
+	runningAt, err := poll("pod Running", 10*time.Minute, func() bool {
+		out, err := kubectl(time.Minute, "get", "pod", "bench", "-o", "jsonpath={.status.phase}")
+		return err == nil && out == "Running"
+	})
+	if err != nil {
+		return err
+	}
+	add("kubernetes_pod_running_wall_seconds", runningAt.Sub(created).Seconds(), "s", "kubectl create of a pod of the test image to phase Running (polled every second)")
+
+	st, err := c.Client().NodeStatus(ctx, node.ID())
+	if err != nil {
+		return err
+	}
+	var totalCPU, totalPeak float64
+	for _, r := range st.GetRunnables() {
+		p := r.GetProcess()
+		if p == nil {
+			continue
+		}
+		name := strings.TrimPrefix(r.GetDn(), "root.roleserver.kubernetes.")
+		if r.GetDn() == "root" {
+			name = "roleserver"
+		}
+		name = strings.NewReplacer(".", "_", "-", "_").Replace(name)
+		add("kubernetes_cpu_"+name+"_seconds", p.GetCpuSeconds(), "s", "CPU time of "+r.GetDn()+"'s process, a pod after Ready")
+		add("kubernetes_peak_rss_"+name+"_mib", float64(p.GetPeakRssBytes())/(1<<20), "MiB", "peak resident memory (VmHWM) of "+r.GetDn()+"'s process")
+		totalCPU += p.GetCpuSeconds()
+		totalPeak += float64(p.GetPeakRssBytes()) / (1 << 20)
+	}
+	add("kubernetes_cpu_total_seconds", totalCPU, "s", "sum of the above (not counting pods, shims or the kernel)")
+	add("kubernetes_peak_rss_sum_mib", totalPeak, "MiB", "sum of the processes' peaks (an upper bound of their joint peak)")
+	return nil
+}
