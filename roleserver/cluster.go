@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/supervisor"
@@ -45,18 +46,39 @@ func bootstrapCluster(ctx context.Context, st *consensus.Status, bd *BootstrapDa
 	return creds, nil
 }
 
+// curatorSettings are the local curator's settings from the Role
+// Server's Config.
+type curatorSettings struct {
+	// listen is the address the curator serves on; port the one it
+	// advertises.
+	listen string
+	port   int
+	// leaderTTL, heartbeatTimeout and addNodeOptions are test settings
+	// (zero: the curator's defaults).
+	leaderTTL, heartbeatTimeout time.Duration
+	addNodeOptions              func(nodeID string) []*consensus.AddNodeOption
+}
+
+func (c *Config) curatorSettings() curatorSettings {
+	set := curatorSettings{listen: c.listenAddress(c.curatorPort()), port: c.curatorPort()}
+	if k := c.knobs; k != nil {
+		set.leaderTTL, set.heartbeatTimeout = k.curatorLeaderTTL, k.curatorHeartbeatTimeout
+		set.addNodeOptions = k.addNodeOptions
+	}
+	return set
+}
+
 // startCurator runs this node's curator as a child runnable (it installs
 // the authorization interceptor of roleserver/rpc itself).
-func (s *Service) startCurator(ctx context.Context, creds *identity.Credentials, cons consensus.ServiceHandle, running *activity) error {
+func startCurator(ctx context.Context, set curatorSettings, creds *identity.Credentials, cons consensus.ServiceHandle, running *activity) error {
 	cfg := curator.Config{
-		Credentials:   creds,
-		Consensus:     cons,
-		ListenAddress: s.listenAddress(s.curatorPort()),
-		AdvertisePort: s.curatorPort(),
-	}
-	if k := s.knobs; k != nil {
-		cfg.LeaderTTL, cfg.HeartbeatTimeout = k.curatorLeaderTTL, k.curatorHeartbeatTimeout
-		cfg.AddNodeOptions = k.addNodeOptions
+		Credentials:      creds,
+		Consensus:        cons,
+		ListenAddress:    set.listen,
+		AdvertisePort:    set.port,
+		LeaderTTL:        set.leaderTTL,
+		HeartbeatTimeout: set.heartbeatTimeout,
+		AddNodeOptions:   set.addNodeOptions,
 	}
 	cur := curator.New(cfg)
 	return supervisor.Run(ctx, "curator", func(ctx context.Context) error {

@@ -1,6 +1,6 @@
 // Package roleserver is the Role Server: it runs on every node and starts
-// what the node's cluster roles call for (consensus and curator now,
-// Kubernetes later), keeps the node's record at the curator up to date and
+// what the node's cluster roles call for (consensus and curator,
+// Kubernetes), keeps the node's record at the curator up to date and
 // serves the node's own management API.
 //
 //	enrolment ──Provide{Bootstrap,Register,Join}Data──► node data, credentials
@@ -17,10 +17,11 @@
 //	        │      └── Recheck: heartbeat unanswered, calls UNAVAILABLE /
 //	        │          NOT_LEADER, leader connection lost
 //	        ├── rolefetch   roles (+ health) of this node
-//	        ├── statuspush  addresses, version, boot count/time
+//	        ├── statuspush  addresses, version, boot count/time, problems
 //	        ├── heartbeat   every curator.HeartbeatInterval; an answer is
 //	        │               due within two intervals, else reconnect
-//	        └── hosts       node ID → address into HostsPath (+ cache)
+//	        ├── hosts       node ID → address into HostsPath (+ cache)
+//	        └── kubernetes  controller and worker by the Kubernetes roles
 //	   nodemgmt: NodeManagement on :7836 (Logs, Status, Reboot, PowerOff)
 //
 // Failover: when the curator leader loses power, nothing closes the
@@ -44,4 +45,35 @@
 // A change of the consensus_member role restarts the controlplane runnable
 // (it returns an error), which stops or starts etcd and the curator as a
 // unit; the supervisor's restart is the only way to stop a child runnable.
+//
+// # Workers
+//
+// Each runnable that Service.Run starts is a worker: a type in its own
+// file (worker_<runnable>.go) whose fields are its named inputs and
+// outputs, and whose run method is the runnable. Run builds them from the
+// Service's values. State that several workers share is a small type
+// with its own lock, handed to each as a field: problems (the node's
+// ongoing problems, in its status), resolverEndpoints (the resolver's
+// curator endpoints), rolesFile (/data/node/roles and its retried
+// writes), hostsFile (HostsPath and its cache) and directorySaver
+// (Config.DirectoryChanged). The values between the workers:
+//
+//	runnable      type                inputs                           outputs
+//	controlplane  workerControlPlane  node, Credentials, Roles,        ControlPlane (children consensus,
+//	                                  addresses, status                curator), hostsFile, cluster key;
+//	                                                                   bootstrap: Credentials, Roles, rolesFile
+//	nodemgmt      workerNodeMgmt      Credentials, LogTree, status,    NodeManagement API, Power
+//	                                  Runnables
+//	rolefetch     workerRoleFetch     node, CuratorConnection          Roles, rolesFile (→ problems),
+//	                                                                   cluster key
+//	statuspush    workerStatusPush    node, CuratorConnection,         the node's status at the curator
+//	                                  addresses, status (← problems)
+//	heartbeat     workerHeartbeat     CuratorConnection                heartbeats, Resolver.Recheck,
+//	                                                                   cluster CRL (acceptCRL)
+//	hosts         workerHosts         node, CuratorConnection          hostsFile, resolverEndpoints,
+//	                                                                   directorySaver, kubernetesControllers
+//	kubernetes    workerKubernetes    node, Roles, ControlPlane,       children controller and worker,
+//	                                  CuratorConnection, address,      KubernetesStatus
+//	                                  kubernetesControllers
+//	(Run itself)                      node, Credentials, ControlPlane  CuratorConnection, resolverEndpoints
 package roleserver

@@ -171,8 +171,11 @@ func TestRolesWriteFailure(t *testing.T) {
 	defer cancel()
 	n.svc.loadRoles()
 	roles := &clusterpb.NodeRoles{KubernetesWorker: &clusterpb.NodeRoles_KubernetesWorker{}}
-	go n.svc.retrySaveRoles(ctx)
-	n.svc.setRoles(ctx, roles)
+	// The rolefetch worker's setRoles and retries, on the Service's state
+	// (as Run wires them).
+	rf := &workerRoleFetch{roles: &n.svc.Roles, rolesFile: &n.svc.rolesFile, keepClusterKey: n.svc.keepClusterKeyLocally}
+	go rf.rolesFile.retry(ctx)
+	rf.setRoles(ctx, roles)
 	if !proto.Equal(get(&n.svc.Roles), roles) {
 		t.Fatal("roles not followed")
 	}

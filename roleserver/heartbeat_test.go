@@ -33,9 +33,9 @@ func (c *silentCurator) Heartbeat(srv grpc.BidiStreamingServer[clusterpb.Heartbe
 }
 
 // TestHeartbeatExpectsAnswers: a heartbeat stream whose answers stop is
-// given up with errNoHeartbeatAnswer (runHeartbeat then has the resolver
-// re-check the leader and reconnects), instead of sending into the void
-// for as long as TCP keeps the connection.
+// given up with errNoHeartbeatAnswer (workerHeartbeat.run then has the
+// resolver re-check the leader and reconnects), instead of sending into
+// the void for as long as TCP keeps the connection.
 func TestHeartbeatExpectsAnswers(t *testing.T) {
 	fake := &silentCurator{}
 	srv := grpc.NewServer()
@@ -59,10 +59,10 @@ func TestHeartbeatExpectsAnswers(t *testing.T) {
 	// heartbeatAnswerTimeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := &Service{}
+	w := &workerHeartbeat{}
 	var b backoff
 	start := time.Now()
-	err = s.heartbeat(ctx, conn, &b)
+	err = w.heartbeat(ctx, conn, &b)
 	if !errors.Is(err, errNoHeartbeatAnswer) {
 		t.Fatalf("heartbeat to a silent curator ended with %v, want errNoHeartbeatAnswer", err)
 	}

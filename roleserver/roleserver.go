@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -105,6 +104,14 @@ func (c *Config) curatorPort() int {
 	return layout.CuratorPort
 }
 
+// consensusTuning is the local etcd member's consensus.Config.Tuning.
+func (c *Config) consensusTuning() consensus.Tuning {
+	if c.knobs != nil {
+		return c.knobs.consensusTuning
+	}
+	return consensus.Tuning{}
+}
+
 func (c *Config) nodeMgmtPort() int {
 	if c.knobs != nil && c.knobs.nodeMgmtPort != 0 {
 		return c.knobs.nodeMgmtPort
@@ -194,14 +201,13 @@ type Service struct {
 
 	node memory.Value[*nodeData]
 
-	hostsMu sync.Mutex
-	hosts   hostsState
-
-	mu            sync.Mutex
-	lastDirectory *clusterpb.ClusterDirectory
-	endpoints     curatorEndpoints
-	unsavedRoles  *clusterpb.NodeRoles // roles whose write failed, for retrySaveRoles
-	problems      map[string]*clusterpb.NodeProblem
+	// State shared by workers (and kept across restarts of Run), each
+	// with its own lock.
+	problems  problems
+	endpoints resolverEndpoints
+	rolesFile rolesFile
+	hosts     hostsFile
+	directory directorySaver
 }
 
 // New makes a Role Server; nothing runs until Run and a Provide*Data call.
@@ -213,6 +219,12 @@ func New(c Config) *Service {
 		c.ResolvConf = "/run/resolv.conf"
 	}
 	s := &Service{Config: c}
+	s.rolesFile = rolesFile{root: c.StorageRoot, problems: &s.problems}
+	if c.knobs != nil {
+		s.rolesFile.beforeWrite, s.rolesFile.retryEvery = c.knobs.saveRoles, c.knobs.retryInterval
+	}
+	s.hosts = hostsFile{path: c.HostsPath, root: c.StorageRoot, addresses: s.addresses}
+	s.directory = directorySaver{save: c.DirectoryChanged}
 	// Every value starts set (to nil where unknown), so that get never
 	// blocks; wait filters for non-nil.
 	s.Roles.Set(nil)
@@ -284,7 +296,7 @@ func (s *Service) loadRoles() {
 			log.Error("persisted roles unreadable; waiting for the curator's", "file", s.StorageRoot.Data.Node.Roles.Path(), "err", err)
 		}
 	}
-	if roles.ConsensusMember == nil && s.hasEtcdData() {
+	if roles.ConsensusMember == nil && hasEtcdData(s.StorageRoot) {
 		roles.ConsensusMember = &clusterpb.NodeRoles_ConsensusMember{}
 		if log != nil {
 			log.Warn("etcd data on disk but no consensus_member role saved: staying a member until the curator says otherwise",
@@ -294,25 +306,26 @@ func (s *Service) loadRoles() {
 	s.Roles.Set(roles)
 }
 
-// saveRoles persists roles to /data/node/roles.
-func (s *Service) saveRoles(roles *clusterpb.NodeRoles) error {
-	if s.knobs != nil && s.knobs.saveRoles != nil {
-		if err := s.knobs.saveRoles(roles); err != nil {
-			return err
-		}
+// keepClusterKeyLocally tells enrolment whether this node must be able to
+// open its data volume without the cluster: a consensus member must, or a
+// cluster whose members all reboot could never start again (each would
+// wait for a curator that needs the others). Kept before etcd starts, so a
+// member never runs without it; dropped only when the curator's roles say
+// so (the rolefetch worker's setRoles), never on a guess from local
+// files.
+func (c *Config) keepClusterKeyLocally(member bool) error {
+	if c.LocalClusterKey == nil {
+		return nil
 	}
-	b, err := proto.Marshal(roles)
-	if err != nil {
-		return err
+	if err := c.LocalClusterKey(member); err != nil {
+		return fmt.Errorf("sealing the cluster unlock key locally: %w", err)
 	}
-	if err := localstorage.Create(&s.StorageRoot.Data.Node, 0o700); err != nil {
-		return err
-	}
-	return s.StorageRoot.Data.Node.Roles.Write(b, 0o600)
+	return nil
 }
 
-// Run is the Role Server's supervised runnable: it starts the workers,
-// then builds the curator connection once the node has credentials.
+// Run is the Role Server's supervised runnable: it starts the workers
+// (see the package documentation), then builds the curator connection
+// once the node has credentials.
 func (s *Service) Run(ctx context.Context) error {
 	if s.StorageRoot == nil {
 		return errors.New("roleserver: Config.StorageRoot is required")
@@ -322,12 +335,31 @@ func (s *Service) Run(ctx context.Context) error {
 		name string
 		fn   supervisor.Runnable
 	}{
-		{"controlplane", s.runControlPlane},
-		{"nodemgmt", s.runNodeManagement},
-		{"rolefetch", s.runRoleFetch},
-		{"statuspush", s.runStatusPush},
-		{"heartbeat", s.runHeartbeat},
-		{"hosts", s.runHosts},
+		{"controlplane", (&workerControlPlane{
+			root: s.StorageRoot, node: &s.node, credentials: &s.Credentials, roles: &s.Roles,
+			addresses: s.waitAddresses, status: s.status,
+			consensusTuning: s.consensusTuning(), curatorSettings: s.curatorSettings(),
+			controlPlane: &s.ControlPlane, rolesFile: &s.rolesFile, hosts: &s.hosts,
+			keepClusterKey: s.keepClusterKeyLocally,
+		}).run},
+		{"nodemgmt", (&workerNodeMgmt{
+			credentials: &s.Credentials, listen: s.listenAddress(s.nodeMgmtPort()),
+			logTree: s.LogTree, status: s.status, runnables: s.Runnables, power: s.Power,
+		}).run},
+		{"rolefetch", (&workerRoleFetch{
+			node: &s.node, curator: &s.CuratorConnection,
+			roles: &s.Roles, rolesFile: &s.rolesFile, keepClusterKey: s.keepClusterKeyLocally,
+		}).run},
+		{"statuspush", (&workerStatusPush{
+			node: &s.node, curator: &s.CuratorConnection, addresses: s.waitAddresses, status: s.status,
+		}).run},
+		{"heartbeat", (&workerHeartbeat{
+			curator: &s.CuratorConnection, acceptCRL: s.acceptCRL,
+		}).run},
+		{"hosts", (&workerHosts{
+			node: &s.node, curator: &s.CuratorConnection, curatorPort: s.curatorPort(),
+			hosts: &s.hosts, endpoints: &s.endpoints, directory: &s.directory, controllers: &s.kubernetesControllers,
+		}).run},
 		{"kubernetes", (&workerKubernetes{
 			root: s.StorageRoot, node: &s.node, roles: &s.Roles, controlPlane: &s.ControlPlane,
 			curator: &s.CuratorConnection, controllers: &s.kubernetesControllers,
@@ -360,7 +392,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The directory saved at registration first, then the parameters'
 	// endpoints: the directory may name only curators that have since
 	// moved or lost the role.
-	s.setEndpoints(res, func(e *curatorEndpoints) {
+	s.endpoints.update(res, func(e *curatorEndpoints) {
 		e.directory = s.directoryEndpoints(nd.directory)
 		e.fallback = s.CuratorEndpoints
 	})
@@ -381,7 +413,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.setEndpoints(res, func(e *curatorEndpoints) {
+		s.endpoints.update(res, func(e *curatorEndpoints) {
 			e.local = ""
 			if cp != nil && cp.Running {
 				e.local = s.localCurator()
@@ -394,41 +426,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// curatorEndpoints are where the resolver looks for the curator leader.
-type curatorEndpoints struct {
-	local     string   // this node's own curator while it runs
-	directory []string // the consensus members, as the cluster last said
-	fallback  []string // the node parameters' curator endpoints
-	// former are the addresses of decommissioned nodes: never an
-	// endpoint, whichever list names them.
-	former map[string]bool
-}
-
-// list is the resolver's endpoint list: local, directory, fallback, in
-// that order, without duplicates and without former nodes' addresses.
-func (e *curatorEndpoints) list() []string {
-	var out []string
-	for _, group := range [][]string{{e.local}, e.directory, e.fallback} {
-		for _, ep := range group {
-			host, _, err := net.SplitHostPort(ep)
-			if ep == "" || slices.Contains(out, ep) || (err == nil && e.former[host]) {
-				continue
-			}
-			out = append(out, ep)
-		}
-	}
-	return out
-}
-
-// setEndpoints changes the endpoint groups and hands the result to res.
-func (s *Service) setEndpoints(res *rpc.Resolver, change func(*curatorEndpoints)) {
-	s.mu.Lock()
-	change(&s.endpoints)
-	eps := s.endpoints.list()
-	s.mu.Unlock()
-	res.SetEndpoints(eps)
-}
-
 // directoryEndpoints are the curator endpoints of a directory.
 func (s *Service) directoryEndpoints(dir *clusterpb.ClusterDirectory) []string {
 	var out []string
@@ -439,6 +436,8 @@ func (s *Service) directoryEndpoints(dir *clusterpb.ClusterDirectory) []string {
 	}
 	return out
 }
+
+var nonNilRoles = event.Filter(func(r *clusterpb.NodeRoles) bool { return r != nil })
 
 // wait returns the first non-nil value of v.
 func wait[T any](ctx context.Context, v *memory.Value[*T]) (*T, error) {
@@ -524,38 +523,10 @@ func (s *Service) bootCount() int64 {
 	return n
 }
 
-// setProblem records an ongoing problem of component for the node status
-// (its start time is kept while it lasts).
-func (s *Service) setProblem(component, msg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.problems == nil {
-		s.problems = map[string]*clusterpb.NodeProblem{}
-	}
-	since := time.Now().UnixNano()
-	if p := s.problems[component]; p != nil {
-		since = p.SinceUnixNanos
-	}
-	s.problems[component] = &clusterpb.NodeProblem{Component: component, Message: msg, SinceUnixNanos: since}
-}
-
-// clearProblem ends component's problem; it reports whether there was one.
-func (s *Service) clearProblem(component string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, had := s.problems[component]
-	delete(s.problems, component)
-	return had
-}
-
-// currentProblems are the ongoing problems, by component.
+// currentProblems are the ongoing problems, by component: those the
+// workers set and the runnables in a crash loop.
 func (s *Service) currentProblems() []*clusterpb.NodeProblem {
-	s.mu.Lock()
-	out := make([]*clusterpb.NodeProblem, 0, len(s.problems))
-	for _, p := range s.problems {
-		out = append(out, proto.Clone(p).(*clusterpb.NodeProblem))
-	}
-	s.mu.Unlock()
+	out := s.problems.list()
 	if s.Runnables != nil {
 		out = append(out, crashLoops(s.Runnables())...)
 	}
@@ -608,3 +579,19 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { *b = 0 }
+
+// retrySleep waits d before a retry at the curator leader, or less if the
+// resolver learns of a new leader meanwhile: after a failover the retry
+// goes there at once instead of after the backoff.
+func retrySleep(ctx context.Context, conn *CuratorConnection, d time.Duration) error {
+	changed := conn.Resolver.LeaderChanged()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-changed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}

@@ -132,7 +132,7 @@ func TestMembershipRestart(t *testing.T) {
 	if cp := get(&n.svc.ControlPlane); cp.Running {
 		t.Error("control plane running without join data")
 	}
-	if n.svc.hasEtcdData() {
+	if hasEtcdData(n.svc.StorageRoot) {
 		t.Error("etcd data created")
 	}
 	before := len(n.lt.Read("root.roleserver.controlplane", 0))

@@ -12,24 +12,47 @@ import (
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
-// runNodeManagement serves NodeManagement with this node's credentials.
-func (s *Service) runNodeManagement(ctx context.Context) error {
+// workerNodeMgmt serves NodeManagement (Logs, Status, Reboot, PowerOff)
+// with this node's credentials.
+//
+// It consumes the credentials, the node's log tree, its status and the
+// supervisor's runnables; it produces nothing but the API, and the calls
+// of power.
+type workerNodeMgmt struct {
+	// inputs
+	credentials *memory.Value[*identity.Credentials]
+	// listen is the address to serve on.
+	listen string
+	// logTree is served by Logs (nil: the node keeps no logs).
+	logTree *logtree.Tree
+	// status and runnables are served by Status (runnables may be nil).
+	status    func() *clusterpb.NodeStatus
+	runnables func() []supervisor.Status
+
+	// output: power reboots (true) or powers off (false) the node (nil:
+	// Reboot and PowerOff fail).
+	power func(reboot bool)
+}
+
+func (w *workerNodeMgmt) run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
-	creds, err := wait(ctx, &s.Credentials)
+	creds, err := wait(ctx, w.credentials)
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", s.listenAddress(s.nodeMgmtPort()))
+	lis, err := net.Listen("tcp", w.listen)
 	if err != nil {
 		return fmt.Errorf("nodemgmt: %w", err)
 	}
 	srv := rpc.NewServer(creds, log)
-	clusterpb.RegisterNodeManagementServer(srv, &nodeManagement{s: s, log: log})
+	clusterpb.RegisterNodeManagementServer(srv, &nodeManagement{w: w, log: log})
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	log.Info("serving NodeManagement", "address", lis.Addr().String())
@@ -43,9 +66,10 @@ func (s *Service) runNodeManagement(ctx context.Context) error {
 	}
 }
 
+// nodeManagement is the NodeManagement server of a workerNodeMgmt.
 type nodeManagement struct {
 	clusterpb.UnimplementedNodeManagementServer
-	s   *Service
+	w   *workerNodeMgmt
 	log *slog.Logger
 }
 
@@ -53,7 +77,7 @@ type nodeManagement struct {
 const logsBatch = 128
 
 func (m *nodeManagement) Logs(req *clusterpb.LogsRequest, srv grpc.ServerStreamingServer[clusterpb.LogsResponse]) error {
-	lt := m.s.LogTree
+	lt := m.w.logTree
 	if lt == nil {
 		return status.Error(codes.Unavailable, "this node keeps no logs")
 	}
@@ -180,9 +204,9 @@ func levelName(l slog.Level) string {
 }
 
 func (m *nodeManagement) Status(context.Context, *clusterpb.StatusRequest) (*clusterpb.StatusResponse, error) {
-	resp := &clusterpb.StatusResponse{Status: m.s.status()}
-	if m.s.Runnables != nil {
-		for _, r := range m.s.Runnables() {
+	resp := &clusterpb.StatusResponse{Status: m.w.status()}
+	if m.w.runnables != nil {
+		for _, r := range m.w.runnables() {
 			rs := &clusterpb.RunnableStatus{
 				Dn: r.DN, State: string(r.State), Restarts: int32(r.Restarts), LastError: r.LastErr,
 			}
@@ -202,7 +226,7 @@ func (m *nodeManagement) Status(context.Context, *clusterpb.StatusRequest) (*clu
 const powerDelay = 500 * time.Millisecond
 
 func (m *nodeManagement) power(ctx context.Context, reboot bool) error {
-	if m.s.Power == nil {
+	if m.w.power == nil {
 		return status.Error(codes.Unimplemented, "this node cannot reboot or power off through the API")
 	}
 	what := "power off"
@@ -210,7 +234,7 @@ func (m *nodeManagement) power(ctx context.Context, reboot bool) error {
 		what = "reboot"
 	}
 	m.log.Warn(what+" requested through NodeManagement", "caller", rpc.PeerFrom(ctx).Kind.String())
-	time.AfterFunc(powerDelay, func() { m.s.Power(reboot) })
+	time.AfterFunc(powerDelay, func() { m.w.power(reboot) })
 	return nil
 }
 

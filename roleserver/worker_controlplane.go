@@ -14,9 +14,11 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event"
+	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
@@ -25,25 +27,58 @@ import (
 // again (or not) for the new roles.
 var errMembershipChanged = fmt.Errorf("consensus_member role changed: %w", supervisor.ErrRestart)
 
-var nonNilRoles = event.Filter(func(r *clusterpb.NodeRoles) bool { return r != nil })
+// workerControlPlane runs etcd and the curator while the node's roles
+// make it a consensus member, and bootstraps the cluster when told to. A
+// change of the consensus_member role restarts it (errMembershipChanged).
+//
+// It consumes the node data, the credentials and the roles (and the
+// node's addresses and status when it bootstraps). It produces the
+// control plane (ControlPlane: running, with the local consensus member)
+// and its child runnables consensus and curator, the hosts file before
+// etcd starts, and the locally sealed cluster key of a consensus member
+// (keepClusterKey); on bootstrap also the node's first credentials and
+// roles, saved to /data/node.
+type workerControlPlane struct {
+	// root holds etcd's data and, after a bootstrap, the credentials.
+	root *localstorage.Root
+	// inputs
+	node        *memory.Value[*nodeData]
+	credentials *memory.Value[*identity.Credentials] // also an output on bootstrap
+	roles       *memory.Value[*clusterpb.NodeRoles]  // also an output on bootstrap
+	// addresses waits for the node's addresses; status is the node's
+	// status (the bootstrap node's first one).
+	addresses func(ctx context.Context) ([]string, error)
+	status    func() *clusterpb.NodeStatus
+	// consensusTuning and curatorSettings are the settings of the local
+	// etcd member and curator.
+	consensusTuning consensus.Tuning
+	curatorSettings curatorSettings
 
-// runControlPlane runs etcd and the curator while the node's roles make it
-// a consensus member, and bootstraps the cluster when told to.
-func (s *Service) runControlPlane(ctx context.Context) error {
+	// outputs
+	controlPlane *memory.Value[*ControlPlane]
+	// rolesFile saves the bootstrap node's roles; hosts is written before
+	// etcd starts (it names the etcd peers).
+	rolesFile *rolesFile
+	hosts     *hostsFile
+	// keepClusterKey is Config.keepClusterKeyLocally.
+	keepClusterKey func(member bool) error
+}
+
+func (w *workerControlPlane) run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
-	defer s.ControlPlane.Set(&ControlPlane{})
-	nd, err := wait(ctx, &s.node)
+	defer w.controlPlane.Set(&ControlPlane{})
+	nd, err := wait(ctx, w.node)
 	if err != nil {
 		return err
 	}
-	if nd.bootstrap != nil && get(&s.Credentials) == nil {
-		return s.bootstrap(ctx, nd)
+	if nd.bootstrap != nil && get(w.credentials) == nil {
+		return w.bootstrap(ctx, nd)
 	}
-	creds, err := wait(ctx, &s.Credentials)
+	creds, err := wait(ctx, w.credentials)
 	if err != nil {
 		return err
 	}
-	rw := s.Roles.Watch()
+	rw := w.roles.Watch()
 	defer rw.Close()
 	roles, err := rw.Get(ctx, nonNilRoles)
 	if err != nil {
@@ -51,17 +86,17 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 	}
 	member := roles.GetConsensusMember() != nil
 	if member {
-		if err := s.keepClusterKeyLocally(true); err != nil {
+		if err := w.keepClusterKey(true); err != nil {
 			return err
 		}
 	}
 	if !member {
-		if s.hasEtcdData() {
+		if hasEtcdData(w.root) {
 			// A former member: its etcd data belongs to a member ID the
 			// cluster removed. Kept (never deleted) but moved aside, so
 			// that the role given again starts a fresh learner instead of
 			// crash-looping on the removed member's log.
-			to, err := s.retireEtcdData()
+			to, err := retireEtcdData(w.root)
 			if err != nil {
 				return fmt.Errorf("moving the former member's etcd data aside: %w", err)
 			}
@@ -69,13 +104,13 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 		}
 		log.Info("not a consensus member: no local etcd or curator")
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		return s.watchMembership(ctx, rw, false)
+		return watchMembership(ctx, rw, false)
 	}
 	jc, err := joinCluster(roles.GetConsensusMember(), nd.nodeID)
 	if err != nil {
 		return err
 	}
-	if jc == nil && !s.hasEtcdData() {
+	if jc == nil && !hasEtcdData(w.root) {
 		// Starting etcd now would bootstrap a new, separate cluster.
 		log.Error("consensus_member role carries no join data and this node has no etcd data: not starting etcd until the role changes")
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -95,67 +130,51 @@ func (s *Service) runControlPlane(ctx context.Context) error {
 		log.Info("consensus member: starting etcd and curator")
 	}
 	var curators activity
-	cons, err := s.startConsensus(ctx, creds.PrivateKey, nd.nodeID, jc, &curators)
+	cons, err := w.startConsensus(ctx, creds.PrivateKey, nd.nodeID, jc, &curators)
 	if err != nil {
 		return err
 	}
-	if err := s.startCurator(ctx, creds, cons, &curators); err != nil {
+	if err := startCurator(ctx, w.curatorSettings, creds, cons, &curators); err != nil {
 		return err
 	}
-	s.ControlPlane.Set(&ControlPlane{Running: true, Consensus: cons})
+	w.controlPlane.Set(&ControlPlane{Running: true, Consensus: cons})
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	return s.watchMembership(ctx, rw, true)
-}
-
-// keepClusterKeyLocally tells enrolment whether this node must be able to
-// open its data volume without the cluster: a consensus member must, or a
-// cluster whose members all reboot could never start again (each would
-// wait for a curator that needs the others). Kept before etcd starts, so a
-// member never runs without it; dropped only when the curator's roles say
-// so (setRoles), never on a guess from local files.
-func (s *Service) keepClusterKeyLocally(member bool) error {
-	if s.LocalClusterKey == nil {
-		return nil
-	}
-	if err := s.LocalClusterKey(member); err != nil {
-		return fmt.Errorf("sealing the cluster unlock key locally: %w", err)
-	}
-	return nil
+	return watchMembership(ctx, rw, true)
 }
 
 // bootstrap creates a new cluster: etcd from nothing, the curator's
 // initial state, this node's credentials saved to disk; then it runs the
 // control plane like on any consensus member.
-func (s *Service) bootstrap(ctx context.Context, nd *nodeData) error {
+func (w *workerControlPlane) bootstrap(ctx context.Context, nd *nodeData) error {
 	log := supervisor.Logger(ctx)
 	bd := nd.bootstrap
 	log.Info("bootstrapping cluster", "node", nd.nodeID)
 	var curators activity
-	cons, err := s.startConsensus(ctx, bd.NodeKey, nd.nodeID, nil, &curators)
+	cons, err := w.startConsensus(ctx, bd.NodeKey, nd.nodeID, nil, &curators)
 	if err != nil {
 		return err
 	}
-	w := cons.Watch()
-	defer w.Close()
-	st, err := w.Get(ctx, consensus.FilterRunning)
+	cw := cons.Watch()
+	defer cw.Close()
+	st, err := cw.Get(ctx, consensus.FilterRunning)
 	if err != nil {
 		return err
 	}
-	if _, err := s.waitAddresses(ctx); err != nil {
+	if _, err := w.addresses(ctx); err != nil {
 		return err
 	}
 	log.Info("consensus running: writing the initial cluster state")
-	creds, err := bootstrapCluster(ctx, st, bd, s.status())
+	creds, err := bootstrapCluster(ctx, st, bd, w.status())
 	if err != nil {
 		return err
 	}
 	// Roles first: saved credentials make the next boot a restart, which
 	// must find the consensus_member role to start etcd.
 	roles := bootstrapRoles(bd)
-	if err := s.saveRoles(roles); err != nil {
+	if err := w.rolesFile.save(roles); err != nil {
 		return fmt.Errorf("saving roles: %w", err)
 	}
-	dir := s.StorageRoot.Data.Node.Credentials.Path()
+	dir := w.root.Data.Node.Credentials.Path()
 	if err := creds.Save(dir); err != nil {
 		return fmt.Errorf("saving node credentials: %w", err)
 	}
@@ -163,31 +182,31 @@ func (s *Service) bootstrap(ctx context.Context, nd *nodeData) error {
 	// (or passes it as -ca-fingerprint): the console is the channel that
 	// needs no trust in the network.
 	log.Info("cluster bootstrapped: node certificate issued and saved", "credentials", dir, "ca-sha256", pki.Fingerprint(creds.CA))
-	s.Roles.Set(roles)
-	s.Credentials.Set(creds)
-	if err := s.startCurator(ctx, creds, cons, &curators); err != nil {
+	w.roles.Set(roles)
+	w.credentials.Set(creds)
+	if err := startCurator(ctx, w.curatorSettings, creds, cons, &curators); err != nil {
 		return err
 	}
-	s.ControlPlane.Set(&ControlPlane{Running: true, Consensus: cons})
+	w.controlPlane.Set(&ControlPlane{Running: true, Consensus: cons})
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	rw := s.Roles.Watch()
+	rw := w.roles.Watch()
 	defer rw.Close()
-	return s.watchMembership(ctx, rw, true)
+	return watchMembership(ctx, rw, true)
 }
 
 // hasEtcdData reports whether the local etcd data directory has anything
 // in it (a member that ran before).
-func (s *Service) hasEtcdData() bool {
-	entries, err := os.ReadDir(s.StorageRoot.Data.Etcd.Data.Path())
+func hasEtcdData(root *localstorage.Root) bool {
+	entries, err := os.ReadDir(root.Data.Etcd.Data.Path())
 	return err == nil && len(entries) > 0
 }
 
 // retireEtcdData renames the etcd data and peer PKI directories to
 // <name>.removed-<unix time> next to them and recreates them empty.
-func (s *Service) retireEtcdData() (string, error) {
+func retireEtcdData(root *localstorage.Root) (string, error) {
 	suffix := fmt.Sprintf(".removed-%d", time.Now().Unix())
 	var moved string
-	for _, d := range []string{s.StorageRoot.Data.Etcd.Data.Path(), s.StorageRoot.Data.Etcd.PeerPKI.Path()} {
+	for _, d := range []string{root.Data.Etcd.Data.Path(), root.Data.Etcd.PeerPKI.Path()} {
 		if _, err := os.Stat(d); os.IsNotExist(err) {
 			continue
 		}
@@ -206,7 +225,7 @@ func (s *Service) retireEtcdData() (string, error) {
 
 // watchMembership returns errMembershipChanged once the roles stop (or
 // start) making this node a consensus member.
-func (s *Service) watchMembership(ctx context.Context, rw event.Watcher[*clusterpb.NodeRoles], member bool) error {
+func watchMembership(ctx context.Context, rw event.Watcher[*clusterpb.NodeRoles], member bool) error {
 	for {
 		roles, err := rw.Get(ctx, nonNilRoles)
 		if err != nil {
@@ -227,8 +246,8 @@ func (s *Service) watchMembership(ctx context.Context, rw event.Watcher[*cluster
 // the control plane stops, etcd stops only once the curators counted in
 // users have returned, so they can still give up their leadership lease
 // instead of retrying against a closed client.
-func (s *Service) startConsensus(ctx context.Context, key ed25519.PrivateKey, nodeID string, jc *consensus.JoinCluster, users *activity) (*consensus.Service, error) {
-	root := s.StorageRoot
+func (w *workerControlPlane) startConsensus(ctx context.Context, key ed25519.PrivateKey, nodeID string, jc *consensus.JoinCluster, users *activity) (*consensus.Service, error) {
+	root := w.root
 	if err := localstorage.Create(&root.Data.Etcd, 0o700); err != nil {
 		return nil, err
 	}
@@ -237,7 +256,7 @@ func (s *Service) startConsensus(ctx context.Context, key ed25519.PrivateKey, no
 	}
 	// Members advertise https://<node ID>:7834: this node's own name must
 	// resolve before etcd starts.
-	if err := s.refreshHosts(nodeID); err != nil {
+	if err := w.hosts.refresh(nodeID); err != nil {
 		supervisor.Logger(ctx).Warn("writing hosts file", "err", err)
 	}
 	cfg := consensus.Config{
@@ -246,9 +265,7 @@ func (s *Service) startConsensus(ctx context.Context, key ed25519.PrivateKey, no
 		JoinCluster:    jc,
 		NodeID:         nodeID,
 		NodePrivateKey: key,
-	}
-	if s.knobs != nil {
-		cfg.Tuning = s.knobs.consensusTuning
+		Tuning:         w.consensusTuning,
 	}
 	cons := consensus.New(cfg)
 	run := func(ctx context.Context) error {
