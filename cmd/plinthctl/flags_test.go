@@ -30,13 +30,13 @@ func TestListFlag(t *testing.T) {
 
 // Every verb is registered with a summary and a constructor.
 func TestVerbsRegistered(t *testing.T) {
-	for _, name := range []string{"build", "fetch-kernel", "run", "params", "launch", "takeownership", "nodes", "approve", "roles", "ticket", "logs", "reboot", "decommission", "kubeconfig", "kubernetes-credential"} {
+	for _, name := range []string{"build", "fetch-kernel", "run", "params", "launch", "takeownership", "nodes", "approve", "roles", "ticket", "logs", "reboot", "decommission", "kubeconfig", "kubernetes-credential", "status"} {
 		c, ok := commands[name]
 		if !ok || c.summary == "" || c.new == nil || c.new() == nil {
 			t.Errorf("%s is not registered", name)
 		}
 	}
-	if len(commands) != 15 {
-		t.Errorf("%d commands registered, want 15", len(commands))
+	if len(commands) != 16 {
+		t.Errorf("%d commands registered, want 16", len(commands))
 	}
 }
