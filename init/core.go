@@ -32,6 +32,7 @@ import (
 	"plinth.dev/plinth/platform/verity"
 	"plinth.dev/plinth/roleserver"
 	"plinth.dev/plinth/roleserver/enrolment"
+	"plinth.dev/plinth/roleserver/kubernetes"
 	"plinth.dev/plinth/roleserver/localstorage"
 	"plinth.dev/plinth/roleserver/parameters"
 )
@@ -191,6 +192,7 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 			}
 			return err
 		},
+		StopPods:         kubernetes.StopPods,
 		LocalClusterKey:  func(keep bool) error { return enrol.KeepClusterKeyLocally(keep) },
 		CuratorEndpoints: n.params.Params.GetRegister().GetCuratorEndpoints(),
 		DirectoryChanged: func(d *clusterpb.ClusterDirectory) error { return enrol.UpdateDirectory(d) },

@@ -66,6 +66,10 @@ type Config struct {
 	// LoadKubernetesModules loads the kernel modules the Kubernetes worker
 	// needs (nil: none are loaded, e.g. in tests).
 	LoadKubernetesModules func() error
+	// StopPods ends the containers a stopped Kubernetes worker left
+	// running (kubernetes.StopPods), on a node without the
+	// KubernetesWorker role (nil: nothing is stopped, e.g. in tests).
+	StopPods func() (int, error)
 	// LocalClusterKey, if set, is called with true before this node starts
 	// etcd as a consensus member and with false when it is not one: see
 	// enrolment.Config.KeepClusterKeyLocally.
@@ -363,7 +367,7 @@ func (s *Service) Run(ctx context.Context) error {
 		{"kubernetes", (&workerKubernetes{
 			root: s.StorageRoot, node: &s.node, roles: &s.Roles, controlPlane: &s.ControlPlane,
 			curator: &s.CuratorConnection, controllers: &s.kubernetesControllers,
-			address: s.waitAddress, resolvConf: s.ResolvConf, loadModules: s.LoadKubernetesModules,
+			address: s.waitAddress, resolvConf: s.ResolvConf, loadModules: s.LoadKubernetesModules, stopPods: s.StopPods,
 			status: &s.KubernetesStatus,
 		}).run},
 	} {

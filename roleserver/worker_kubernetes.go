@@ -35,6 +35,8 @@ type workerKubernetes struct {
 	address     func(ctx context.Context) (net.IP, error)
 	resolvConf  string
 	loadModules func() error
+	// stopPods ends what pods left running (nil: nothing to do).
+	stopPods func() (int, error)
 	// output: set while the local API server serves.
 	status *memory.Value[*kubernetes.Status]
 
@@ -82,6 +84,15 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 	controller, worker := roles.GetKubernetesController() != nil, roles.GetKubernetesWorker() != nil
 	if !controller && !worker {
 		log.Info("no Kubernetes role")
+	}
+	if !worker && w.stopPods != nil {
+		// Also after the role's removal: the worker stopped with the
+		// runnable's last run, its pods' containers did not.
+		if n, err := w.stopPods(); err != nil {
+			log.Error("stopping pods left without a kubelet", "err", err)
+		} else if n > 0 {
+			log.Info("stopped the pods left without a kubelet", "shims", n)
+		}
 	}
 	if controller || worker {
 		addr, err := w.address(ctx)

@@ -51,9 +51,18 @@ func TestKubernetesRolesStartAndStop(t *testing.T) {
 	w := &workerKubernetes{
 		node: &s.node, roles: &s.Roles, controlPlane: &s.ControlPlane, curator: &s.CuratorConnection,
 		controllers: &s.kubernetesControllers, status: &s.KubernetesStatus,
-		address: func(context.Context) (net.IP, error) { return net.ParseIP("10.42.0.10"), nil },
+		address:       func(context.Context) (net.IP, error) { return net.ParseIP("10.42.0.10"), nil },
 		runController: func(string, net.IP, *consensus.Status) supervisor.Runnable { return f.runnable("controller") },
 		runWorker:     func(string, net.IP, *CuratorConnection) supervisor.Runnable { return f.runnable("worker") },
+		stopPods: func() (int, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.running["worker"] {
+				t.Error("pods stopped while the worker runs")
+			}
+			f.starts["stopPods"]++
+			return 0, nil
+		},
 	}
 	s.node.Set(&nodeData{nodeID: "plinth-x"})
 	s.CuratorConnection.Set(&CuratorConnection{})
@@ -88,8 +97,24 @@ func TestKubernetesRolesStartAndStop(t *testing.T) {
 	want("no roles", false, false)
 	s.Roles.Set(&clusterpb.NodeRoles{KubernetesWorker: worker})
 	want("worker role", false, true)
+	f.mu.Lock()
+	stopsBefore := f.starts["stopPods"]
+	f.mu.Unlock()
 	s.Roles.Set(&clusterpb.NodeRoles{})
 	want("worker role removed", false, false)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		stops := f.starts["stopPods"]
+		f.mu.Unlock()
+		if stops > stopsBefore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker role went, its pods were not stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	s.Roles.Set(&clusterpb.NodeRoles{KubernetesWorker: worker})
 	want("worker role back", false, true)
 	// The controller waits for the node's consensus member.

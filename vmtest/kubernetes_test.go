@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,49 +104,6 @@ spec:
         args: [serve]
 `
 
-// TestKubernetesOneNode: a node with ConsensusMember, KubernetesController
-// and KubernetesWorker answers a stock kubectl (built from the nodes'
-// Kubernetes version) through plinthctl's kubeconfig and its short-lived
-// credentials; it is Ready; a Deployment of the test image runs; logs and
-// exec work; a deleted pod is replaced.
-func TestKubernetesOneNode(t *testing.T) {
-	img := testImage(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	dir := TestDir(t)
-	// Images and snapshots need room: 4 GiB.
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: logWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	node := c.Nodes()[0]
-	ctl := buildPlinthctl(t)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	ctl.run(t, "kubeconfig", "-config", c.OwnerDir(), "-server", "https://"+c.KubernetesAPIEndpoint(node), "-o", kubeconfig)
-	k := newKubectl(t, kubeconfig)
-
-	k.until(t, ctx, 15*time.Minute, "node Ready", func(out string) bool { return out == "True" },
-		"get", "node", node.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
-
-	k.apply(t, ctx, testDeployment)
-	t.Log("node Ready; deployment web applied")
-	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/web", "--timeout=10m"); err != nil {
-		t.Fatal(err)
-	}
-	pod := strings.TrimSpace(k.run(t, ctx, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
-	k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "listening on") }, "logs", pod)
-	if out := k.run(t, ctx, "exec", pod, "--", "/testpod", "print", "hello from exec"); !strings.Contains(out, "hello from exec") {
-		t.Fatalf("kubectl exec: %q", out)
-	}
-	k.run(t, ctx, "delete", "pod", pod, "--wait=false")
-	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
-		f := strings.Fields(out)
-		return len(f) == 2 && f[0] != pod && f[1] == "Running"
-	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
-}
-
 // podOn is a pod of the test image serving HTTP, pinned to a node.
 func podOn(name, node string) string {
 	return `apiVersion: v1
@@ -205,8 +163,12 @@ spec:
 // node's DNS and calls it through the Service VIP with its service
 // account token, and a NodePort Service answers from the host through the
 // harness's forwarded port. Then the worker-only node loses its
-// KubernetesWorker role (NotReady), gets it back (Ready), and has its
-// power cut (Ready again, its pod runs again and is reachable).
+// KubernetesWorker role (NotReady, its pod stops), gets it back (Ready,
+// the pod runs again), and has its power cut (Ready again, its pod runs
+// again and is reachable). Before that, on whichever node the scheduler
+// picks: a Deployment of the test image rolls out, logs and exec work,
+// a deleted pod is replaced. The first node has every role, as a
+// one-node cluster's node does.
 func TestKubernetesTwoNodes(t *testing.T) {
 	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
@@ -226,17 +188,49 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		k.until(t, ctx, 15*time.Minute, n.Name+" Ready", func(out string) bool { return out == "True" },
 			"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 	}
+	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
+
+	// A Deployment runs; logs and exec work; a deleted pod is replaced.
+	k.apply(t, ctx, testDeployment)
+	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/web", "--timeout=10m"); err != nil {
+		t.Fatal(err)
+	}
+	web := strings.TrimSpace(k.run(t, ctx, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
+	k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "listening on") }, "logs", web)
+	if out := k.run(t, ctx, "exec", web, "--", "/testpod", "print", "hello from exec"); !strings.Contains(out, "hello from exec") {
+		t.Fatalf("kubectl exec: %q", out)
+	}
+	k.run(t, ctx, "delete", "pod", web, "--wait=false")
+	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] != web && f[1] == "Running"
+	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
+
+	t.Log("deployment: rolled out, logs, exec, replaced; pods a and b on the two nodes, Service b on NodePort")
 	k.apply(t, ctx, podOn("a", first.ID()))
 	k.apply(t, ctx, podOn("b", second.ID()))
 	k.apply(t, ctx, nodePortService)
-	t.Log("both nodes Ready; pods a and b on them, Service b on NodePort")
 	if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {
 		t.Fatal(err)
 	}
+	// Across nodes, by pod IP; restarts is how many times b's container
+	// must have restarted (after a node lost its pods).
+	reachB := func(when string, restarts int) {
+		t.Helper()
+		k.until(t, ctx, 10*time.Minute, "pod b ready "+when, func(out string) bool {
+			f := strings.Fields(out)
+			if len(f) != 2 {
+				return false
+			}
+			n, err := strconv.Atoi(f[1])
+			return err == nil && f[0] == "true" && n >= restarts
+		}, "get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
+		ip := strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
+		k.until(t, ctx, 3*time.Minute, "pod a reaches pod b "+when, func(out string) bool { return strings.Contains(out, "hello from b") },
+			"exec", "a", "--", "/testpod", "get", "http://"+ip+":8080/")
+	}
+	reachB("", 0)
 	ipB := strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
-	// Across nodes, by pod IP.
-	k.until(t, ctx, 3*time.Minute, "pod a reaches pod b", func(out string) bool { return strings.Contains(out, "hello from b") },
-		"exec", "a", "--", "/testpod", "get", "http://"+ipB+":8080/")
 
 	k.apply(t, ctx, selfTestJob)
 	t.Log("pod a reached pod b; the self-test job runs")
@@ -271,13 +265,19 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
 	ready(second, false, 5*time.Minute)
-	t.Log("NotReady; giving the role back")
+	// Its pods stopped with it: nothing would manage them.
+	if out, err := k.try(ctx, "exec", "a", "--", "/testpod", "get", "-timeout", "5s", "http://"+ipB+":8080/"); err == nil {
+		t.Fatalf("pod b still answers on a node without the KubernetesWorker role: %q", out)
+	}
+	t.Log("NotReady, pod b gone; giving the role back")
 	ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
 	ready(second, true, 10*time.Minute)
+	reachB("with the role back", 1)
 
 	// A power cut: the node boots again, is Ready, runs its pod again
 	// (from the image in its containerd store) and pod a reaches it.
-	t.Log("Ready again; cutting the second node's power")
+	t.Log("Ready again, pod b back; cutting the second node's power")
+	restarts, _ := strconv.Atoi(strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.containerStatuses[0].restartCount}")))
 	if err := c.KillNode(second); err != nil {
 		t.Fatal(err)
 	}
@@ -285,13 +285,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready(second, true, 10*time.Minute)
-	k.until(t, ctx, 10*time.Minute, "pod b running again after the power cut", func(out string) bool {
-		f := strings.Fields(out)
-		return len(f) == 2 && f[0] == "true" && f[1] != "0"
-	}, "get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
-	ipB = strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
-	k.until(t, ctx, 3*time.Minute, "pod a reaches pod b after the power cut", func(out string) bool { return strings.Contains(out, "hello from b") },
-		"exec", "a", "--", "/testpod", "get", "http://"+ipB+":8080/")
+	reachB("after the power cut", restarts+1)
 }
 
 // httpGet fetches url from the host.
