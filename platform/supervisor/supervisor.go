@@ -19,11 +19,11 @@
 package supervisor
 
 import (
-	"os"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
