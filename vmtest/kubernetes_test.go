@@ -88,7 +88,10 @@ func (k kubectl) apply(t *testing.T, ctx context.Context, manifest string) {
 	}
 }
 
-const testDeployment = `apiVersion: apps/v1
+// deploymentOn is a Deployment of the test image serving HTTP, its pods
+// on node (by the kubernetes.io/hostname label the kubelet sets).
+func deploymentOn(node string) string {
+	return `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
 spec:
@@ -97,12 +100,14 @@ spec:
   template:
     metadata: {labels: {app: web}}
     spec:
+      nodeSelector: {kubernetes.io/hostname: ` + node + `}
       containers:
       - name: web
         image: ` + layout.TestImage + `
         imagePullPolicy: Never
         args: [serve]
 `
+}
 
 // podOn is a pod of the test image serving HTTP, pinned to a node.
 func podOn(name, node string) string {
@@ -165,10 +170,9 @@ spec:
 // harness's forwarded port. Then the worker-only node loses its
 // KubernetesWorker role (NotReady, its pod stops), gets it back (Ready,
 // the pod runs again), and has its power cut (Ready again, its pod runs
-// again and is reachable). Before that, on whichever node the scheduler
-// picks: a Deployment of the test image rolls out, logs and exec work,
-// a deleted pod is replaced. The first node has every role, as a
-// one-node cluster's node does.
+// again and is reachable). Before that, on the first node, which has
+// every role as a one-node cluster's node does: a Deployment of the test
+// image rolls out, logs and exec work, a deleted pod is replaced.
 func TestKubernetesTwoNodes(t *testing.T) {
 	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
@@ -190,8 +194,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 
-	// A Deployment runs; logs and exec work; a deleted pod is replaced.
-	k.apply(t, ctx, testDeployment)
+	// On the node with every role (as a one-node cluster's): a
+	// Deployment runs; logs and exec work; a deleted pod is replaced.
+	k.apply(t, ctx, deploymentOn(first.ID()))
 	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/web", "--timeout=10m"); err != nil {
 		t.Fatal(err)
 	}

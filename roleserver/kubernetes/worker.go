@@ -177,22 +177,34 @@ func (w *Worker) Run(ctx context.Context) error {
 	// New certificates at two thirds of their life, asked for while
 	// these still serve (retried until the curator answers), then a
 	// restart with them.
+	next, err := renewWhenDue(ctx, kpki.RenewAt(cred.issued, certs.KubeletClient.NotAfter), time.Minute, w.certify,
+		func(err error) { log.Warn("renewing the worker's certificates", "err", err, "valid until", certs.KubeletClient.NotAfter) })
+	if err != nil {
+		return err
+	}
+	w.renewed = next
+	return fmt.Errorf("renewing the worker's certificates (valid until %v): %w", certs.KubeletClient.NotAfter, supervisor.ErrRestart)
+}
+
+// renewWhenDue waits until due, then calls certify until it succeeds
+// (every retry; failed says why) or ctx ends.
+func renewWhenDue[T any](ctx context.Context, due time.Time, retry time.Duration, certify func(context.Context) (T, error), failed func(error)) (T, error) {
+	var zero T
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(time.Until(kpki.RenewAt(cred.issued, certs.KubeletClient.NotAfter))):
+		return zero, ctx.Err()
+	case <-time.After(time.Until(due)):
 	}
 	for {
-		next, err := w.certify(ctx)
+		next, err := certify(ctx)
 		if err == nil {
-			w.renewed = next
-			return fmt.Errorf("renewing the worker's certificates (valid until %v): %w", certs.KubeletClient.NotAfter, supervisor.ErrRestart)
+			return next, nil
 		}
-		log.Warn("renewing the worker's certificates", "err", err, "valid until", certs.KubeletClient.NotAfter)
+		failed(err)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Minute):
+			return zero, ctx.Err()
+		case <-time.After(retry):
 		}
 	}
 }
