@@ -163,7 +163,7 @@ repro: deps $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS)
 	scripts/repro $(BOARD) $(BIN) $(CACHE) $(OUT)/repro
 
 vmtest: image
-	go test -count=1 -timeout 30m -v ./vmtest/ 2>&1 | scripts/testsummary
+	go test -count=1 -timeout 50m -v ./vmtest/ 2>&1 | scripts/testsummary
 
 # Each fuzz target runs briefly (a count, not a duration: a duration can
 # end mid-baseline with "context deadline exceeded"); FUZZTIME=10m digs deeper.
