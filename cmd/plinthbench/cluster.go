@@ -133,14 +133,19 @@ func (b *stampedBoot) Write(p []byte) (int, error) {
 // the guest's uptime then, from the core's start line (which gives the
 // uptime at a guest timestamp).
 func (c *consoleClock) event(name string, re *regexp.Regexp) (time.Time, float64, error) {
+	return c.eventIn(name, 0, re)
+}
+
+// eventIn is event in the node's boot'th boot (0 is the first).
+func (c *consoleClock) eventIn(name string, boot int, re *regexp.Regexp) (time.Time, float64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.boots[name]) == 0 {
-		return time.Time{}, 0, fmt.Errorf("%s: no console", name)
+	if len(c.boots[name]) <= boot {
+		return time.Time{}, 0, fmt.Errorf("%s: no console of boot %d", name, boot+1)
 	}
 	var base time.Time
 	var baseUp float64
-	for _, l := range c.boots[name][0].lines {
+	for _, l := range c.boots[name][boot].lines {
 		if m := coreStartRE.FindStringSubmatch(l.text); m != nil && base.IsZero() {
 			ts, err := time.Parse(time.RFC3339Nano, m[1])
 			if err != nil {
@@ -163,5 +168,5 @@ func (c *consoleClock) event(name string, re *regexp.Regexp) (time.Time, float64
 		}
 		return l.at, baseUp + ts.Sub(base).Seconds(), nil
 	}
-	return time.Time{}, 0, fmt.Errorf("%s: no console line of its first boot matches %q", name, re)
+	return time.Time{}, 0, fmt.Errorf("%s: no console line of its boot %d matches %q", name, boot+1, re)
 }

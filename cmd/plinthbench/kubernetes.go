@@ -22,8 +22,9 @@ var apiServingRE = regexp.MustCompile(`^(\S+) I \S+: Kubernetes API server servi
 // server serving, to the node Ready, and a pod's creation to Running
 // (the test image, from the node's containerd store). It then reports
 // what the node's processes used (plinthctl status's numbers): CPU time
-// and peak resident memory of the role server (PID 1, with etcd
-// embedded) and of each Kubernetes process.
+// and peak resident memory of the core (role server, etcd embedded)
+// and of each Kubernetes process; and last, a reboot to the API
+// server serving again (its objects exist then).
 func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string, add addFunc) error {
 	kubectlBin, plinthctl := filepath.Join(binDir, "kubectl"), filepath.Join(binDir, "plinthctl")
 	for _, b := range []string{kubectlBin, plinthctl} {
@@ -122,5 +123,29 @@ func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string
 	}
 	add("kubernetes_cpu_total_seconds", totalCPU, "s", "sum of the above (not counting pods, shims or the kernel)")
 	add("kubernetes_peak_rss_sum_mib", totalPeak, "MiB", "sum of the processes' peaks (an upper bound of their joint peak)")
-	return nil
+	return benchKubernetesReboot(ctx, c, node, cons, add)
+}
+
+// benchKubernetesReboot reboots the node (NodeManagement, a clean
+// reboot) and times its next boot to the API server serving: what a
+// controller's restart costs once the cluster's objects exist.
+func benchKubernetesReboot(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode, cons *consoleClock, add addFunc) error {
+	fmt.Fprintln(os.Stderr, "kubernetes: rebooting the node")
+	if err := c.RebootNode(ctx, node); err != nil {
+		return err
+	}
+	started := time.Now()
+	deadline := started.Add(10 * time.Minute)
+	for {
+		at, up, err := cons.eventIn(node.Name, 1, apiServingRE)
+		if err == nil {
+			add("kubernetes_reboot_api_serving_wall_seconds", at.Sub(started).Seconds(), "s", "the next boot's QEMU start (about) to 'Kubernetes API server serving' on its console")
+			add("kubernetes_reboot_api_serving_guest_seconds", up, "s", "guest uptime at that line")
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after the reboot: %w", err)
+		}
+		time.Sleep(time.Second)
+	}
 }
