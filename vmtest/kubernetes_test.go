@@ -193,6 +193,13 @@ func TestKubernetesTwoNodes(t *testing.T) {
 			"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
+	// The node's status names each component's process with its CPU
+	// time and memory (NodeManagement.Status, from the node's /proc).
+	status := ctl.run(t, "status", "-config", c.OwnerDir(), first.ID())
+	t.Log(status)
+	if !processListed(status, "root.roleserver.kubernetes.controller.apiserver") || !processListed(status, "root") {
+		t.Fatalf("plinthctl status lists no API server or core process with CPU time and memory:\n%s", status)
+	}
 
 	// On the node with every role (as a one-node cluster's): a
 	// Deployment runs; logs and exec work; a deleted pod is replaced.
@@ -291,6 +298,22 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ready(second, true, 10*time.Minute)
 	reachB("after the power cut", restarts+1)
+}
+
+// processListed says whether plinthctl status's table has a row for dn
+// with a PID, CPU time above zero and a resident size.
+func processListed(table, dn string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		// RUNNABLE STATE RESTARTS PID CPU RSS PEAK-RSS LAST-ERROR
+		if len(f) < 8 || f[0] != dn {
+			continue
+		}
+		pid, err := strconv.Atoi(f[3])
+		cpu, err2 := strconv.ParseFloat(strings.TrimSuffix(f[4], "s"), 64)
+		return err == nil && err2 == nil && pid > 0 && cpu > 0 && strings.HasSuffix(f[5], "MiB") && f[5] != "0.0MiB"
+	}
+	return false
 }
 
 // httpGet fetches url from the host.
