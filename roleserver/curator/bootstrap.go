@@ -112,9 +112,9 @@ func Bootstrap(ctx context.Context, cl client.Namespaced, req BootstrapRequest) 
 		Id:        id,
 		PublicKey: req.NodePublicKey,
 		State:     clusterpb.NodeState_NODE_STATE_UP,
-		Roles:    FirstNodeRoles(req.KubernetesController, req.KubernetesWorker),
-		Status:   req.Status,
-		TpmUsage: req.TPMUsage,
+		Roles:     FirstNodeRoles(req.KubernetesController, req.KubernetesWorker),
+		Status:    req.Status,
+		TpmUsage:  req.TPMUsage,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -70,7 +70,7 @@ func TestKubeletConfig(t *testing.T) {
 		"cgroupDriver": "cgroupfs", "cgroupRoot": "/", "readOnlyPort": 0.0,
 		"podLogsDir": "/data/kubernetes/pod-logs", "volumePluginDir": "/ephemeral/kubernetes/volume-plugins",
 		"containerRuntimeEndpoint": "unix:///ephemeral/containerd/containerd.sock",
-		"clusterDomain": "cluster.local", "tlsCertFile": "/c.pem", "staticPodPath": "",
+		"clusterDomain":            "cluster.local", "tlsCertFile": "/c.pem", "staticPodPath": "",
 	} {
 		if c[k] != want {
 			t.Errorf("%s = %v, want %v", k, c[k], want)

@@ -178,7 +178,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// these still serve (retried until the curator answers), then a
 	// restart with them.
 	next, err := renewWhenDue(ctx, kpki.RenewAt(cred.issued, certs.KubeletClient.NotAfter), time.Minute, w.certify,
-		func(err error) { log.Warn("renewing the worker's certificates", "err", err, "valid until", certs.KubeletClient.NotAfter) })
+		func(err error) {
+			log.Warn("renewing the worker's certificates", "err", err, "valid until", certs.KubeletClient.NotAfter)
+		})
 	if err != nil {
 		return err
 	}
