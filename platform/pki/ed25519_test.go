@@ -69,12 +69,12 @@ func TestIdentityKeyForgery(t *testing.T) {
 	pub, _ := hex.DecodeString("0100000000000000000000000000000000000000000000000000000000000000")
 	// R = identity, S = 0: [0]B = identity + [k]identity.
 	sig := append(append([]byte{}, pub...), make([]byte, 32)...)
-	for _, msg := range []string{"approve node", "anything at all"} {
-		if !ed25519.Verify(pub, []byte(msg), sig) {
-			t.Skip("this Go's crypto/ed25519 refuses the identity key itself")
-		}
-	}
 	if CheckEd25519PublicKey(pub) == nil {
 		t.Error("the identity key passed")
+	}
+	for _, msg := range []string{"approve node", "anything at all"} {
+		if !ed25519.Verify(pub, []byte(msg), sig) {
+			t.Logf("this Go's crypto/ed25519 refuses the identity key itself (%q): the check above still must", msg)
+		}
 	}
 }

@@ -65,6 +65,47 @@ func validityOrDefault(d time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
+// CATemplate is the template of a self-signed CA that signs leaves only
+// (path length 0), valid from a backdated now for validity, with a
+// random 128-bit serial. Every CA of Plinth is made from it, whatever
+// its key type.
+func CATemplate(commonName string, validity time.Duration) (*x509.Certificate, error) {
+	serial, err := newSerial()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	return &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: commonName},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.Add(validity),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		// Path length 0: this CA signs leaves only, never other CAs.
+		MaxPathLen:     0,
+		MaxPathLenZero: true,
+		KeyUsage:       x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+	}, nil
+}
+
+// LeafWindow fills tmpl's serial (random, 128 bits) and validity: from a
+// backdated now for validity, never beyond the issuing CA's notAfter.
+func LeafWindow(tmpl *x509.Certificate, validity time.Duration, caNotAfter time.Time) error {
+	serial, err := newSerial()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore = now.Add(-backdate)
+	tmpl.NotAfter = now.Add(validity)
+	if tmpl.NotAfter.After(caNotAfter) {
+		tmpl.NotAfter = caNotAfter
+	}
+	return nil
+}
+
 // NewCA makes a self-signed ed25519 CA valid for `validity` (serial random
 // 128-bit). A zero validity means DefaultValidity.
 func NewCA(commonName string, validity time.Duration) (*CA, error) {
@@ -76,22 +117,9 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pki: generating CA key: %w", err)
 	}
-	serial, err := newSerial()
+	tmpl, err := CATemplate(commonName, validity)
 	if err != nil {
 		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(validity),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		// Path length 0: this CA signs leaves only, never other CAs.
-		MaxPathLen:     0,
-		MaxPathLenZero: true,
-		KeyUsage:       x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
 	if err != nil {
@@ -209,27 +237,18 @@ func (ca *CA) Issue(t Template) (*x509.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	serial, err := newSerial()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	notAfter := now.Add(validity)
-	if notAfter.After(ca.Certificate.NotAfter) {
-		notAfter = ca.Certificate.NotAfter
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: t.CommonName},
 		DNSNames:              t.DNSNames,
 		IPAddresses:           t.IPAddresses,
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              notAfter,
 		BasicConstraintsValid: true,
 		IsCA:                  false,
 		// ed25519 keys only sign; there is no key encipherment.
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: ekus,
+	}
+	if err := LeafWindow(tmpl, validity, ca.Certificate.NotAfter); err != nil {
+		return nil, err
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, t.PublicKey, ca.Key)
 	if err != nil {

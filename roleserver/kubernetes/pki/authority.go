@@ -7,19 +7,13 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"time"
 
 	clusterpki "plinth.dev/plinth/platform/pki"
 )
-
-// backdate is subtracted from NotBefore, so that a certificate is usable
-// at once on a machine whose clock lags the issuer's (as platform/pki).
-const backdate = time.Hour
 
 // authority is a CA loaded from etcd.
 type authority struct {
@@ -44,22 +38,9 @@ func generateAuthority(commonName string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	serial, err := newSerial()
+	tmpl, err := clusterpki.CATemplate(commonName, CAValidity)
 	if err != nil {
 		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(CAValidity),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		// Leaves only, never another CA.
-		MaxPathLen:     0,
-		MaxPathLenZero: true,
-		KeyUsage:       x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -97,16 +78,8 @@ func loadAuthority(certPEM, keyPEM []byte) (*authority, error) {
 // the caller) for pub, valid from now for validity but never beyond the
 // CA.
 func (a *authority) issue(pub crypto.PublicKey, tmpl *x509.Certificate, validity time.Duration) (*x509.Certificate, error) {
-	serial, err := newSerial()
-	if err != nil {
+	if err := clusterpki.LeafWindow(tmpl, validity, a.cert.NotAfter); err != nil {
 		return nil, err
-	}
-	now := time.Now()
-	tmpl.SerialNumber = serial
-	tmpl.NotBefore = now.Add(-backdate)
-	tmpl.NotAfter = now.Add(validity)
-	if tmpl.NotAfter.After(a.cert.NotAfter) {
-		tmpl.NotAfter = a.cert.NotAfter
 	}
 	tmpl.BasicConstraintsValid = true
 	tmpl.IsCA = false
@@ -117,21 +90,6 @@ func (a *authority) issue(pub crypto.PublicKey, tmpl *x509.Certificate, validity
 		return nil, fmt.Errorf("kubernetes pki: issuing %q: %w", tmpl.Subject.CommonName, err)
 	}
 	return x509.ParseCertificate(der)
-}
-
-// serialLimit is 2^128: random serials that never collide.
-var serialLimit = new(big.Int).Lsh(big.NewInt(1), 128)
-
-func newSerial() (*big.Int, error) {
-	for {
-		s, err := rand.Int(rand.Reader, serialLimit)
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes pki: generating a serial: %w", err)
-		}
-		if s.Sign() > 0 {
-			return s, nil
-		}
-	}
 }
 
 // privateKeyPEM is k as a PKCS#8 "PRIVATE KEY" block, which
