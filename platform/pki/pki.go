@@ -212,9 +212,12 @@ func (u Usage) extKeyUsages() ([]x509.ExtKeyUsage, error) {
 
 // Template describes a leaf certificate to Issue.
 type Template struct {
-	CommonName  string
-	DNSNames    []string
-	IPAddresses []net.IP
+	CommonName string
+	// OrganizationalUnit, if set, is the subject's one OU (the cluster
+	// puts the kind of party there: node, curator…).
+	OrganizationalUnit string
+	DNSNames           []string
+	IPAddresses        []net.IP
 	// PublicKey is the subject's key; the private half never reaches the CA.
 	PublicKey ed25519.PublicKey
 	// Usage is required (the zero value is rejected).
@@ -237,8 +240,12 @@ func (ca *CA) Issue(t Template) (*x509.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
+	subject := pkix.Name{CommonName: t.CommonName}
+	if t.OrganizationalUnit != "" {
+		subject.OrganizationalUnit = []string{t.OrganizationalUnit}
+	}
 	tmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: t.CommonName},
+		Subject:               subject,
 		DNSNames:              t.DNSNames,
 		IPAddresses:           t.IPAddresses,
 		BasicConstraintsValid: true,

@@ -97,41 +97,19 @@ func IssueOwnerCertificate(ca *pki.CA, pub ed25519.PublicKey) (*x509.Certificate
 	return issue(ca, pub, OwnerName, unitOwner, pki.UsageClient)
 }
 
-// issue is pki.CA.Issue with the organisational unit set, which Template
-// does not carry; the unit is what PeerFromContext reads.
+// issue is pki.CA.Issue with the organisational unit set (what
+// PeerFromContext reads), valid as long as the CA.
 func issue(ca *pki.CA, pub ed25519.PublicKey, cn, unit string, usage pki.Usage) (*x509.Certificate, error) {
-	if len(pub) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("identity: public key has %d bytes, want %d", len(pub), ed25519.PublicKeySize)
-	}
-	var ekus []x509.ExtKeyUsage
-	if usage == pki.UsageClient || usage == pki.UsageServerAndClient {
-		ekus = append(ekus, x509.ExtKeyUsageClientAuth)
-	}
-	if usage == pki.UsageServer || usage == pki.UsageServerAndClient {
-		ekus = append(ekus, x509.ExtKeyUsageServerAuth)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: cn, OrganizationalUnit: []string{unit}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              ca.Certificate.NotAfter,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           ekus,
-	}
+	t := pki.Template{CommonName: cn, OrganizationalUnit: unit, PublicKey: pub, Usage: usage,
+		Validity: time.Until(ca.Certificate.NotAfter) + time.Hour}
 	if unit == unitNode || unit == unitCurator {
-		tmpl.DNSNames = []string{cn}
+		t.DNSNames = []string{cn}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, pub, ca.Key)
+	cert, err := ca.Issue(t)
 	if err != nil {
 		return nil, fmt.Errorf("identity: issuing %s certificate: %w", unit, err)
 	}
-	return x509.ParseCertificate(der)
+	return cert, nil
 }
 
 // EphemeralCertificate is a self-signed TLS certificate for key: it proves
