@@ -188,10 +188,13 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	ctl.run(t, "kubeconfig", "-config", c.OwnerDir(), "-server", "https://"+c.KubernetesAPIEndpoint(first), "-o", kubeconfig)
 	k := newKubectl(t, kubeconfig)
-	for _, n := range []*ClusterNode{first, second} {
-		k.until(t, ctx, 15*time.Minute, n.Name+" Ready", func(out string) bool { return out == "True" },
+	ready := func(n *ClusterNode, want bool, timeout time.Duration) {
+		t.Helper()
+		k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },
 			"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 	}
+	ready(first, true, 15*time.Minute)
+	ready(second, true, 15*time.Minute)
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 	// The node's status names each component's process with its CPU
 	// time and memory (NodeManagement.Status, from the node's /proc).
@@ -227,7 +230,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	// Across nodes, by pod IP; restarts is how many times b's container
 	// must have restarted (after a node lost its pods).
-	reachB := func(when string, restarts int) {
+	reachB := func(when string, restarts int) (ip string) {
 		t.Helper()
 		k.until(t, ctx, 10*time.Minute, "pod b ready "+when, func(out string) bool {
 			f := strings.Fields(out)
@@ -237,12 +240,12 @@ func TestKubernetesTwoNodes(t *testing.T) {
 			n, err := strconv.Atoi(f[1])
 			return err == nil && f[0] == "true" && n >= restarts
 		}, "get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
-		ip := strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
+		ip = strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
 		k.until(t, ctx, 3*time.Minute, "pod a reaches pod b "+when, func(out string) bool { return strings.Contains(out, "hello from b") },
 			"exec", "a", "--", "/testpod", "get", "http://"+ip+":8080/")
+		return ip
 	}
-	reachB("", 0)
-	ipB := strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
+	ipB := reachB("", 0)
 
 	k.apply(t, ctx, selfTestJob)
 	t.Log("pod a reached pod b; the self-test job runs")
@@ -270,11 +273,6 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// Role changes: without KubernetesWorker the second node's kubelet
 	// stops and the node goes NotReady; with the role back, Ready.
 	t.Log("NodePort answers from the host; removing the second node's KubernetesWorker role")
-	ready := func(n *ClusterNode, want bool, timeout time.Duration) {
-		t.Helper()
-		k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },
-			"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-	}
 	ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
 	ready(second, false, 5*time.Minute)
 	// Its pods stopped with it: nothing would manage them.

@@ -142,10 +142,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	afterAPI := func(r supervisor.Runnable) supervisor.Runnable { return after(2*time.Second, apiUp, r) }
 	afterContainerd := func(r supervisor.Runnable) supervisor.Runnable { return after(500*time.Millisecond, containerdUp, r) }
 	proxy := &apiProxy{servers: w.APIServers}
-	for _, r := range []struct {
-		name string
-		fn   supervisor.Runnable
-	}{
+	if err := runAll(ctx, []named{
 		{"apiproxy", proxy.run},
 		{"containerd", func(ctx context.Context) error {
 			return supervisor.RunCommand(ctx, supervisor.Command{
@@ -168,10 +165,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"netd", afterAPI(command("", []string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
 			"-cni-conf-dir", w.Root.Ephemeral.Kubernetes.CNI.Path(), "-ipam-dir", filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam")}, nil))},
 		{"dns", afterAPI(command("", []string{"dns", "-conf", paths[fileCorefile]}, nil))},
-	} {
-		if err := supervisor.Run(ctx, r.name, r.fn); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	// New certificates at two thirds of their life, asked for while
