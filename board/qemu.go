@@ -20,9 +20,12 @@ func init() {
 			"dm_crypt", "dm_integrity", "xts", "ecb", "authenc", "aesni_intel",
 			// node parameters from QEMU, ACPI power button
 			"qemu_fw_cfg", "button", "evdev",
+			// a disk boot: the UKI's ESP (systemd-stub's EFI variables
+			// name it) and the node parameters on it
+			"efivarfs", "vfat", "nls_cp437", "nls_ascii", "nls_utf8",
 		},
 		SystemModules: []string{
-			"overlay", "xfs", "vfat", "efivarfs",
+			"overlay", "xfs",
 			"bridge", "br_netfilter", "veth", "vxlan", "nf_tables", "wireguard",
 		},
 		KubernetesModules: kubernetesModules,

@@ -49,6 +49,9 @@ type Config struct {
 	// CACertificates is a PEM bundle for the system image (default: the
 	// build host's /etc/ssl/certs/ca-certificates.crt when it exists).
 	CACertificates string
+	// Stub is systemd's EFI stub the UKIs are built on (default
+	// DefaultStub).
+	Stub string
 	// Progress receives one line per build step (nil: silent).
 	Progress io.Writer
 }
@@ -80,6 +83,11 @@ type Manifest struct {
 	// SystemFiles are the programs and container images the system image
 	// carries for Kubernetes, by absolute path on the node.
 	SystemFiles map[string]Artefact `json:"system_files"`
+	// UKIs are the Unified Kernel Images by artefact name, with their
+	// predicted PCRs.
+	UKIs map[string]UKIInfo `json:"ukis"`
+	// Disk is the layout of disk.img.
+	Disk *DiskLayout `json:"disk"`
 }
 
 // VerityInfo describes the dm-verity protection of the system image.
@@ -130,7 +138,7 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	p := newProgress(c.Progress, 6)
+	p := newProgress(c.Progress, 8)
 	m := &Manifest{Board: b.board.Name, Version: b.version, KernelPackage: b.board.KernelPackage,
 		Artefacts: map[string]Artefact{}, SystemFiles: map[string]Artefact{}}
 
@@ -244,6 +252,7 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		return nil, err
 	}
 
+	var initramfs, bootInitramfs []byte
 	err = p.step("build initramfs", func() (string, error) {
 		initBin, err := os.ReadFile(c.Init)
 		if err != nil {
@@ -260,14 +269,43 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 			load = append(load, mod.Path)
 		}
 		files = append(files, initramfsFile{Path: layout.ModuleLoadList, Data: []byte(strings.Join(load, "\n") + "\n"), Mode: 0o644})
-		var buf bytes.Buffer
-		if err := writeInitramfs(&buf, sys, files); err != nil {
+		var buf, boot bytes.Buffer
+		if err := writeBootSegment(&boot, files); err != nil {
 			return "", err
 		}
+		if err := writeSystemSegment(&buf, sys); err != nil {
+			return "", err
+		}
+		buf.Write(boot.Bytes())
 		if err := writeFileAtomic(filepath.Join(c.OutDir, InitramfsFile), buf.Bytes()); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s (/init %s, %d modules)", mib(int64(buf.Len())), mib(int64(len(initBin))), len(b.earlyModules)), nil
+		initramfs, bootInitramfs = buf.Bytes(), boot.Bytes()
+		return fmt.Sprintf("%s (/init %s, %d modules; %s without the system image)",
+			mib(int64(buf.Len())), mib(int64(len(initBin))), len(b.earlyModules), mib(int64(boot.Len()))), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	err = p.step("build UKIs (network boot, slot a, slot b)", func() (string, error) {
+		return b.writeUKIs(m, initramfs, bootInitramfs)
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	err = p.step("write disk image", func() (string, error) {
+		root, _ := hex.DecodeString(m.Verity.RootHash)
+		files := []espFile{
+			{Path: layout.ESPBootFile, Source: filepath.Join(c.OutDir, UKISlotFile("a"))},
+			{Path: layout.ESPSlotUKI("a"), Source: filepath.Join(c.OutDir, UKISlotFile("a"))},
+		}
+		m.Disk, err = writeDisk(ctx, tmp, filepath.Join(c.OutDir, DiskFile), sysPath, files, root)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s: ESP %d MiB, slots a and b %d MiB each (a holds the system image)", mib(m.Disk.Size), DiskESPMiB, DiskSlotMiB), nil
 	})
 	if err != nil {
 		return nil, err
@@ -280,7 +318,7 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		if err := writeFileAtomic(filepath.Join(c.OutDir, CmdlineFile), []byte(m.Cmdline+"\n")); err != nil {
 			return "", err
 		}
-		for _, name := range []string{KernelFile, InitramfsFile, SystemFile, CmdlineFile} {
+		for _, name := range []string{KernelFile, InitramfsFile, SystemFile, CmdlineFile, UKIFile, UKISlotFile("a"), UKISlotFile("b"), DiskFile} {
 			a, err := hashFile(filepath.Join(c.OutDir, name))
 			if err != nil {
 				return "", err

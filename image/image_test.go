@@ -98,7 +98,7 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "[6/6] done") {
+	if !strings.Contains(progress.String(), "[8/8] done") {
 		t.Errorf("progress output:\n%s", progress.String())
 	}
 
@@ -160,6 +160,9 @@ func TestBuildContentsAndManifest(t *testing.T) {
 		t.Errorf("early modules %v", m.EarlyModules)
 	}
 	checkKubernetesContents(t, m, filepath.Join(out, SystemFile), content)
+	k, _ := testKernel(t)
+	checkUKIs(t, out, m, k.Image)
+	checkDisk(t, out, m)
 }
 
 func TestBuildRefusesWrongKernel(t *testing.T) {

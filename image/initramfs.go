@@ -34,11 +34,23 @@ type initramfsFile struct {
 }
 
 func writeInitramfs(w io.Writer, systemImage []byte, files []initramfsFile) error {
-	sys := []cpio.Record{cpio.StaticRecord(systemImage, cpio.Info{Name: layout.SystemImagePath, Mode: cpio.S_IFREG | 0o400})}
-	if err := writeArchive(w, sys); err != nil {
+	if err := writeSystemSegment(w, systemImage); err != nil {
 		return err
 	}
+	return writeBootSegment(w, files)
+}
 
+// writeSystemSegment writes the first, uncompressed archive: the system
+// image alone.
+func writeSystemSegment(w io.Writer, systemImage []byte) error {
+	sys := []cpio.Record{cpio.StaticRecord(systemImage, cpio.Info{Name: layout.SystemImagePath, Mode: cpio.S_IFREG | 0o400})}
+	return writeArchive(w, sys)
+}
+
+// writeBootSegment writes the second, compressed archive: /init, the
+// device nodes and directories it needs, and files. On its own it is the
+// initramfs of a disk boot, whose system image is on a slot partition.
+func writeBootSegment(w io.Writer, files []initramfsFile) error {
 	recs := []cpio.Record{
 		cpio.CharDev("dev/console", 0o600, 5, 1),
 		cpio.CharDev("dev/null", 0o666, 1, 3),

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/grpclog"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/bootdisk"
 	"plinth.dev/plinth/platform/cmdline"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/layout"
@@ -66,6 +67,8 @@ func bootCore() int {
 		registering bool
 		diskCfg     datadisk.Config
 		sysImage    *sysimage.Result
+		// boot is the flashed disk the node booted from, nil if none.
+		boot *bootdisk.Boot
 		// imageBad receives if the background read of the whole system
 		// image finds a block that does not match the root hash.
 		imageBad <-chan error
@@ -86,7 +89,7 @@ func bootCore() int {
 		}},
 		{"load early kernel modules", loadModules},
 		{"map and mount the system image (dm-verity)", func() (detail string, err error) {
-			system, sysImage, detail, err = openSystemImage(args)
+			system, sysImage, boot, detail, err = openSystemImage(args)
 			return detail, err
 		}},
 		{"switch root into the system image", switchRoot},
@@ -98,7 +101,7 @@ func bootCore() int {
 		// What this node is for. Without valid parameters it waits:
 		// nothing below may touch the disk on a guess.
 		{"read node parameters", func() (detail string, err error) {
-			params, detail, err = readParameters(args)
+			params, detail, err = readParameters(args, boot)
 			registering = params != nil && params.Params.GetRegister() != nil
 			return detail, err
 		}},
@@ -293,24 +296,57 @@ func loadModules() (string, error) {
 
 // openSystemImage maps the system image through dm-verity and mounts it.
 // Every block a process reads is checked against the root hash from the
-// (measured) command line; verifySystemImage reads the rest.
-func openSystemImage(args map[string]string) (verity.Params, *sysimage.Result, string, error) {
+// (measured) command line; verifySystemImage reads the rest. In a disk
+// boot (plinth.slot= in the UKI's command line) the image is the slot's
+// partition on the disk the UKI came from; otherwise it is the file in
+// the initramfs. boot is that disk, also when the UKI came from a disk
+// without naming a slot, nil when the node did not boot from a disk.
+func openSystemImage(args map[string]string) (p verity.Params, r *sysimage.Result, boot *bootdisk.Boot, detail string, err error) {
 	raw, ok := args["plinth.verity"]
 	if !ok {
-		return verity.Params{}, nil, "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
+		return p, nil, nil, "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
 	}
-	p, err := verity.ParseParams(raw)
-	if err != nil {
-		return p, nil, "", err
+	if p, err = verity.ParseParams(raw); err != nil {
+		return p, nil, nil, "", err
 	}
-	r, err := sysimage.Open("/"+layout.SystemImagePath, p)
-	if err != nil {
-		return p, nil, "", err
+	slot := args[layout.SlotArg]
+	if slot != "" && slot != "a" && slot != "b" {
+		return p, nil, nil, "", fmt.Errorf("%s=%q on the kernel command line: want a or b", layout.SlotArg, slot)
+	}
+	if boot, err = findBootDisk(slot); err != nil {
+		return p, nil, nil, "", err
+	}
+	source, where := "/"+layout.SystemImagePath, "the initramfs"
+	if slot != "" {
+		if source, _, err = boot.Slot(slot); err != nil {
+			return p, nil, nil, "", err
+		}
+		where = "slot " + slot
+	}
+	if r, err = sysimage.Open(source, p); err != nil {
+		return p, nil, nil, "", err
 	}
 	if err := sysimage.Mount(r.Device, "/newroot", "squashfs"); err != nil {
-		return p, nil, "", err
+		return p, nil, nil, "", err
 	}
-	return p, r, fmt.Sprintf("%s on %s, %d MiB, root hash %x: every block is checked when read", r.Device, r.Loop, r.Size>>20, p.RootHash), nil
+	return p, r, boot, fmt.Sprintf("%s on %s (%s), %d MiB, root hash %x: every block is checked when read", r.Device, r.Loop, where, r.Size>>20, p.RootHash), nil
+}
+
+// findBootDisk returns the flashed disk the UKI was loaded from (or, for
+// a slot named without the firmware saying where the UKI came from, the
+// only disk with that slot); nil when the node did not boot from a disk.
+func findBootDisk(slot string) (*bootdisk.Boot, error) {
+	if err := bootdisk.MountEFIVars(); err != nil {
+		return nil, err
+	}
+	esp, err := bootdisk.LoaderDevicePartUUID(bootdisk.EFIVarsDir)
+	if err != nil {
+		return nil, err
+	}
+	if esp == "" && slot == "" {
+		return nil, nil
+	}
+	return bootdisk.Find(context.Background(), esp, slot, 10*time.Second)
 }
 
 // systemImagePace keeps the full read out of the boot's way: 1 MiB at a

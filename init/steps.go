@@ -11,9 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/blockdev"
+	"plinth.dev/plinth/platform/bootdisk"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/network"
@@ -27,8 +30,25 @@ import (
 // The boot steps between the system image and the supervisor: parameters,
 // TPM, data disk, local storage. Each returns a line for the console.
 
-func readParameters(args map[string]string) (*parameters.Loaded, string, error) {
-	p, err := parameters.Read(parameters.Sources{Cmdline: args})
+// espMount is where the boot disk's ESP is mounted, read-only, while the
+// node parameters are read from it.
+const espMount = "/run/plinth/esp"
+
+// readParameters reads the node parameters from fw_cfg, the boot disk's
+// ESP (if the node booted from a disk) or the command line, in that order.
+func readParameters(args map[string]string, boot *bootdisk.Boot) (*parameters.Loaded, string, error) {
+	src := parameters.Sources{Cmdline: args}
+	if boot != nil {
+		if err := os.MkdirAll(espMount, 0o700); err != nil {
+			return nil, "", err
+		}
+		if err := unix.Mount(boot.ESPDevice(), espMount, "vfat", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return nil, "", fmt.Errorf("mounting the boot disk's ESP %s: %w", boot.ESPDevice(), err)
+		}
+		defer unix.Unmount(espMount, 0)
+		src.ESPDir = espMount
+	}
+	p, err := parameters.Read(src)
 	if err != nil {
 		return nil, "", err
 	}

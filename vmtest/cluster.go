@@ -53,6 +53,10 @@ type ClusterOptions struct {
 	// StepTimeout bounds each wait (curator up, node registered, node UP);
 	// default 10 minutes, which TCG needs for a cold boot and join.
 	StepTimeout time.Duration
+	// DiskBoot boots every node through OVMF from its own copy of the
+	// image's disk.img (grown to DiskSizeBytes), with its parameters on
+	// the ESP, instead of QEMU's -kernel with fw_cfg parameters.
+	DiskBoot bool
 	// Kubernetes makes the bootstrap node a Kubernetes controller and
 	// worker, gives every node AddNode brings in the worker role, and
 	// forwards each node's API server and KubernetesNodePort from the

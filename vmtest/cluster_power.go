@@ -19,7 +19,7 @@ func (c *Cluster) start(ctx context.Context, n *ClusterNode) error {
 	return c.startLocked(ctx, n)
 }
 
-func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) error {
+func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) (err error) {
 	if n.vm != nil {
 		select {
 		case <-n.vm.Exited():
@@ -31,8 +31,14 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) error {
 	n.boots++
 	n.stopping = false
 	o := c.opts.Image.NodeOptions(n.Name).WithParameters(n.params)
-	o.WorkDir = filepath.Join(n.Dir, "boot"+strconv.Itoa(n.boots))
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(n.Dir, "disk.img"), c.opts.DiskSizeBytes
+	if c.opts.DiskBoot {
+		if o, err = c.opts.Image.DiskBootOptions(n.Name, o.DiskPath, c.opts.DiskSizeBytes, n.params); err != nil {
+			return err
+		}
+		o.UEFI = &UEFI{Vars: filepath.Join(n.Dir, "OVMF_VARS.fd")}
+	}
+	o.WorkDir = filepath.Join(n.Dir, "boot"+strconv.Itoa(n.boots))
 	o.TPMStateDir = filepath.Join(n.Dir, "tpm")
 	o.NoNetwork = true
 	o.ExtraArgs = n.portArgs

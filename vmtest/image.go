@@ -1,13 +1,16 @@
 package vmtest
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/platform/layout"
 )
 
 // Image is a built node image (the output directory of `plinthctl build`).
@@ -59,4 +62,47 @@ func (i *Image) NodeOptions(name string) NodeOptions {
 		MemoryMiB: i.Board.QEMU.MemoryMiB,
 		CPUs:      i.Board.QEMU.CPUs,
 	}
+}
+
+// DiskBootOptions returns options booting this image's disk.img through
+// UEFI: disk, a copy of disk.img grown to size bytes (made on the first
+// call, kept after), with the parameters file params on its ESP. The
+// caller adds WorkDir, UEFI, TPM state and so on.
+func (i *Image) DiskBootOptions(name, disk string, size int64, params string) (NodeOptions, error) {
+	if _, err := os.Stat(disk); errors.Is(err, os.ErrNotExist) {
+		if err := i.FlashDisk(disk, size, params); err != nil {
+			return NodeOptions{}, err
+		}
+	}
+	return NodeOptions{Name: name, DiskPath: disk, MemoryMiB: i.Board.QEMU.MemoryMiB, CPUs: i.Board.QEMU.CPUs}, nil
+}
+
+// FlashDisk writes disk.img to the file disk (sparse), grows it to size
+// bytes and puts the parameters file params (if not "") on its ESP, as
+// `plinthctl write-disk` does to a device.
+func (i *Image) FlashDisk(disk string, size int64, params string) error {
+	if i.Manifest.Disk == nil || len(i.Manifest.Disk.Partitions) == 0 {
+		return fmt.Errorf("vmtest: the image in %s has no disk image (rebuild it)", i.Dir)
+	}
+	tmp := disk + ".tmp"
+	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(i.Dir, image.DiskFile), tmp).CombinedOutput(); err != nil {
+		return fmt.Errorf("vmtest: copying disk.img: %v: %s", err, out)
+	}
+	if err := os.Truncate(tmp, max(size, i.Manifest.Disk.Size)); err != nil {
+		return err
+	}
+	if params != "" {
+		esp := fmt.Sprintf("%s@@%d", tmp, i.Manifest.Disk.Partitions[0].FirstLBA*512)
+		for _, c := range [][]string{
+			{"mmd", "-i", esp, "::plinth"},
+			{"mcopy", "-i", esp, params, "::" + layout.ESPParameters},
+		} {
+			cmd := exec.Command(c[0], c[1:]...)
+			cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("vmtest: %s: %v: %s", strings.Join(c, " "), err, out)
+			}
+		}
+	}
+	return os.Rename(tmp, disk)
 }

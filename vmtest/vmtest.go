@@ -50,7 +50,26 @@ type NodeOptions struct {
 	WorkDir string
 	// Console: optional extra writer that receives the raw serial console bytes live (make run uses os.Stdout).
 	Console io.Writer
+	// UEFI boots the node through OVMF (from its disks, or the network)
+	// instead of QEMU's -kernel; nil keeps the direct kernel boot.
+	UEFI *UEFI
 }
+
+// UEFI is the firmware of a node booted through OVMF.
+type UEFI struct {
+	// Code is the firmware (default OVMFCode, Debian's ovmf package).
+	Code string
+	// Vars is the node's own variable store: it keeps boot entries across
+	// launches. Created from OVMFVars if it does not exist.
+	Vars string
+}
+
+// Debian's OVMF (package ovmf): 4 MiB flash, no Secure Boot enforced,
+// TPM 2.0 measured boot.
+const (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
 
 // Disk is a raw disk image file attached as a virtio-blk device.
 type Disk struct {
@@ -154,6 +173,20 @@ func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
 	}
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("vmtest: %w", err)
+	}
+	if u := o.UEFI; u != nil {
+		if u.Vars == "" {
+			return nil, fmt.Errorf("vmtest: node %s: UEFI.Vars is required", o.Name)
+		}
+		if _, err := os.Stat(u.Vars); errors.Is(err, os.ErrNotExist) {
+			data, err := os.ReadFile(OVMFVars)
+			if err != nil {
+				return nil, fmt.Errorf("vmtest: node %s: %w (make deps installs ovmf)", o.Name, err)
+			}
+			if err := os.WriteFile(u.Vars, data, 0o644); err != nil {
+				return nil, fmt.Errorf("vmtest: %w", err)
+			}
+		}
 	}
 	for _, d := range o.disks() {
 		if d.Path == "" {
@@ -305,6 +338,15 @@ func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	} else {
 		args = append(args, "-accel", "tcg", "-cpu", "max")
+	}
+	if u := o.UEFI; u != nil {
+		code := u.Code
+		if code == "" {
+			code = OVMFCode
+		}
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+qemuOpt(code),
+			"-drive", "if=pflash,format=raw,unit=1,file="+qemuOpt(u.Vars))
 	}
 	if o.Kernel != "" {
 		args = append(args, "-kernel", o.Kernel)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,8 +29,14 @@ type Disk struct {
 var skipPrefixes = []string{"loop", "dm-", "ram", "zram", "sr", "md", "nbd"}
 
 // Disks lists whole disks (not partitions, loop, device-mapper or optical
-// devices), sorted by name.
-func Disks() ([]Disk, error) {
+// devices), sorted by name. Removable disks are left out: they never hold
+// node data.
+func Disks() ([]Disk, error) { return disks(false) }
+
+// AllDisks is Disks with removable disks (a USB stick a node boots from).
+func AllDisks() ([]Disk, error) { return disks(true) }
+
+func disks(removable bool) ([]Disk, error) {
 	entries, err := os.ReadDir("/sys/block")
 	if err != nil {
 		return nil, err
@@ -43,7 +50,7 @@ next:
 				continue next
 			}
 		}
-		if b, err := os.ReadFile(filepath.Join("/sys/block", name, "removable")); err == nil && strings.TrimSpace(string(b)) == "1" {
+		if b, err := os.ReadFile(filepath.Join("/sys/block", name, "removable")); !removable && err == nil && strings.TrimSpace(string(b)) == "1" {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/sys/block", name, "size"))
@@ -102,6 +109,33 @@ func RereadPartitions(disk string, n int) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("%s did not appear after re-reading the partition table", p)
+}
+
+// AddPartition tells the kernel about partition n of disk (start and
+// length in bytes) alone, with BLKPG, and waits for its device node. Unlike
+// RereadPartitions it works while other partitions of the disk are in use
+// (a flashed disk's system slot is mounted when its data partition is
+// added).
+func AddPartition(disk string, n int, start, length int64) error {
+	f, err := os.OpenFile(disk, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	part := unix.BlkpgPartition{Start: start, Length: length, Pno: int32(n)}
+	arg := unix.BlkpgIoctlArg{Op: unix.BLKPG_ADD_PARTITION, Datalen: int32(unsafe.Sizeof(part)), Data: (*byte)(unsafe.Pointer(&part))}
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKPG, uintptr(unsafe.Pointer(&arg)))
+	f.Close()
+	if errno != 0 {
+		return fmt.Errorf("adding partition %d of %s to the kernel: %w", n, disk, errno)
+	}
+	p := PartitionPath(disk, n)
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not appear after adding it", p)
 }
 
 // Size returns the size in bytes of a block device.

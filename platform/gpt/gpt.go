@@ -209,6 +209,60 @@ func SinglePartition(size int64, typ, id, diskID GUID, name string) (*Table, err
 	return NewTable(diskID, Partition{Type: typ, ID: id, FirstLBA: first, LastLBA: end, Name: name, Number: 1}), nil
 }
 
+// AddPartition adds a partition to t in the largest free range of a disk
+// of size bytes, starting on a 1 MiB boundary and ending on the last
+// whole MiB of that range, as the first unused entry. The other entries
+// keep their numbers and content. This is how a node adds its data
+// partition to a flashed disk, which may be larger than the image it was
+// flashed from: Write then puts the backup table at the disk's real end.
+func (t *Table) AddPartition(size int64, typ, id GUID, name string) (Partition, error) {
+	first, last, err := UsableRange(size)
+	if err != nil {
+		return Partition{}, err
+	}
+	used := map[int]bool{}
+	ps := append([]Partition(nil), t.Partitions...)
+	for i, p := range ps {
+		n := p.Number
+		if n == 0 {
+			n = i + 1
+		}
+		used[n] = true
+	}
+	number := 1
+	for used[number] {
+		number++
+	}
+	if number > EntryCount {
+		return Partition{}, fmt.Errorf("gpt: no unused entry for a new partition")
+	}
+	if err := checkOverlap(ps); err != nil {
+		return Partition{}, err
+	}
+	var best Partition
+	start := first
+	for i := 0; i <= len(ps); i++ {
+		end := last
+		if i < len(ps) {
+			end = ps[i].FirstLBA - 1
+		}
+		a := (start + Alignment - 1) / Alignment * Alignment
+		e := (end+1)/Alignment*Alignment - 1
+		if end+1 > start && e > a && e-a > best.LastLBA-best.FirstLBA {
+			best = Partition{FirstLBA: a, LastLBA: e}
+		}
+		if i < len(ps) && ps[i].LastLBA+1 > start {
+			start = ps[i].LastLBA + 1
+		}
+	}
+	if best.LastLBA == 0 {
+		return Partition{}, fmt.Errorf("gpt: no free whole MiB on a disk of %d bytes for a new partition", size)
+	}
+	p := Partition{Type: typ, ID: id, FirstLBA: best.FirstLBA, LastLBA: best.LastLBA, Name: name, Number: number}
+	t.Partitions = append(t.Partitions, p)
+	return p, nil
+}
+
 // Find returns the first partition of the given type.
 func (t *Table) Find(typ GUID) (Partition, bool) {
 	for _, p := range t.Partitions {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -605,4 +606,57 @@ func twoPartitionsSmall() *Table {
 		Partition{Type: espType, ID: testPart1, FirstLBA: 2048, LastLBA: 4095, Name: "a"},
 		Partition{Type: linuxFS, ID: testPart2, FirstLBA: 4096, LastLBA: 6143, Name: "b"},
 	)
+}
+
+// TestAddPartition: a partition added to a flashed disk's table (entries
+// 1..3, a gap between 2 and 3, the disk grown past the image) takes the
+// largest free aligned range and the first unused entry; the others are
+// untouched and the written table reads back with the backup at the end.
+func TestAddPartition(t *testing.T) {
+	const mib = Alignment
+	typ, other := RandomGUID(), RandomGUID()
+	tab := NewTable(RandomGUID(),
+		Partition{Type: typ, ID: RandomGUID(), FirstLBA: 1 * mib, LastLBA: 3*mib - 1, Number: 1, Name: "esp"},
+		Partition{Type: typ, ID: RandomGUID(), FirstLBA: 3 * mib, LastLBA: 5*mib - 1, Number: 2, Name: "a"},
+		Partition{Type: typ, ID: RandomGUID(), FirstLBA: 6 * mib, LastLBA: 8*mib - 1, Number: 4, Name: "b"},
+	)
+	image := int64(9 << 20)
+	img := make(mem, image)
+	if err := Write(img, image, tab); err != nil {
+		t.Fatal(err)
+	}
+	// Flashed onto a 40 MiB disk.
+	size := int64(40 << 20)
+	disk := append(img, make(mem, size-image)...)
+	read, err := Read(disk, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := append([]Partition(nil), read.Partitions...)
+	p, err := read.AddPartition(size, other, RandomGUID(), "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, last, _ := UsableRange(size)
+	if p.Number != 3 || p.FirstLBA != 8*mib || p.LastLBA != (last+1)/Alignment*Alignment-1 {
+		t.Fatalf("added %+v (usable last %d)", p, last)
+	}
+	if err := Write(disk, size, read); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Read(disk, size)
+	if err != nil || again.NeedsRepair() || len(again.Partitions) != 4 {
+		t.Fatalf("read back: %+v, %v", again, err)
+	}
+	for i, b := range before {
+		a := again.Partitions[slices.IndexFunc(again.Partitions, func(x Partition) bool { return x.Number == b.Number })]
+		if a != b {
+			t.Errorf("entry %d changed: %+v → %+v", i, b, a)
+		}
+	}
+	// A full disk has no room.
+	full, _ := SinglePartition(size, typ, RandomGUID(), RandomGUID(), "all")
+	if _, err := full.AddPartition(size, other, RandomGUID(), "data"); err == nil {
+		t.Error("added a partition to a full disk")
+	}
 }

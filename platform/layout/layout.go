@@ -85,3 +85,33 @@ const (
 	// ClusterDomain is the cluster's DNS domain.
 	ClusterDomain = "cluster.local"
 )
+
+// The flashable disk the builder writes (disk.img), and how a UKI names
+// the system slot it boots:
+//
+//	GPT  1 ESP (FAT32)         EFI/BOOT/BOOTX64.EFI, EFI/plinth/{a,b}.efi, plinth/parameters.pb
+//	     2 plinth-system-a     system image + dm-verity hash tree
+//	     3 plinth-system-b     the other slot (empty until an update)
+//	     4 data                created by the node on first boot in the free space
+const (
+	// ESPType is the UEFI system partition's GPT type.
+	ESPType = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
+	// SystemSlotType is the GPT type of a system slot. It was generated
+	// once at random and must never change: nodes find their slots by it.
+	SystemSlotType = "35749AAB-D594-42B6-9B72-79768C762150"
+	// SystemSlotNamePrefix + "a" or "b" is a slot's GPT partition name.
+	SystemSlotNamePrefix = "plinth-system-"
+	// SlotArg on the kernel command line (in the UKI, measured) names the
+	// slot whose partition holds the system image: "a" or "b". Without
+	// it the system image is the initramfs's SystemImagePath (network
+	// boot, QEMU -kernel).
+	SlotArg = "plinth.slot"
+	// ESPParameters is the node parameters file on the ESP.
+	ESPParameters = "plinth/parameters.pb"
+	// ESPBootFile is the firmware's default boot file on removable media
+	// and the fallback on fixed disks; ESPSlotUKI(s) is slot s's UKI.
+	ESPBootFile = "EFI/BOOT/BOOTX64.EFI"
+)
+
+// ESPSlotUKI is the path of slot s's UKI on the ESP.
+func ESPSlotUKI(slot string) string { return "EFI/plinth/" + slot + ".efi" }

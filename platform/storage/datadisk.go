@@ -79,6 +79,9 @@ type opener struct {
 	res  *Result
 	disk blockdev.Disk
 	part gpt.Partition
+	// flashed is the table of a flashed disk (readLayout), to which
+	// partition adds the data partition.
+	flashed *gpt.Table
 }
 
 func (o *opener) step(name string, fn func() error) error {
@@ -246,21 +249,46 @@ func (o *opener) partition() error {
 		return err
 	}
 	defer f.Close()
-	diskID, partID := gpt.RandomGUID(), gpt.RandomGUID()
-	t, err := gpt.SinglePartition(o.disk.Size, DataPartitionType, partID, diskID, "plinth-data")
-	if err != nil {
-		return err
-	}
-	if err := gpt.Write(f, o.disk.Size, t); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	f.Close()
-	p := t.Partitions[0]
-	if err := blockdev.RereadPartitions(o.disk.Path, p.Number); err != nil {
-		return err
+	var p gpt.Partition
+	if o.flashed != nil {
+		// A flashed disk: the data partition is added to its table, in
+		// the free space, and the kernel told about it alone (the system
+		// slot is in use, so the whole table cannot be re-read).
+		p, err = o.flashed.AddPartition(o.disk.Size, DataPartitionType, gpt.RandomGUID(), "plinth-data")
+		if err != nil {
+			return err
+		}
+		// The new range may hold leftovers (the image's backup table):
+		// its header region starts zero, so nothing stale is read.
+		if _, err := f.WriteAt(make([]byte, HeaderSize), p.Offset()); err != nil {
+			return err
+		}
+		if err := gpt.Write(f, o.disk.Size, o.flashed); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		f.Close()
+		if err := blockdev.AddPartition(o.disk.Path, p.Number, p.Offset(), p.Size()); err != nil {
+			return err
+		}
+	} else {
+		t, err := gpt.SinglePartition(o.disk.Size, DataPartitionType, gpt.RandomGUID(), gpt.RandomGUID(), "plinth-data")
+		if err != nil {
+			return err
+		}
+		if err := gpt.Write(f, o.disk.Size, t); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		f.Close()
+		p = t.Partitions[0]
+		if err := blockdev.RereadPartitions(o.disk.Path, p.Number); err != nil {
+			return err
+		}
 	}
 	o.part = p
 	o.res.Partition = blockdev.PartitionPath(o.disk.Path, p.Number)

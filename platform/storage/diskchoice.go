@@ -12,6 +12,7 @@ import (
 
 	"plinth.dev/plinth/platform/blockdev"
 	"plinth.dev/plinth/platform/gpt"
+	"plinth.dev/plinth/platform/layout"
 )
 
 // Choosing the data disk.
@@ -29,11 +30,15 @@ import (
 //	──────────────────────────────────────────────────────────────────────
 //	exactly one              empty                    that disk
 //	two or more              empty                    error: name one
-//	none                     empty                    the only disk, if there is
+//	none                     empty                    the flashed Plinth disk (ESP
+//	                                                  and system slots), if there
+//	                                                  is exactly one; else the
+//	                                                  only disk, if there is
 //	                                                  exactly one disk and it is
 //	                                                  blank; otherwise an error
 //	any                      names one of them        that disk
-//	none                     names a blank disk       that disk
+//	none                     names a blank or         that disk
+//	                         flashed disk
 //	some other disk          names a blank disk       error: contradiction
 //	—                        names a disk that is     error
 //	                         neither blank nor ours
@@ -75,6 +80,9 @@ type DiskInfo struct {
 	Blank bool
 	// Plinth: a GPT with at least one Plinth data partition.
 	Plinth bool
+	// Flashed: a flashed Plinth disk (disk.img: ESP and system slots) with
+	// no data partition yet; the node adds it in the free space.
+	Flashed bool
 	// Note says what a disk that is neither holds, for messages.
 	Note string
 }
@@ -88,6 +96,8 @@ func (d DiskInfo) String() string {
 	switch {
 	case d.Plinth:
 		what = append(what, "Plinth data partition")
+	case d.Flashed:
+		what = append(what, "flashed Plinth disk, no data partition yet")
 	case d.Blank:
 		what = append(what, "blank")
 	case d.Note != "":
@@ -130,8 +140,8 @@ func ChooseDataDisk(disks []DiskInfo, want string) (DiskInfo, error) {
 		switch {
 		case d.Plinth:
 			return d, nil
-		case !d.Blank:
-			return DiskInfo{}, fmt.Errorf("%w: %s, named by %s, is neither blank nor a Plinth data disk; wipe it explicitly to use it", ErrNoDataDisk, d, DataDiskParameter)
+		case !d.Blank && !d.Flashed:
+			return DiskInfo{}, fmt.Errorf("%w: %s, named by %s, is neither blank nor a Plinth disk; wipe it explicitly to use it", ErrNoDataDisk, d, DataDiskParameter)
 		case len(ours) > 0:
 			return DiskInfo{}, fmt.Errorf("%w: it names the blank disk %s, but %s already carries a Plinth data partition; name that disk, or wipe it", ErrDataDiskConflict, d, diskList(ours))
 		}
@@ -142,6 +152,18 @@ func ChooseDataDisk(disks []DiskInfo, want string) (DiskInfo, error) {
 		return ours[0], nil
 	case len(ours) > 1:
 		return DiskInfo{}, fmt.Errorf("%w: %s each carry a Plinth data partition; set %s in the node parameters to the kernel name or serial of the one to use", ErrDataDiskAmbiguous, diskList(ours), DataDiskParameter)
+	}
+	var flashed []DiskInfo
+	for _, d := range disks {
+		if d.Flashed {
+			flashed = append(flashed, d)
+		}
+	}
+	switch {
+	case len(flashed) == 1:
+		return flashed[0], nil
+	case len(flashed) > 1:
+		return DiskInfo{}, fmt.Errorf("%w: %s are flashed Plinth disks; set %s in the node parameters to the kernel name or serial of the one to keep the data on", ErrDataDiskAmbiguous, diskList(flashed), DataDiskParameter)
 	case len(disks) == 0:
 		return DiskInfo{}, fmt.Errorf("%w: no disk found", ErrNoDataDisk)
 	case len(disks) == 1 && disks[0].Blank:
@@ -158,30 +180,43 @@ func ChooseDataDisk(disks []DiskInfo, want string) (DiskInfo, error) {
 	return DiskInfo{}, fmt.Errorf("%w: no disk is blank or carries a Plinth data partition: %s", ErrNoDataDisk, diskList(disks))
 }
 
-// describeContent says whether a disk of size bytes is blank or carries a
-// Plinth data partition, and otherwise what it holds. Only an I/O error
-// is an error.
-func describeContent(r io.ReaderAt, size int64) (blank, plinth bool, note string, err error) {
+// describeContent says whether a disk of size bytes is blank, carries a
+// Plinth data partition or is a flashed Plinth disk, and otherwise what
+// it holds (in the Blank, Plinth, Flashed and Note fields). Only an I/O
+// error is an error.
+func describeContent(r io.ReaderAt, size int64) (DiskInfo, error) {
 	t, err := gpt.Read(r, size)
 	switch {
 	case errors.Is(err, gpt.ErrNoTable):
 		blank, err := DiskIsBlank(r, size)
 		if err != nil {
-			return false, false, "", err
+			return DiskInfo{}, err
 		}
 		if blank {
-			return true, false, "", nil
+			return DiskInfo{Blank: true}, nil
 		}
-		return false, false, "data but no GPT", nil
+		return DiskInfo{Note: "data but no GPT"}, nil
 	case errors.Is(err, gpt.ErrCorrupt) || errors.Is(err, gpt.ErrNoProtectiveMBR):
-		return false, false, strings.TrimPrefix(err.Error(), "gpt: "), nil
+		return DiskInfo{Note: strings.TrimPrefix(err.Error(), "gpt: ")}, nil
 	case err != nil:
-		return false, false, "", err
+		return DiskInfo{}, err
 	}
 	if len(t.FindAll(DataPartitionType)) > 0 {
-		return false, true, "", nil
+		return DiskInfo{Plinth: true}, nil
 	}
-	return false, false, fmt.Sprintf("GPT with %d partitions, none a Plinth data partition", len(t.Partitions)), nil
+	if isFlashed(t) {
+		return DiskInfo{Flashed: true}, nil
+	}
+	return DiskInfo{Note: fmt.Sprintf("GPT with %d partitions, none a Plinth data partition", len(t.Partitions))}, nil
+}
+
+// systemSlotType is the GPT type of the flashed disk's system slots.
+var systemSlotType = gpt.MustParseGUID(layout.SystemSlotType)
+
+// isFlashed: t is a flashed Plinth disk's table (system slots, no data
+// partition yet), whose free space is meant for the data partition.
+func isFlashed(t *gpt.Table) bool {
+	return len(t.FindAll(DataPartitionType)) == 0 && len(t.FindAll(systemSlotType)) > 0
 }
 
 // ScanDisks describes every disk the kernel lists (blockdev.Disks). A disk
@@ -193,12 +228,13 @@ func ScanDisks() ([]DiskInfo, error) {
 	}
 	out := make([]DiskInfo, 0, len(disks))
 	for _, d := range disks {
-		info := DiskInfo{Name: d.Name, Path: d.Path, Serial: d.Serial, Size: d.Size}
+		var info DiskInfo
 		f, err := os.Open(d.Path)
 		if err == nil {
-			info.Blank, info.Plinth, info.Note, err = describeContent(f, d.Size)
+			info, err = describeContent(f, d.Size)
 			f.Close()
 		}
+		info.Name, info.Path, info.Serial, info.Size = d.Name, d.Path, d.Serial, d.Size
 		if err != nil {
 			info.Note = "unreadable: " + err.Error()
 		}
@@ -262,8 +298,11 @@ func waitForDataDisk(ctx context.Context, scan func() ([]DiskInfo, error), want 
 				return DiskInfo{}, err
 			}
 			why := "it is the only disk, and blank"
-			if want != "" {
-				why = DataDiskParameter + " names it, and it is blank"
+			switch {
+			case want != "":
+				why = DataDiskParameter + " names it, and it is blank or flashed"
+			case d.Flashed:
+				why = "it is the only flashed Plinth disk: the data partition goes into its free space"
 			}
 			log.Info("storage: data disk chosen", "disk", d.String(), "why", why)
 			return d, nil
@@ -291,7 +330,7 @@ func waitForDataDisk(ctx context.Context, scan func() ([]DiskInfo, error), want 
 func disksKey(ds []DiskInfo) string {
 	var b strings.Builder
 	for _, d := range ds {
-		fmt.Fprintf(&b, "%s:%d:%s:%t:%t;", d.Name, d.Size, d.Serial, d.Blank, d.Plinth)
+		fmt.Fprintf(&b, "%s:%d:%s:%t:%t:%t;", d.Name, d.Size, d.Serial, d.Blank, d.Plinth, d.Flashed)
 	}
 	return b.String()
 }

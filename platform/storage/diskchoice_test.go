@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/platform/gpt"
+	"plinth.dev/plinth/platform/layout"
 )
 
 func blankDisk(name, serial string) DiskInfo {
@@ -19,6 +20,10 @@ func blankDisk(name, serial string) DiskInfo {
 
 func plinthDisk(name, serial string) DiskInfo {
 	return DiskInfo{Name: name, Path: "/dev/" + name, Serial: serial, Size: 1 << 30, Plinth: true}
+}
+
+func flashedDisk(name, serial string) DiskInfo {
+	return DiskInfo{Name: name, Path: "/dev/" + name, Serial: serial, Size: 1 << 30, Flashed: true}
 }
 
 func foreignDisk(name, serial string) DiskInfo {
@@ -45,6 +50,9 @@ func TestChooseDataDisk(t *testing.T) {
 		{"only disk, foreign", []DiskInfo{foreignDisk("vda", "")}, "", "", ErrNoDataDisk, []string{"vda", "wipe"}},
 		{"two foreign", []DiskInfo{foreignDisk("vda", ""), foreignDisk("vdb", "")}, "", "", ErrNoDataDisk, []string{"vda", "vdb"}},
 		{"no disk", nil, "", "", ErrNoDataDisk, []string{"no disk"}},
+		{"flashed disk beside a blank one", []DiskInfo{blankDisk("vda", ""), flashedDisk("vdb", "")}, "", "vdb", nil, nil},
+		{"ours beside a flashed disk", []DiskInfo{flashedDisk("vda", ""), plinthDisk("vdb", "")}, "", "vdb", nil, nil},
+		{"two flashed", []DiskInfo{flashedDisk("vda", ""), flashedDisk("vdb", "")}, "", "", ErrDataDiskAmbiguous, []string{"vda", "vdb", "storage.data_disk"}},
 
 		// With storage.data_disk.
 		{"named blank by name", []DiskInfo{blankDisk("vda", ""), blankDisk("vdb", "")}, "vdb", "vdb", nil, nil},
@@ -52,6 +60,8 @@ func TestChooseDataDisk(t *testing.T) {
 		{"named blank beside foreign", []DiskInfo{foreignDisk("vda", ""), blankDisk("vdb", "")}, "vdb", "vdb", nil, nil},
 		{"named ours among two of ours", []DiskInfo{plinthDisk("vda", "A"), plinthDisk("vdb", "B")}, "B", "vdb", nil, nil},
 		{"named ours beside blank", []DiskInfo{blankDisk("vda", ""), plinthDisk("vdb", "")}, "vdb", "vdb", nil, nil},
+		{"named flashed", []DiskInfo{flashedDisk("vda", ""), flashedDisk("vdb", "")}, "vdb", "vdb", nil, nil},
+		{"named blank beside a flashed disk", []DiskInfo{flashedDisk("vda", ""), blankDisk("vdb", "")}, "vdb", "vdb", nil, nil},
 		{"named blank while another is ours", []DiskInfo{plinthDisk("vda", ""), blankDisk("vdb", "")}, "vdb", "", ErrDataDiskConflict, []string{"vda", "vdb"}},
 		{"named foreign", []DiskInfo{foreignDisk("vda", ""), blankDisk("vdb", "")}, "vda", "", ErrNoDataDisk, []string{"vda", "wipe"}},
 		{"named missing", []DiskInfo{blankDisk("vda", "")}, "vdb", "", ErrDataDiskNotFound, []string{`"vdb"`, "vda"}},
@@ -162,28 +172,35 @@ func TestDescribeContent(t *testing.T) {
 	corrupt := append(mem0(nil), withoutPlinth...)
 	corrupt[512+20] ^= 1              // primary header CRC
 	corrupt[len(corrupt)-512+20] ^= 1 // backup header CRC
+	flashed := make(mem0, size)
+	tab = gpt.NewTable(gapDiskID, gpt.Partition{Type: gpt.MustParseGUID(layout.ESPType), ID: partA, FirstLBA: 2048, LastLBA: 4095},
+		gpt.Partition{Type: gpt.MustParseGUID(layout.SystemSlotType), ID: partB, FirstLBA: 4096, LastLBA: 6143})
+	if err := gpt.Write(flashed, size, tab); err != nil {
+		t.Fatal(err)
+	}
 	foreign := make(mem0, size)
 	copy(foreign[1024+56:], "\x53\xef") // ext4 magic
 	for name, c := range map[string]struct {
 		r interface {
 			ReadAt([]byte, int64) (int, error)
 		}
-		blank, plinth bool
-		note          string
+		blank, plinth, flashed bool
+		note                   string
 	}{
-		"blank":           {make(mem0, size), true, false, ""},
-		"plinth with gap": {gapped, false, true, ""},
-		"gpt, no plinth":  {withoutPlinth, false, false, "none a Plinth data partition"},
-		"corrupt gpt":     {corrupt, false, false, "corrupt"},
-		"foreign":         {foreign, false, false, "no GPT"},
+		"blank":           {make(mem0, size), true, false, false, ""},
+		"plinth with gap": {gapped, false, true, false, ""},
+		"flashed":         {flashed, false, false, true, ""},
+		"gpt, no plinth":  {withoutPlinth, false, false, false, "none a Plinth data partition"},
+		"corrupt gpt":     {corrupt, false, false, false, "corrupt"},
+		"foreign":         {foreign, false, false, false, "no GPT"},
 	} {
-		blank, plinth, note, err := describeContent(c.r, size)
-		if err != nil || blank != c.blank || plinth != c.plinth || !strings.Contains(note, c.note) {
-			t.Errorf("%s: blank %v plinth %v note %q err %v", name, blank, plinth, note, err)
+		d, err := describeContent(c.r, size)
+		if err != nil || d.Blank != c.blank || d.Plinth != c.plinth || d.Flashed != c.flashed || !strings.Contains(d.Note, c.note) {
+			t.Errorf("%s: %+v err %v", name, d, err)
 		}
 	}
 	// A disk shorter than it claims is an I/O error, not blank.
-	if _, _, _, err := describeContent(make(mem0, 1<<20), size); err == nil {
+	if _, err := describeContent(make(mem0, 1<<20), size); err == nil {
 		t.Error("short device described")
 	}
 }

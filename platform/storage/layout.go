@@ -62,6 +62,11 @@ func (o *opener) readLayout() (*Header, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrRefused, o.disk.Path, err)
 	}
 	part, n, ok := findPartition(t)
+	if !ok && isFlashed(t) {
+		// Flashed, first boot: the data partition is added in setup.
+		o.flashed = t
+		return nil, nil
+	}
 	if !ok {
 		if all := t.FindAll(DataPartitionType); len(all) > 1 {
 			return nil, fmt.Errorf("%w: %s has %d Plinth data partitions; refusing to choose one", ErrRefused, o.disk.Path, len(all))

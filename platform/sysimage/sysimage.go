@@ -1,10 +1,12 @@
 // Package sysimage opens the read-only system image carried in the
-// initramfs: it attaches the file to a loop device, puts a dm-verity target
-// on it whose root hash came from the (measured) kernel command line, and
+// initramfs (or, in a disk boot, on a system slot partition): it attaches
+// a file to a loop device, puts a dm-verity target on it (or on the
+// partition) whose root hash came from the (measured) kernel command line, and
 // mounts it read-only at once. Verify then reads the whole device once, in
 // the background and at low priority.
 //
-//	/system.img ──► /dev/loopN ──► dm-verity "system" ──► mount squashfs ro ──► boot goes on
+//	/system.img ──► /dev/loopN ──┐
+//	slot partition /dev/vda2 ────┴► dm-verity "system" ──► mount squashfs ro ──► boot goes on
 //	                                       └──────────► Verify: every block, paced (background)
 //
 // Why mount before the full read: dm-verity checks every block against the
@@ -48,8 +50,14 @@ type Result struct {
 // through Device is checked, and Verify checks every block.
 func Open(file string, p verity.Params) (*Result, error) {
 	r := &Result{Size: int64(p.DataBlocks) * verity.BlockSize}
-	var err error
-	if r.Loop, err = loop.Attach(file, true); err != nil {
+	st, err := os.Stat(file)
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode()&os.ModeDevice != 0 {
+		// A system slot partition (disk boot): no loop device needed.
+		r.Loop = file
+	} else if r.Loop, err = loop.Attach(file, true); err != nil {
 		return nil, err
 	}
 	dev, err := blockdev.MajorMinor(r.Loop)

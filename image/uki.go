@@ -1,0 +1,120 @@
+package image
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/uki"
+)
+
+// The Unified Kernel Images, one EFI executable each on systemd's EFI
+// stub (platform/uki), with their command line measured by the stub:
+//
+//	plinth.efi     network boot (UEFI PXE/HTTP): the whole initramfs,
+//	               system image included, command line without a slot
+//	plinth-a.efi   disk boot of slot a: /init and early modules only,
+//	plinth-b.efi   the system image is the slot's partition (plinth.slot=)
+//
+// The manifest records, for each, the PCR 11 value the stub will produce
+// and the Authenticode digest firmware extends into PCR 4, so a node can
+// predict the PCRs of an image before it boots it.
+
+// UKI artefact names in OutDir.
+const (
+	UKIFile  = "plinth.efi"
+	DiskFile = "disk.img"
+)
+
+// UKISlotFile is the artefact name of slot s's UKI.
+func UKISlotFile(slot string) string { return "plinth-" + slot + ".efi" }
+
+// Slots are the disk's system slots.
+var Slots = []string{"a", "b"}
+
+// DefaultStub is Debian's systemd EFI stub (package systemd-boot-efi).
+const DefaultStub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+
+// UKIInfo describes one UKI in the manifest.
+type UKIInfo struct {
+	// Slot is the system slot the UKI boots, "" for the network-boot UKI.
+	Slot    string `json:"slot,omitempty"`
+	Cmdline string `json:"cmdline"`
+	// PCR11 is the SHA-256 PCR 11 value systemd-stub produces when it
+	// boots this UKI (its measured sections), hex.
+	PCR11 string `json:"pcr11"`
+	// Authenticode is the UKI's SHA-256 Authenticode digest, hex: what
+	// UEFI firmware extends into PCR 4 when it starts it.
+	Authenticode string `json:"authenticode"`
+}
+
+// osRelease is the UKI's .osrel section.
+func osRelease(version string) []byte {
+	return []byte(fmt.Sprintf("NAME=Plinth\nID=plinth\nVERSION_ID=%s\nPRETTY_NAME=\"Plinth %s\"\nHOME_URL=https://plinth.dev/\n", version, version))
+}
+
+// writeUKI builds a UKI from the stub and writes it to out.
+func writeUKI(stub []byte, out string, k *Kernel, version, cmdline string, initrd []byte) (UKIInfo, error) {
+	img, err := uki.Build(stub, []uki.Section{
+		{Name: uki.OSRel, Data: osRelease(version)},
+		{Name: uki.Cmdline, Data: []byte(cmdline)},
+		{Name: uki.Uname, Data: []byte(k.Version)},
+		{Name: uki.Linux, Data: k.Image},
+		{Name: uki.Initrd, Data: initrd},
+	})
+	if err != nil {
+		return UKIInfo{}, err
+	}
+	pcr11, err := uki.PredictPCR11(img)
+	if err != nil {
+		return UKIInfo{}, err
+	}
+	auth, err := uki.AuthenticodeSHA256(img)
+	if err != nil {
+		return UKIInfo{}, err
+	}
+	if err := writeFileAtomic(out, img); err != nil {
+		return UKIInfo{}, err
+	}
+	return UKIInfo{Cmdline: cmdline, PCR11: hex.EncodeToString(pcr11), Authenticode: hex.EncodeToString(auth)}, nil
+}
+
+// writeUKIs writes the network-boot UKI (initramfs: the whole one) and a
+// UKI per slot (boot: the initramfs without the system image).
+func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, error) {
+	stubPath := b.Stub
+	if stubPath == "" {
+		stubPath = DefaultStub
+	}
+	stub, err := os.ReadFile(stubPath)
+	if err != nil {
+		return "", fmt.Errorf("reading the EFI stub (make deps installs systemd-boot-efi): %w", err)
+	}
+	m.UKIs = map[string]UKIInfo{}
+	info, err := writeUKI(stub, filepath.Join(b.OutDir, UKIFile), b.kernel, b.version, m.Cmdline, initramfs)
+	if err != nil {
+		return "", err
+	}
+	m.UKIs[UKIFile] = info
+	var sizes []string
+	for _, s := range Slots {
+		cmdline := m.Cmdline + " " + layout.SlotArg + "=" + s
+		info, err := writeUKI(stub, filepath.Join(b.OutDir, UKISlotFile(s)), b.kernel, b.version, cmdline, boot)
+		if err != nil {
+			return "", err
+		}
+		info.Slot = s
+		m.UKIs[UKISlotFile(s)] = info
+	}
+	for _, n := range append([]string{UKIFile}, UKISlotFile(Slots[0])) {
+		st, err := os.Stat(filepath.Join(b.OutDir, n))
+		if err != nil {
+			return "", err
+		}
+		sizes = append(sizes, fmt.Sprintf("%s %s", n, mib(st.Size())))
+	}
+	return strings.Join(sizes, ", ") + ", PCR 11 of slot a " + m.UKIs[UKISlotFile("a")].PCR11[:16], nil
+}
