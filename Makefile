@@ -34,7 +34,7 @@ help:
 	@echo "make race      consensus, supervisor, event and logtree tests under the race detector"
 	@echo "make fuzz      run every fuzz target briefly (FUZZTIME=$(FUZZTIME))"
 	@echo "make vmtest    VM tests against the built image"
-	@echo "make repro     build the image twice and compare every byte"
+	@echo "make repro     build the image once more and compare every byte with make image's"
 	@echo "make bench     benchmarks, written to $(OUT)/bench.json"
 	@echo "make generate  regenerate generated code"
 	@echo "make deps      install missing host packages"
@@ -159,8 +159,8 @@ RACE_PKGS := ./roleserver/... ./platform/supervisor/... ./platform/event/... ./p
 race: $(BIN)/kube
 	go test -count=1 -race $(RACE_PKGS)
 
-repro: deps $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS)
-	scripts/repro $(BOARD) $(BIN) $(CACHE) $(OUT)/repro
+repro: image
+	scripts/repro $(BOARD) $(BIN) $(CACHE) $(IMAGE) $(VERSION) $(OUT)/repro
 
 vmtest: image
 	go test -count=1 -timeout 50m -v ./vmtest/ 2>&1 | scripts/testsummary

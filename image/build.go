@@ -9,6 +9,10 @@
 //	nft, mkfs (+ libraries, build host) ───┘                                        │
 //	/init (static Go) ──────────────────────────────────────────────────────────────┴─► initramfs.img
 //	verity root hash ──► kernel command line ──► cmdline, manifest.json
+//	systemd-stub + vmlinuz + command line + initramfs ──► plinth.efi (UKI: network boot)
+//	     "     + vmlinuz + … plinth.slot=a|b + /init and modules only ──► plinth-a.efi, plinth-b.efi
+//	GPT: ESP (FAT32: slot a's UKI) + slot a (system.img) + slot b ──► disk.img (flash: write-disk)
+//	predicted PCR 11 and Authenticode digest of each UKI ──► manifest.json
 //
 // Every step is deterministic (sorted entries, fixed timestamps, owners and
 // modes, content-derived salt), so the same inputs give the same bytes.

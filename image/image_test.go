@@ -163,6 +163,7 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	k, _ := testKernel(t)
 	checkUKIs(t, out, m, k.Image)
 	checkDisk(t, out, m)
+	checkWriteDisk(t, out, m)
 }
 
 func TestBuildRefusesWrongKernel(t *testing.T) {

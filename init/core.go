@@ -19,9 +19,11 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/bootdisk"
 	"plinth.dev/plinth/platform/cmdline"
+	"plinth.dev/plinth/platform/eventlog"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/mount"
 	"plinth.dev/plinth/platform/network"
 	"plinth.dev/plinth/platform/power"
@@ -69,6 +71,8 @@ func bootCore() int {
 		sysImage    *sysimage.Result
 		// boot is the flashed disk the node booted from, nil if none.
 		boot *bootdisk.Boot
+		// firmware is what the firmware measured this boot.
+		firmware measure.Firmware
 		// imageBad receives if the background read of the whole system
 		// image finds a block that does not match the root hash.
 		imageBad <-chan error
@@ -106,7 +110,12 @@ func bootCore() int {
 			return detail, err
 		}},
 		{"TPM and measured boot", func() (detail string, err error) {
-			chip, keys, detail, err = measureBoot(l, params, system)
+			var events []eventlog.Event
+			firmware, events = firmwareMeasurements()
+			chip, keys, detail, err = measureBoot(l, params, system, firmware)
+			if err == nil {
+				go checkPredictions(l, chip, boot, events)
+			}
 			return detail, err
 		}},
 		// Which disk is chosen here, once; enrolment uses the same one.
@@ -137,7 +146,7 @@ func bootCore() int {
 		benchmarkStorage(l, diskCfg.Disk)
 	}
 	reportHardware(l)
-	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg, imageBad: imageBad})
+	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg, imageBad: imageBad, firmware: firmware})
 }
 
 // nodeState is what the boot steps hand to the supervised node.
@@ -149,6 +158,9 @@ type nodeState struct {
 	disk   datadisk.Config
 	// imageBad: see verifySystemImage.
 	imageBad <-chan error
+	// firmware: what the firmware measured (an unmeasured boot is a
+	// problem in the node's status).
+	firmware measure.Firmware
 }
 
 // runNode runs the supervisor tree until a shutdown request, then stops
@@ -173,12 +185,13 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 		enrol *enrolment.Config
 	)
 	roles := roleserver.New(roleserver.Config{
-		StorageRoot: n.local,
-		Network:     net,
-		LogTree:     logs,
-		Version:     version,
-		BootTime:    bootTime(),
-		HostsPath:   "/run/hosts",
+		StorageRoot:  n.local,
+		Network:      net,
+		LogTree:      logs,
+		BootProblems: unmeasuredProblem(n.firmware),
+		Version:      version,
+		BootTime:     bootTime(),
+		HostsPath:    "/run/hosts",
 		Power: func(reboot bool) {
 			if reboot {
 				requestShutdown(reaper.ExitReboot)

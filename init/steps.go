@@ -61,7 +61,14 @@ func readParameters(args map[string]string, boot *bootdisk.Boot) (*parameters.Lo
 		kind, p.Params.GetTpm().GetPolicy(), p.Params.GetStorage().GetSecurity(), p.Params.GetStorage().GetFilesystem()), nil
 }
 
-func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params) (*tpm.TPM, datadisk.KeyProtector, string, error) {
+// measureBoot opens the TPM, measures the parameters and system image
+// into PCR 15 and returns the node's key protector. fw is what the
+// firmware measured: on an unmeasured boot the protector creates no new
+// sealed key unless the parameters allow it (existing keys still open).
+func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw measure.Firmware) (*tpm.TPM, datadisk.KeyProtector, string, error) {
+	if gap := fw.Gap(); gap != "" {
+		l.Warn("unmeasured boot: " + gap)
+	}
 	if p.Params.GetTpm().GetPolicy() == nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT {
 		l.Warn("TPM disabled for development by the node parameters: the data disk key is NOT protected; never use this for a real node")
 		return nil, measure.InsecureKeys{}, "no TPM used", nil
@@ -89,8 +96,17 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params) (*t
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return chip, measure.TPMKeys{TPM: chip, PCRs: pcrs, Expected: v}, fmt.Sprintf("%s: parameters and system image measured, PCR %d = %x…, keys sealed to PCRs %v",
-		chip.Name(), measure.PCR, v[measure.PCR][:8], pcrs), nil
+	keys := measure.TPMKeys{TPM: chip, PCRs: pcrs, Expected: v}
+	firmware := "firmware measured the UKI"
+	if !fw.Measured() {
+		firmware = "unmeasured boot, new keys allowed by tpm.allow_unmeasured_boot"
+		if !p.Params.GetTpm().GetAllowUnmeasuredBoot() {
+			keys.Unmeasured = fw.Gap()
+			firmware = "unmeasured boot: existing keys open, no new key is sealed"
+		}
+	}
+	return chip, keys, fmt.Sprintf("%s: parameters and system image measured, PCR %d = %x…, keys sealed to PCRs %v; %s",
+		chip.Name(), measure.PCR, v[measure.PCR][:8], pcrs, firmware), nil
 }
 
 // openDataDisk chooses the data disk — once per boot: enrolment's Peek,

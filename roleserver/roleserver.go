@@ -41,6 +41,9 @@ type Config struct {
 	Network *network.Service
 	// LogTree is the node's log tree, served by NodeManagement.Logs.
 	LogTree *logtree.Tree
+	// BootProblems are problems found at boot that last the whole boot
+	// (an unmeasured boot), listed in the node's status with the others.
+	BootProblems []*clusterpb.NodeProblem
 	// Version, BootCount and BootTime go into the node's status.
 	Version   string
 	BootCount int64
@@ -531,6 +534,9 @@ func (s *Service) bootCount() int64 {
 // workers set and the runnables in a crash loop.
 func (s *Service) currentProblems() []*clusterpb.NodeProblem {
 	out := s.problems.list()
+	for _, p := range s.BootProblems {
+		out = append(out, proto.CloneOf(p))
+	}
 	if s.Runnables != nil {
 		out = append(out, crashLoops(s.Runnables())...)
 	}

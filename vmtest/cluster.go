@@ -308,6 +308,11 @@ func (c *Cluster) setParams(n *ClusterNode, p *nodepb.Parameters) error {
 	if c.opts.Kubernetes {
 		WithKubernetes(p)
 	}
+	// A direct kernel boot is unmeasured; a disk boot through OVMF is not.
+	if p.Tpm == nil {
+		p.Tpm = &nodepb.NodeTPM{}
+	}
+	p.Tpm.AllowUnmeasuredBoot = !c.opts.DiskBoot
 	if c.opts.Parameters != nil {
 		c.opts.Parameters(n.Name, p)
 	}

@@ -2,10 +2,18 @@ package vmtest
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
+	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/platform/gpt"
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/uki"
 )
 
 // diskBoot makes a boot of m go through OVMF from m.disk (flashed from the
@@ -30,17 +38,30 @@ func flashMachine(t *testing.T, m *machine, size int64) {
 // its ESP, boots under OVMF with a TPM: the system image comes from slot a,
 // the parameters from the ESP, the node adds its data partition in the
 // free space as entry 4 (entries 1-3 untouched, backup table moved to the
-// disk's end), bootstraps, and a second boot continues (boot count 2).
+// disk's end), bootstraps with a key sealed to what firmware and stub
+// measured (PCR 11 as the manifest predicts, PCR 4 as the node predicts
+// from its event log). A UKI with another command line cannot unseal and
+// leaves the data alone; the original UKI back, the node continues
+// (boot count 2).
 func TestDiskBoot(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*bootTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
 	defer cancel()
-	m := newMachine(t, BootstrapParameters())
+	p := BootstrapParameters()
+	p.Tpm.AllowUnmeasuredBoot = false // measured: the node needs no exception
+	m := newMachine(t, p)
 	const size = 3 << 30
 	flashMachine(t, m, size)
 
 	n := m.boot(t, ctx, "boot1", diskBoot(m))
 	mustLine(t, ctx, n, `I init: map and mount the system image \(dm-verity\) detail=.*\(slot a\)`)
 	mustLine(t, ctx, n, `I init: read node parameters detail="?from esp`)
+	mustLine(t, ctx, n, `I init: TPM and measured boot detail=.*firmware measured the UKI`)
+	// PCR 11 is what the builder predicted for slot a's UKI; PCR 4 what
+	// the node predicts by replaying its event log with the UKI's digests.
+	pcrs := mustLine(t, ctx, n, `I init: measured boot: live PCRs equal the UKI's predictions uki=EFI/BOOT/BOOTX64.EFI detail="PCR 4 ([0-9a-f]{64}): match; PCR 11 ([0-9a-f]{64}): match"`)
+	if want := m.img.Manifest.UKIs[image.UKISlotFile("a")].PCR11; pcrs[2] != want {
+		t.Errorf("PCR 11 %s, the manifest predicts %s", pcrs[2], want)
+	}
 	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
 	wantBootCount(t, ctx, n, "1")
 	mustLine(t, ctx, n, `I init: node ready`)
@@ -73,9 +94,94 @@ func TestDiskBoot(t *testing.T) {
 		t.Errorf("entry 4 is %q", data.Name)
 	}
 
-	n = m.boot(t, ctx, "boot2", diskBoot(m))
+	// The attack: the same kernel, initramfs and system image, booted from
+	// a UKI with another command line. /init extends PCR 15 with exactly
+	// the expected values (same parameters, same root hash), but firmware
+	// (PCR 4) and stub (PCR 11) measured another UKI: no unseal, and the
+	// data partition is not touched.
+	espOffset := int64(m.img.Manifest.Disk.Partitions[0].FirstLBA) * 512
+	original := filepath.Join(m.img.Dir, image.UKISlotFile("a"))
+	other := filepath.Join(m.dir, "other.efi")
+	writeUKIWithCmdline(t, original, other, func(c string) string { return c + " plinth.other=1" })
+	putOnESP(t, m.disk, espOffset, other, layout.ESPBootFile)
+	dataBefore := hashRange(t, m.disk, data.Offset(), data.Size())
+	n = m.boot(t, ctx, "boot2-other-uki", diskBoot(m))
+	t.Logf("refused as expected: %s", mustLine(t, ctx, n, `E init: boot step failed: open data disk err=.*cannot unseal.*PCRs? (4|11)\b.*`)[0])
+	mustLine(t, ctx, n, `E init: node halted`)
+	powerOff(t, ctx, n)
+	if hashRange(t, m.disk, data.Offset(), data.Size()) != dataBefore {
+		t.Fatal("the data partition changed although its key could not be unsealed")
+	}
+
+	// The original UKI back: the node continues where it was (the refused
+	// boot counted nothing).
+	putOnESP(t, m.disk, espOffset, original, layout.ESPBootFile)
+	n = m.boot(t, ctx, "boot3-original", diskBoot(m))
 	mustLine(t, ctx, n, `I init: storage: unseal node unlock key`)
 	wantBootCount(t, ctx, n, "2")
 	assertNoLine(t, n, `make ext4 filesystem`)
 	powerOff(t, ctx, n)
+}
+
+// writeUKIWithCmdline writes to out the UKI in as rebuilt with its command
+// line changed by edit (everything else the same).
+func writeUKIWithCmdline(t *testing.T, in, out string, edit func(string) string) {
+	t.Helper()
+	img, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs, err := uki.Read(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub, err := os.ReadFile(image.DefaultStub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stubSecs, err := uki.Read(stub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var added []uki.Section
+	for _, s := range secs[len(stubSecs):] {
+		if s.Name == uki.Cmdline {
+			s.Data = []byte(edit(string(s.Data)))
+		}
+		added = append(added, s)
+	}
+	rebuilt, err := uki.Build(stub, added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, rebuilt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// putOnESP replaces the file at path on the ESP at offset of disk.
+func putOnESP(t *testing.T, disk string, offset int64, file, path string) {
+	t.Helper()
+	cmd := exec.Command("mcopy", "-o", "-i", fmt.Sprintf("%s@@%d", disk, offset), file, "::"+path)
+	cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mcopy: %v: %s", err, out)
+	}
+}
+
+// hashRange hashes size bytes of file at offset.
+func hashRange(t *testing.T, file string, offset, size int64) [32]byte {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, offset, size)); err != nil {
+		t.Fatal(err)
+	}
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s
 }

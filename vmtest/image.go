@@ -1,16 +1,15 @@
 package vmtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/image"
-	"plinth.dev/plinth/platform/layout"
 )
 
 // Image is a built node image (the output directory of `plinthctl build`).
@@ -77,32 +76,12 @@ func (i *Image) DiskBootOptions(name, disk string, size int64, params string) (N
 	return NodeOptions{Name: name, DiskPath: disk, MemoryMiB: i.Board.QEMU.MemoryMiB, CPUs: i.Board.QEMU.CPUs}, nil
 }
 
-// FlashDisk writes disk.img to the file disk (sparse), grows it to size
-// bytes and puts the parameters file params (if not "") on its ESP, as
-// `plinthctl write-disk` does to a device.
+// FlashDisk writes disk.img with the parameters file params to the file
+// disk, size bytes, as `plinthctl write-disk` does (image.WriteDisk).
 func (i *Image) FlashDisk(disk string, size int64, params string) error {
-	if i.Manifest.Disk == nil || len(i.Manifest.Disk.Partitions) == 0 {
-		return fmt.Errorf("vmtest: the image in %s has no disk image (rebuild it)", i.Dir)
-	}
-	tmp := disk + ".tmp"
-	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(i.Dir, image.DiskFile), tmp).CombinedOutput(); err != nil {
-		return fmt.Errorf("vmtest: copying disk.img: %v: %s", err, out)
-	}
-	if err := os.Truncate(tmp, max(size, i.Manifest.Disk.Size)); err != nil {
+	raw, err := os.ReadFile(params)
+	if err != nil {
 		return err
 	}
-	if params != "" {
-		esp := fmt.Sprintf("%s@@%d", tmp, i.Manifest.Disk.Partitions[0].FirstLBA*512)
-		for _, c := range [][]string{
-			{"mmd", "-i", esp, "::plinth"},
-			{"mcopy", "-i", esp, params, "::" + layout.ESPParameters},
-		} {
-			cmd := exec.Command(c[0], c[1:]...)
-			cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("vmtest: %s: %v: %s", strings.Join(c, " "), err, out)
-			}
-		}
-	}
-	return os.Rename(tmp, disk)
+	return image.WriteDisk(context.Background(), image.WriteDiskConfig{ImageDir: i.Dir, Parameters: raw, Target: disk, Size: size})
 }

@@ -13,7 +13,8 @@ import (
 const ParametersFwCfg = parameters.FwCfgName
 
 // BootstrapParameters returns parameters for a node bootstrapping a new
-// cluster with a fresh owner key and a required TPM. The node runs no
+// cluster with a fresh owner key and a required TPM that may seal new
+// keys on an unmeasured (direct kernel) boot. The node runs no
 // Kubernetes (most tests are about something else, and Kubernetes under
 // TCG costs a minute of CPU): WithKubernetes turns it on.
 func BootstrapParameters() *nodepb.Parameters {
@@ -24,7 +25,9 @@ func BootstrapParameters() *nodepb.Parameters {
 	return &nodepb.Parameters{
 		Cluster: &nodepb.Parameters_Bootstrap{Bootstrap: &nodepb.Bootstrap{OwnerPublicKey: pub,
 			NoKubernetesController: true, NoKubernetesWorker: true}},
-		Tpm:     &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_REQUIRED},
+		// Most tests boot with QEMU's -kernel, which firmware does not
+		// measure (a disk boot through OVMF clears this).
+		Tpm:     &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_REQUIRED, AllowUnmeasuredBoot: true},
 		Storage: &nodepb.NodeStorage{Security: nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED, Filesystem: nodepb.NodeStorage_FILESYSTEM_EXT4},
 	}
 }

@@ -1,6 +1,7 @@
 package vmtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"io"
@@ -171,6 +172,34 @@ func TestDataDiskLifecycle(t *testing.T) {
 	n = m.boot(t, ctx, "boot5-restored")
 	wantBootCount(t, ctx, n, "3")
 	powerOff(t, ctx, n)
+}
+
+// TestUnmeasuredBootSealsNoNewKey: a direct kernel boot (SeaBIOS, QEMU
+// -kernel) is unmeasured; with the TPM required and no
+// tpm.allow_unmeasured_boot the node says so and refuses to seal a key for
+// its blank disk, which stays blank.
+func TestUnmeasuredBootSealsNoNewKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	p := BootstrapParameters()
+	p.Tpm.AllowUnmeasuredBoot = false
+	m := newMachine(t, p)
+	n := m.boot(t, ctx, "boot1")
+	mustLine(t, ctx, n, `W init: unmeasured boot: not booted by UEFI firmware`)
+	mustLine(t, ctx, n, `E init: boot step failed: open data disk err=.*unmeasured boot.*allow_unmeasured_boot.*nothing was written`)
+	powerOff(t, ctx, n)
+	f, err := os.Open(m.disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<20)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, make([]byte, len(buf))) {
+		t.Fatal("the blank disk was written although no key could be sealed")
+	}
 }
 
 // TestGarbageParametersTouchNothing: undecodable parameters are a clear

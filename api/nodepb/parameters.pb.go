@@ -606,9 +606,17 @@ type NodeTPM struct {
 	// duplicates. Empty means the default 4, 7, 11, 15: the firmware's
 	// measurement of the UKI, Secure Boot state, the UKI stub's measurements,
 	// and the PCR /init extends with these parameters and the system image.
-	SealPcrs      []uint32 `protobuf:"varint,2,rep,packed,name=seal_pcrs,json=sealPcrs,proto3" json:"seal_pcrs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SealPcrs []uint32 `protobuf:"varint,2,rep,packed,name=seal_pcrs,json=sealPcrs,proto3" json:"seal_pcrs,omitempty"`
+	// Let the node create a new sealed key on a boot that the firmware did
+	// not measure: no UEFI event log of the UKI, or no stub measurement of
+	// its sections into PCR 11 (e.g. QEMU's -kernel under SeaBIOS, where
+	// PCRs 0-11 are the same whatever kernel and initramfs boot). Such a key
+	// binds the disk to the machine's TPM only: whoever can boot their own
+	// initramfs on the machine can reproduce PCR 15 and unseal it. For
+	// development and tests; a node booted through its UKI never needs it.
+	AllowUnmeasuredBoot bool `protobuf:"varint,3,opt,name=allow_unmeasured_boot,json=allowUnmeasuredBoot,proto3" json:"allow_unmeasured_boot,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *NodeTPM) Reset() {
@@ -653,6 +661,13 @@ func (x *NodeTPM) GetSealPcrs() []uint32 {
 		return x.SealPcrs
 	}
 	return nil
+}
+
+func (x *NodeTPM) GetAllowUnmeasuredBoot() bool {
+	if x != nil {
+		return x.AllowUnmeasuredBoot
+	}
+	return false
 }
 
 // Network configures the node's first network interface.
@@ -823,10 +838,11 @@ const file_node_v1_parameters_proto_rawDesc = "" +
 	"Filesystem\x12\x1a\n" +
 	"\x16FILESYSTEM_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fFILESYSTEM_EXT4\x10\x01\x12\x12\n" +
-	"\x0eFILESYSTEM_XFS\x10\x02\"\xcc\x01\n" +
+	"\x0eFILESYSTEM_XFS\x10\x02\"\x80\x02\n" +
 	"\aNodeTPM\x129\n" +
 	"\x06policy\x18\x01 \x01(\x0e2!.plinth.node.v1.NodeTPM.TPMPolicyR\x06policy\x12\x1b\n" +
-	"\tseal_pcrs\x18\x02 \x03(\rR\bsealPcrs\"i\n" +
+	"\tseal_pcrs\x18\x02 \x03(\rR\bsealPcrs\x122\n" +
+	"\x15allow_unmeasured_boot\x18\x03 \x01(\bR\x13allowUnmeasuredBoot\"i\n" +
 	"\tTPMPolicy\x12\x1a\n" +
 	"\x16TPM_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TPM_POLICY_REQUIRED\x10\x01\x12'\n" +

@@ -55,6 +55,7 @@ type paramsCmd struct {
 	storage       string
 	fsType        string
 	sealPCRs      string
+	unmeasured    bool
 	staticAddr    string
 	iface         string
 	gateway       string
@@ -95,6 +96,7 @@ ESP, or as a kernel argument (-print-cmdline).
 	fs.StringVar(&c.storage, "storage", "", "data partition security, encrypted|authenticated (default encrypted)")
 	fs.StringVar(&c.fsType, "fs", "", "data partition filesystem, ext4|xfs (default ext4)")
 	fs.StringVar(&c.sealPCRs, "seal-pcrs", "", "comma-separated PCRs to seal the node key to (default 4,7,11,15)")
+	fs.BoolVar(&c.unmeasured, "allow-unmeasured-boot", false, "let the node seal a new key on a boot firmware did not measure (QEMU -kernel; development only)")
 	fs.StringVar(&c.staticAddr, "static-address", "", "static address in `CIDR` form (default DHCPv4)")
 	fs.StringVar(&c.iface, "interface", "", "interface for -static-address (default the first ethernet link)")
 	fs.StringVar(&c.gateway, "gateway", "", "default gateway `IP` for -static-address")
@@ -209,8 +211,8 @@ ESP, or as a kernel argument (-print-cmdline).
 		}
 		p.Storage = &nodepb.NodeStorage{Security: s, Filesystem: f}
 	}
-	if c.tpm != "" || c.sealPCRs != "" {
-		t := &nodepb.NodeTPM{}
+	if c.tpm != "" || c.sealPCRs != "" || c.unmeasured {
+		t := &nodepb.NodeTPM{AllowUnmeasuredBoot: c.unmeasured}
 		switch c.tpm {
 		case "":
 		case "required":

@@ -70,7 +70,13 @@ func MountEFIVars() error {
 // loaded from, as systemd-stub exported it; "" if it did not (another
 // loader, a network boot, or no UEFI).
 func LoaderDevicePartUUID(efivars string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(efivars, "LoaderDevicePartUUID-"+loaderGUID))
+	return LoaderVar(efivars, "LoaderDevicePartUUID")
+}
+
+// LoaderVar returns the Boot Loader Interface string variable name
+// (LoaderDevicePartUUID, StubPcrKernelImage, ...), "" if it is not set.
+func LoaderVar(efivars, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(efivars, name+"-"+loaderGUID))
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}

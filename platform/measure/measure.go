@@ -80,6 +80,19 @@ type TPMKeys struct {
 	// key sealed later in the boot (after Lock changed PCR 15) still
 	// unseals at the next boot.
 	Expected map[int][]byte
+	// Unmeasured, if set, says what the firmware did not measure this
+	// boot (Firmware.Gap) and makes Seal refuse (ErrUnmeasuredBoot):
+	// existing keys still unseal. "" when measured or allowed.
+	Unmeasured string
+}
+
+// CanSeal reports whether Seal may create a key this boot, so that a
+// caller refuses before it writes anything.
+func (k TPMKeys) CanSeal() error {
+	if k.Unmeasured != "" {
+		return unmeasuredError(k.Unmeasured)
+	}
+	return nil
 }
 
 // Policy implements storage.KeyProtector.
@@ -87,6 +100,9 @@ func (k TPMKeys) Policy() string { return "tpm" }
 
 // Seal implements storage.KeyProtector.
 func (k TPMKeys) Seal(key []byte) ([]byte, error) {
+	if err := k.CanSeal(); err != nil {
+		return nil, err
+	}
 	pcrs := k.PCRs
 	if len(pcrs) == 0 {
 		pcrs = DefaultSealPCRs

@@ -3,6 +3,8 @@ package measure
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-tpm-tools/simulator"
@@ -71,5 +73,48 @@ func TestInsecureKeys(t *testing.T) {
 	}
 	if _, err := k.Unseal([]byte("short")); err == nil {
 		t.Fatal("accepted a short stored key")
+	}
+}
+
+// TestUnmeasuredBootSealsNothingNew: on a boot the firmware did not
+// measure, TPMKeys refuses to seal a new key (ErrUnmeasuredBoot, also from
+// CanSeal, which storage asks before it writes) and still unseals an
+// existing one.
+func TestUnmeasuredBootSealsNothingNew(t *testing.T) {
+	chip := openSim(t)
+	params := sha256.Sum256([]byte("parameters"))
+	if err := Boot(chip, params, bytes.Repeat([]byte{1}, 32)); err != nil {
+		t.Fatal(err)
+	}
+	nuk := bytes.Repeat([]byte{9}, 32)
+	blob, err := (TPMKeys{TPM: chip}).Seal(nuk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := Firmware{}
+	if fw.Measured() || fw.Gap() == "" {
+		t.Fatalf("direct boot counted as measured: %+v %q", fw, fw.Gap())
+	}
+	keys := TPMKeys{TPM: chip, Unmeasured: fw.Gap()}
+	if _, err := keys.Seal(nuk); !errors.Is(err, ErrUnmeasuredBoot) {
+		t.Fatalf("Seal on an unmeasured boot: %v", err)
+	}
+	if err := keys.CanSeal(); !errors.Is(err, ErrUnmeasuredBoot) || !strings.Contains(err.Error(), "allow_unmeasured_boot") {
+		t.Fatalf("CanSeal: %v", err)
+	}
+	if got, err := keys.Unseal(blob); err != nil || !bytes.Equal(got, nuk) {
+		t.Fatalf("existing key on an unmeasured boot: %v", err)
+	}
+	for _, c := range []struct {
+		fw   Firmware
+		want bool
+	}{
+		{Firmware{UEFI: true, StubPCR11: true, BootApps: 2}, true},
+		{Firmware{UEFI: true, StubPCR11: false, BootApps: 2}, false},
+		{Firmware{UEFI: true, StubPCR11: true, BootApps: 0}, false},
+	} {
+		if c.fw.Measured() != c.want || (c.fw.Gap() == "") != c.want {
+			t.Errorf("%+v: measured %v gap %q", c.fw, c.fw.Measured(), c.fw.Gap())
+		}
 	}
 }

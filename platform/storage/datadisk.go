@@ -31,6 +31,10 @@ type KeyProtector interface {
 	Unseal(blob []byte) ([]byte, error)
 }
 
+// sealChecker is a KeyProtector that can tell before setup writes
+// anything that Seal would refuse (measure.TPMKeys on an unmeasured boot).
+type sealChecker interface{ CanSeal() error }
+
 // Config of the data disk.
 type Config struct {
 	// Disk is the whole-disk device, as FindDataDisk chose it. Required:
@@ -196,6 +200,11 @@ func (o *opener) unlock(h *Header) ([]byte, error) {
 }
 
 func (o *opener) setup(ctx context.Context, previous *Header) error {
+	if c, ok := o.Keys.(sealChecker); ok {
+		if err := c.CanSeal(); err != nil {
+			return fmt.Errorf("setting up the data disk: %w (nothing was written)", err)
+		}
+	}
 	if o.res.Partition == "" {
 		if err := o.step("write partition table", o.partition); err != nil {
 			return err
