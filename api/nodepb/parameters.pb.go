@@ -603,9 +603,11 @@ type NodeTPM struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Policy NodeTPM_TPMPolicy      `protobuf:"varint,1,opt,name=policy,proto3,enum=plinth.node.v1.NodeTPM_TPMPolicy" json:"policy,omitempty"`
 	// PCR indices (0-23) the node unlock key is sealed to, without
-	// duplicates. Empty means the default 4, 7, 11, 15: the firmware's
+	// duplicates. Empty means the default 4, 7, 11, 12, 15: the firmware's
 	// measurement of the UKI, Secure Boot state, the UKI stub's measurements,
-	// and the PCR /init extends with these parameters and the system image.
+	// a command line passed to the stub instead of the UKI's own (zero when
+	// none is), and the PCR /init extends with these parameters and the
+	// system image.
 	SealPcrs []uint32 `protobuf:"varint,2,rep,packed,name=seal_pcrs,json=sealPcrs,proto3" json:"seal_pcrs,omitempty"`
 	// Let the node create a new sealed key on a boot that the firmware did
 	// not measure: no UEFI event log of the UKI, or no stub measurement of

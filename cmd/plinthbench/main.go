@@ -80,7 +80,7 @@ func main() {
 }
 
 // sections are what -only selects, in the order they run.
-var sections = []string{"build", "sizes", "boot", "storage", "consensus", "cluster", "kubernetes"}
+var sections = []string{"build", "sizes", "boot", "diskboot", "storage", "consensus", "cluster", "kubernetes"}
 
 func run(imageDir, initBin, binDir, cache, out string, boots int, sel map[string]bool) error {
 	ctx := context.Background()
@@ -123,6 +123,11 @@ func run(imageDir, initBin, binDir, cache, out string, boots int, sel map[string
 	if sel["boot"] || sel["cluster"] {
 		if bare, err = benchBoot(ctx, img, work, boots, sel["boot"], add); err != nil {
 			return err
+		}
+	}
+	if sel["diskboot"] {
+		if err := benchDiskBoot(ctx, img, work, boots, add); err != nil {
+			return fmt.Errorf("diskboot: %w", err)
 		}
 	}
 	if sel["storage"] {
@@ -190,10 +195,20 @@ func benchBuild(ctx context.Context, cache string, bins image.Binaries, work str
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("warm go build: %v: %s", err, msg)
 	}
-	if _, err := image.Build(ctx, image.Config{Board: b, KernelPackage: deb, Init: coldInit, Binaries: bins, OutDir: filepath.Join(work, "warm")}); err != nil {
+	var progress strings.Builder
+	if _, err := image.Build(ctx, image.Config{Board: b, KernelPackage: deb, Init: coldInit, Binaries: bins, OutDir: filepath.Join(work, "warm"), Progress: &progress}); err != nil {
 		return err
 	}
 	add("build_warm_seconds", time.Since(t).Seconds(), "s", "cached go build + image build")
+	// Each step of the warm build: "[k/n] name ..." then "[k/n] done in Xs".
+	names := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\[(\d+)/\d+\] (.+) \.\.\.$`).FindAllStringSubmatch(progress.String(), -1) {
+		names[m[1]] = m[2]
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\[(\d+)/\d+\] done in ([0-9.]+)s`).FindAllStringSubmatch(progress.String(), -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		add("build_step"+m[1]+"_seconds", v, "s", names[m[1]])
+	}
 	return nil
 }
 

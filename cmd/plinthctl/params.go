@@ -95,7 +95,7 @@ ESP, or as a kernel argument (-print-cmdline).
 	fs.StringVar(&c.tpm, "tpm", "", "required|disabled (disabled is for development only; default required)")
 	fs.StringVar(&c.storage, "storage", "", "data partition security, encrypted|authenticated (default encrypted)")
 	fs.StringVar(&c.fsType, "fs", "", "data partition filesystem, ext4|xfs (default ext4)")
-	fs.StringVar(&c.sealPCRs, "seal-pcrs", "", "comma-separated PCRs to seal the node key to (default 4,7,11,15)")
+	fs.StringVar(&c.sealPCRs, "seal-pcrs", "", "comma-separated PCRs to seal the node key to (default 4,7,11,12,15)")
 	fs.BoolVar(&c.unmeasured, "allow-unmeasured-boot", false, "let the node seal a new key on a boot firmware did not measure (QEMU -kernel; development only)")
 	fs.StringVar(&c.staticAddr, "static-address", "", "static address in `CIDR` form (default DHCPv4)")
 	fs.StringVar(&c.iface, "interface", "", "interface for -static-address (default the first ethernet link)")

@@ -2,9 +2,11 @@
 // TPM before it unseals anything, and the lock it extends afterwards.
 //
 //	firmware ─► PCR 0..7     UKI stub ─► PCR 11    (disk/UKI boot)
+//	                         UKI stub ─► PCR 12    only a command line given as
+//	                                               load options (stays zero)
 //	/init    ─► PCR 15 ◄─ sha256("plinth.parameters:" ‖ sha256(parameters))
 //	              ◄─ sha256("plinth.system-image:" ‖ verity root hash)
-//	         unseal node unlock key (policy: PCRs 4, 7, 11, 15)
+//	         unseal node unlock key (policy: PCRs 4, 7, 11, 12, 15)
 //	/init    ─► PCR 15 ◄─ sha256("plinth.sealed-keys-released")   no second unseal this boot
 //
 // PCR 15 is free for the OS by the TCG PC client profile and is what
@@ -24,9 +26,18 @@ import (
 const PCR = 15
 
 // DefaultSealPCRs is the default policy: UKI as measured by firmware (4),
-// Secure Boot state (7), UKI sections as measured by systemd-stub (11) and
-// /init's own measurements (15).
-var DefaultSealPCRs = []int{4, 7, 11, 15}
+// Secure Boot state (7), UKI sections as measured by systemd-stub (11), a
+// command line given to the stub instead of the UKI's own (12) and /init's
+// own measurements (15).
+//
+// Why 12: without Secure Boot, systemd-stub 252 boots the UKI's kernel
+// with a command line passed as load options (a boot entry's optional
+// data, the EFI shell) instead of its .cmdline section, and measures that
+// into PCR 12 only; PCRs 4 and 11 stay the same. Without 12 in the policy,
+// the genuine UKI booted with, say, a kernel debugger on the serial port
+// would still unseal the disk key. Plinth's boots pass no load options, so
+// PCR 12 is zero, and predictable.
+var DefaultSealPCRs = []int{4, 7, 11, 12, 15}
 
 // Event values extended into PCR. They are part of the sealing policy:
 // changing them invalidates every sealed key.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/pki"
 )
 
@@ -20,11 +21,18 @@ import (
 const maxPCR = 24
 
 // DefaultSealPCRs are the PCRs the node unlock key is sealed to when the
-// document names none: the firmware's measurement of the UKI (4), the Secure
-// Boot state (7), the UKI stub's measurements of kernel, initrd and command
-// line (11), and the PCR /init extends with the node parameters and the
-// system image root hash (15).
-func DefaultSealPCRs() []uint32 { return []uint32{4, 7, 11, 15} }
+// document names none: measure.DefaultSealPCRs (the firmware's measurement
+// of the UKI (4), the Secure Boot state (7), the UKI stub's measurements of
+// kernel, initrd and command line (11), a command line passed to the stub
+// instead (12), and the PCR /init extends with the node parameters and the
+// system image root hash (15)).
+func DefaultSealPCRs() []uint32 {
+	out := make([]uint32, len(measure.DefaultSealPCRs))
+	for i, p := range measure.DefaultSealPCRs {
+		out[i] = uint32(p)
+	}
+	return out
+}
 
 // Validate checks everything that can be checked without a cluster. The
 // error lists every problem found, each prefixed with its field as named in

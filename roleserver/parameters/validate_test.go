@@ -211,7 +211,7 @@ func TestDefaults(t *testing.T) {
 	if p.Storage.Security != nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED ||
 		p.Storage.Filesystem != nodepb.NodeStorage_FILESYSTEM_EXT4 ||
 		p.Tpm.Policy != nodepb.NodeTPM_TPM_POLICY_REQUIRED ||
-		!slices.Equal(p.Tpm.SealPcrs, []uint32{4, 7, 11, 15}) {
+		!slices.Equal(p.Tpm.SealPcrs, []uint32{4, 7, 11, 12, 15}) {
 		t.Errorf("defaults: %v", p)
 	}
 	if p.Network != nil {
