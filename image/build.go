@@ -56,6 +56,10 @@ type Config struct {
 	// Stub is systemd's EFI stub the UKIs are built on (default
 	// DefaultStub).
 	Stub string
+	// NetbootArgs are added to the network-boot UKI's command line only,
+	// e.g. a cluster's shared register parameters (plinth.parameters=),
+	// which the stub then measures with it.
+	NetbootArgs []string
 	// Progress receives one line per build step (nil: silent).
 	Progress io.Writer
 }

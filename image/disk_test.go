@@ -14,6 +14,9 @@ import (
 	"plinth.dev/plinth/platform/uki"
 )
 
+// testNetbootArg is what the build test adds to the network-boot UKI.
+const testNetbootArg = "plinth.parameters=dGVzdA"
+
 // checkUKIs: each UKI carries the kernel, its command line and initramfs,
 // and the manifest's predictions are those of the bytes on disk.
 func checkUKIs(t *testing.T, out string, m *Manifest, kernel []byte) {
@@ -50,6 +53,8 @@ func checkUKIs(t *testing.T, out string, m *Manifest, kernel []byte) {
 		wantCmdline := m.Cmdline
 		if c.slot != "" {
 			wantCmdline += " " + layout.SlotArg + "=" + c.slot
+		} else {
+			wantCmdline += " " + testNetbootArg
 		}
 		if string(got[uki.Cmdline]) != wantCmdline || info.Cmdline != wantCmdline || info.Slot != c.slot {
 			t.Errorf("%s: command line %q (manifest %q, slot %q), want %q", c.file, got[uki.Cmdline], info.Cmdline, info.Slot, wantCmdline)

@@ -94,7 +94,8 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	out := t.TempDir()
 	bins, content := standInBinaries(t)
 	var progress strings.Builder
-	m, err := Build(context.Background(), Config{Board: b, KernelPackage: deb, Init: initBin, Binaries: bins, OutDir: out, Version: "test", Progress: &progress})
+	m, err := Build(context.Background(), Config{Board: b, KernelPackage: deb, Init: initBin, Binaries: bins, OutDir: out, Version: "test", Progress: &progress,
+		NetbootArgs: []string{testNetbootArg}})
 	if err != nil {
 		t.Fatal(err)
 	}

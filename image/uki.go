@@ -94,7 +94,8 @@ func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, err
 		return "", fmt.Errorf("reading the EFI stub (make deps installs systemd-boot-efi): %w", err)
 	}
 	m.UKIs = map[string]UKIInfo{}
-	info, err := writeUKI(stub, filepath.Join(b.OutDir, UKIFile), b.kernel, b.version, m.Cmdline, initramfs)
+	netboot := strings.Join(append([]string{m.Cmdline}, b.NetbootArgs...), " ")
+	info, err := writeUKI(stub, filepath.Join(b.OutDir, UKIFile), b.kernel, b.version, netboot, initramfs)
 	if err != nil {
 		return "", err
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/roleserver/parameters"
 )
 
 func init() {
@@ -23,6 +25,7 @@ type buildCmd struct {
 	bin           string
 	out           string
 	version       string
+	params        string
 }
 
 func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,7 +37,16 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&c.bin, "bin", "", "directory with kube, containerd, containerd-shim-runc-v2, runc, cni/{host-local,loopback,ptp} and testpod (make builds them in out/bin)")
 	fs.StringVar(&c.out, "out", "out/image/"+board.Default, "output directory")
 	fs.StringVar(&c.version, "version", "dev", "version recorded in the image")
+	fs.StringVar(&c.params, "params", "", "a cluster's register parameters (plinthctl params -register), put into the network-boot UKI's measured command line: one plinth.efi for every node that boots it")
 	fs.Parse(args)
+	var netboot []string
+	if c.params != "" {
+		arg, err := netbootParameters(c.params)
+		if err != nil {
+			return err
+		}
+		netboot = append(netboot, arg)
+	}
 	b, err := board.Get(c.board)
 	if err != nil {
 		return err
@@ -50,7 +62,7 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 			return err
 		}
 	}
-	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, Binaries: image.BinariesIn(c.bin), OutDir: c.out, Version: c.version, Progress: stdout})
+	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, Binaries: image.BinariesIn(c.bin), OutDir: c.out, Version: c.version, Progress: stdout, NetbootArgs: netboot})
 	if err != nil {
 		return err
 	}
@@ -60,4 +72,25 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 		fmt.Fprintf(stdout, "  %-14s %8.1f MiB  sha256 %s\n", name, float64(a.Size)/(1<<20), a.SHA256[:16])
 	}
 	return nil
+}
+
+// netbootParameters reads a parameters file for the network-boot UKI,
+// which every node booting it shares: only register parameters without a
+// node's own settings (a hostname, a static address) make sense there.
+func netbootParameters(file string) (string, error) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("-params: %w", err)
+	}
+	p, err := parameters.Decode(raw)
+	if err != nil {
+		return "", fmt.Errorf("-params %s: %w", file, err)
+	}
+	switch {
+	case p.GetRegister() == nil:
+		return "", fmt.Errorf("-params %s: the network-boot UKI is shared by every node that boots it, so its parameters must register with a cluster (plinthctl params -register), not bootstrap one", file)
+	case p.GetNetwork().GetHostname() != "" || p.GetNetwork().GetStatic() != nil:
+		return "", fmt.Errorf("-params %s: a hostname or static address would be every booting node's: leave them out of shared parameters", file)
+	}
+	return parameters.CmdlineKey + "=" + parameters.CmdlineValue(raw), nil
 }
