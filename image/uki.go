@@ -1,6 +1,7 @@
 package image
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -58,13 +59,19 @@ func osRelease(version string) []byte {
 
 // writeUKI builds a UKI from the stub and writes it to out.
 func writeUKI(stub []byte, out string, k *Kernel, version, cmdline string, initrd []byte) (UKIInfo, error) {
-	img, err := uki.Build(stub, []uki.Section{
+	return buildUKI(stub, out, cmdline, []uki.Section{
 		{Name: uki.OSRel, Data: osRelease(version)},
 		{Name: uki.Cmdline, Data: []byte(cmdline)},
 		{Name: uki.Uname, Data: []byte(k.Version)},
 		{Name: uki.Linux, Data: k.Image},
 		{Name: uki.Initrd, Data: initrd},
 	})
+}
+
+// buildUKI builds a UKI of the sections on the stub, writes it to out and
+// returns its description (cmdline is its .cmdline).
+func buildUKI(stub []byte, out, cmdline string, sections []uki.Section) (UKIInfo, error) {
+	img, err := uki.Build(stub, sections)
 	if err != nil {
 		return UKIInfo{}, err
 	}
@@ -119,3 +126,46 @@ func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, err
 	}
 	return strings.Join(sizes, ", ") + ", PCR 11 of slot a " + m.UKIs[UKISlotFile("a")].PCR11[:16], nil
 }
+
+// NetbootUKI writes to out the image's network-boot UKI (plinth.efi in
+// imageDir) with a cluster's register parameters added to its command
+// line (plinth.parameters=), as `plinthctl build -params` makes it, and
+// returns its description. stub is systemd's EFI stub ("": DefaultStub).
+func NetbootUKI(imageDir, stub string, params []byte, out string) (UKIInfo, error) {
+	if stub == "" {
+		stub = DefaultStub
+	}
+	stubData, err := os.ReadFile(stub)
+	if err != nil {
+		return UKIInfo{}, fmt.Errorf("reading the EFI stub (make deps installs systemd-boot-efi): %w", err)
+	}
+	img, err := os.ReadFile(filepath.Join(imageDir, UKIFile))
+	if err != nil {
+		return UKIInfo{}, err
+	}
+	secs, err := uki.Read(img)
+	if err != nil {
+		return UKIInfo{}, err
+	}
+	stubSecs, err := uki.Read(stubData)
+	if err != nil {
+		return UKIInfo{}, err
+	}
+	if len(secs) <= len(stubSecs) {
+		return UKIInfo{}, fmt.Errorf("%s has no sections beyond the stub's", UKIFile)
+	}
+	var added []uki.Section
+	cmdline := ""
+	for _, s := range secs[len(stubSecs):] {
+		if s.Name == uki.Cmdline {
+			cmdline = string(s.Data) + " " + parametersArg + "=" + base64.RawURLEncoding.EncodeToString(params)
+			s.Data = []byte(cmdline)
+		}
+		added = append(added, s)
+	}
+	return buildUKI(stubData, out, cmdline, added)
+}
+
+// parametersArg is the kernel argument of parameters on the command line
+// (roleserver/parameters.CmdlineKey; the builder does not link it).
+const parametersArg = "plinth.parameters"

@@ -53,6 +53,9 @@ type ClusterOptions struct {
 	// StepTimeout bounds each wait (curator up, node registered, node UP);
 	// default 10 minutes, which TCG needs for a cold boot and join.
 	StepTimeout time.Duration
+	// NetBoot serves the cluster's network-boot UKI to nodes added with
+	// AddNode(NetBoot()) (see cluster_netboot.go).
+	NetBoot bool
 	// DiskBoot boots every node through OVMF from its own copy of the
 	// image's disk.img (grown to DiskSizeBytes), with its parameters on
 	// the ESP, instead of QEMU's -kernel with fw_cfg parameters.
@@ -88,11 +91,12 @@ type Cluster struct {
 	Switch *Switch
 	Router *Router
 
-	mu     sync.Mutex
-	slots  []*ClusterNode // every switch port made, used or spare
-	cfg    *owner.Config
-	client *owner.Client
-	closed bool
+	mu      sync.Mutex
+	slots   []*ClusterNode // every switch port made, used or spare
+	cfg     *owner.Config
+	client  *owner.Client
+	closed  bool
+	netboot *netbootServer
 }
 
 // ClusterNode is one machine of a Cluster: a switch port with its address,
@@ -112,6 +116,7 @@ type ClusterNode struct {
 	vm       *Node
 	boots    int
 	stopping bool
+	netboot  bool // booted by UEFI HTTP boot (AddNode(NetBoot()))
 	times    NodeTimes
 }
 
@@ -264,7 +269,11 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 		}
 		forwards = append(forwards, c.nodeForwards(n)...)
 	}
-	if c.Router, err = StartRouter(ctx, c.Switch, o.Dir, forwards); err != nil {
+	toHost, err := c.setUpNetboot()
+	if err != nil {
+		return nil, err
+	}
+	if c.Router, err = StartRouter(ctx, c.Switch, o.Dir, forwards, toHost...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -502,7 +511,7 @@ func (c *Cluster) known(n *ClusterNode, id string) error {
 // AddNodeOption changes how AddNode brings a node in.
 type AddNodeOption func(*addNodeOptions)
 
-type addNodeOptions struct{ powerCutBeforeApproval bool }
+type addNodeOptions struct{ powerCutBeforeApproval, netboot bool }
 
 // PowerCutBeforeApproval cuts the new node's power (SIGKILL of QEMU) once
 // it registered, starts it again and makes sure it comes back with the
@@ -531,6 +540,15 @@ func (c *Cluster) AddNode(ctx context.Context, opts ...AddNodeOption) (*ClusterN
 	p.Cluster = &nodepb.Parameters_Register{Register: reg}
 	if err := c.setParams(n, p); err != nil {
 		return nil, err
+	}
+	if o.netboot {
+		// The parameters are the UKI's, shared by every node booting it.
+		if err := c.buildNetbootUKI(reg); err != nil {
+			return nil, err
+		}
+		n.mu.Lock()
+		n.netboot = true
+		n.mu.Unlock()
 	}
 	c.logf("%s (%s): booting to register with %v", n.Name, n.Addr, reg.GetCuratorEndpoints())
 	if err := c.start(ctx, n); err != nil {
@@ -719,6 +737,7 @@ func (c *Cluster) Close() error {
 	if c.Router != nil {
 		errs = append(errs, c.Router.Close())
 	}
+	errs = append(errs, c.netboot.close())
 	if c.Switch != nil {
 		errs = append(errs, c.Switch.Close())
 	}

@@ -32,7 +32,11 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) (err error) {
 	n.stopping = false
 	o := c.opts.Image.NodeOptions(n.Name).WithParameters(n.params)
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(n.Dir, "disk.img"), c.opts.DiskSizeBytes
-	if c.opts.DiskBoot {
+	if n.netboot {
+		disk := o.DiskPath
+		o = c.netbootOptions(n)
+		o.DiskPath, o.DiskSizeBytes = disk, c.opts.DiskSizeBytes
+	} else if c.opts.DiskBoot {
 		if o, err = c.opts.Image.DiskBootOptions(n.Name, o.DiskPath, c.opts.DiskSizeBytes, n.params); err != nil {
 			return err
 		}
@@ -41,7 +45,7 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) (err error) {
 	o.WorkDir = filepath.Join(n.Dir, "boot"+strconv.Itoa(n.boots))
 	o.TPMStateDir = filepath.Join(n.Dir, "tpm")
 	o.NoNetwork = true
-	o.ExtraArgs = n.portArgs
+	o.ExtraArgs = append(o.ExtraArgs, n.portArgs...)
 	if c.opts.Console != nil {
 		o.Console = c.opts.Console(n.Name)
 	}

@@ -46,6 +46,7 @@ type Router struct {
 
 	mu       sync.Mutex
 	forwards map[netip.AddrPort]int // guest address → host port
+	toHost   []GuestForward
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	log      *os.File
@@ -55,10 +56,19 @@ type Router struct {
 // routerStartTimeout bounds the wait for QEMU to bind the forwarded ports.
 const routerStartTimeout = 30 * time.Second
 
+// GuestForward lets nodes reach a host service: connections to Guest (an
+// unused address on the switch network) go to Host ("127.0.0.1:P"), by
+// slirp's guestfwd, which restrict=on leaves working. The VM tests serve
+// UEFI HTTP boot this way.
+type GuestForward struct {
+	Guest netip.AddrPort
+	Host  string
+}
+
 // StartRouter attaches a router to sw and starts it with forwards to
 // every guest address in guests. Its log (QEMU's stderr) goes to
 // workDir/router.log. One router per switch.
-func StartRouter(ctx context.Context, sw *Switch, workDir string, guests []netip.AddrPort) (*Router, error) {
+func StartRouter(ctx context.Context, sw *Switch, workDir string, guests []netip.AddrPort, toHost ...GuestForward) (*Router, error) {
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return nil, fmt.Errorf("vmtest: router: %w", err)
 	}
@@ -71,7 +81,7 @@ func StartRouter(ctx context.Context, sw *Switch, workDir string, guests []netip
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{sw: sw, workDir: workDir, local: local, remote: remote, forwards: map[netip.AddrPort]int{}}
+	r := &Router{sw: sw, workDir: workDir, local: local, remote: remote, forwards: map[netip.AddrPort]int{}, toHost: toHost}
 	for _, g := range guests {
 		r.forwards[g] = 0
 	}
@@ -197,6 +207,9 @@ func (r *Router) qemuArgs() []string {
 	user := fmt.Sprintf("user,id=u,net=%s,host=%s,ipv6=off,restrict=on", r.sw.Subnet(), r.sw.Addr())
 	for _, g := range guests {
 		user += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-%s:%d", r.forwards[g], g.Addr(), g.Port())
+	}
+	for _, f := range r.toHost {
+		user += fmt.Sprintf(",guestfwd=tcp:%s-tcp:%s", f.Guest, f.Host)
 	}
 	return []string{
 		"-machine", "none", "-nodefaults", "-display", "none",

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -44,6 +45,7 @@ type Switch struct {
 	// address), made with the port; lease hands it out.
 	reserved map[string]netip.Addr
 	next     netip.Addr // next address to reserve or hand out
+	bootFile string     // DHCP boot file (SetBootFile)
 	closed   bool
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
@@ -379,6 +381,13 @@ func (s *Switch) dhcp(in *swPort, payload []byte) {
 	if err != nil {
 		return
 	}
+	if url := s.BootFile(); url != "" && strings.HasPrefix(req.ClassIdentifier(), "HTTPClient") {
+		// UEFI HTTP boot (EDK2's HttpBootDxe) takes an offer that says
+		// "HTTPClient" as its vendor class, with the URI as boot file.
+		resp.BootFileName = url
+		resp.UpdateOption(dhcpv4.OptBootFileName(url))
+		resp.UpdateOption(dhcpv4.OptClassIdentifier("HTTPClient"))
+	}
 	// Broadcast at both layers: the client has no address yet, and only
 	// the requesting port receives it anyway.
 	f := udpFrame(broadcastMAC, s.mac, s.addr, netip.AddrFrom4([4]byte{255, 255, 255, 255}), 67, 68, resp.ToBytes())
@@ -453,4 +462,19 @@ func ipChecksum(h []byte) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
+}
+
+// SetBootFile makes the DHCP server offer url as the boot file (a UEFI
+// HTTP boot URI), "" for none. Plinth's own DHCP client ignores it.
+func (s *Switch) SetBootFile(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bootFile = url
+}
+
+// BootFile returns what SetBootFile set.
+func (s *Switch) BootFile() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bootFile
 }

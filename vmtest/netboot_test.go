@@ -1,0 +1,32 @@
+package vmtest
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestNetBoot: a node boots the cluster's network-boot UKI through OVMF's
+// UEFI HTTP boot (served by the harness, the register parameters in the
+// UKI's measured command line), registers with the cluster, is approved
+// and becomes HEALTHY; its firmware measured the UKI, so it seals its key
+// without the unmeasured-boot exception.
+func TestNetBoot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}, NetBoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n, err := c.AddNode(ctx, NetBoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := n.VM()
+	mustLine(t, ctx, vm, `Start HTTP Boot over IPv4`)
+	mustLine(t, ctx, vm, `I init: map and mount the system image \(dm-verity\) detail=.*\(the initramfs\)`)
+	mustLine(t, ctx, vm, `I init: read node parameters detail="?from cmdline.*register with a cluster`)
+	mustLine(t, ctx, vm, `I init: TPM and measured boot detail=.*firmware measured the UKI`)
+	assertNoLine(t, vm, `unmeasured boot`)
+}
