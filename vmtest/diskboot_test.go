@@ -44,6 +44,7 @@ func flashMachine(t *testing.T, m *machine, size int64) {
 // leaves the data alone; the original UKI back, the node continues
 // (boot count 2).
 func TestDiskBoot(t *testing.T) {
+	t.Parallel() // with TestNetBoot: see there
 	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
 	defer cancel()
 	p := BootstrapParameters()

@@ -36,4 +36,19 @@
 // (including a Kill, which models a power cut); its permanent state in
 // TPMStateDir survives and is picked up by the next Launch with the same
 // directory, as a real TPM would be across reboots.
+//
+// # Parallel tests
+//
+// go test runs the top-level tests that call t.Parallel() after the
+// others, at most -parallel (GOMAXPROCS, 2 on CI) at a time. Under TCG a
+// booting node keeps one host core busy for most of its boot (firmware,
+// kernel, /init are largely single-threaded), so two single-machine tests
+// side by side take little longer than one and `make test` stays inside
+// its time budget. The parallel ones are those with one machine, its own
+// directory, disk, TPM state and user-mode network: the storage, data disk
+// and node tests, and the two OVMF tests: TestDiskBoot, and TestNetBoot,
+// whose second node spends most of its time in firmware fetching the UKI
+// over HTTP on one vCPU. The other cluster tests, failover and Kubernetes
+// stay serial: they time heartbeats and leader elections with several
+// nodes, and they use both cores.
 package vmtest

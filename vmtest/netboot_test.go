@@ -12,6 +12,9 @@ import (
 // and becomes HEALTHY; its firmware measured the UKI, so it seals its key
 // without the unmeasured-boot exception.
 func TestNetBoot(t *testing.T) {
+	// Parallel with TestDiskBoot: OVMF under TCG runs on one vCPU (one
+	// host core) for most of these tests, firmware and HTTP download.
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}, NetBoot: true})
