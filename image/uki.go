@@ -132,6 +132,15 @@ func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, err
 // line (plinth.parameters=), as `plinthctl build -params` makes it, and
 // returns its description. stub is systemd's EFI stub ("": DefaultStub).
 func NetbootUKI(imageDir, stub string, params []byte, out string) (UKIInfo, error) {
+	return RebuildUKI(filepath.Join(imageDir, UKIFile), stub, out, func(c string) string {
+		return c + " " + parametersArg + "=" + base64.RawURLEncoding.EncodeToString(params)
+	})
+}
+
+// RebuildUKI writes to out the UKI in rebuilt on stub ("": DefaultStub)
+// with its command line changed by edit, every other section the same,
+// and returns its description.
+func RebuildUKI(in, stub, out string, edit func(cmdline string) string) (UKIInfo, error) {
 	if stub == "" {
 		stub = DefaultStub
 	}
@@ -139,7 +148,7 @@ func NetbootUKI(imageDir, stub string, params []byte, out string) (UKIInfo, erro
 	if err != nil {
 		return UKIInfo{}, fmt.Errorf("reading the EFI stub (make deps installs systemd-boot-efi): %w", err)
 	}
-	img, err := os.ReadFile(filepath.Join(imageDir, UKIFile))
+	img, err := os.ReadFile(in)
 	if err != nil {
 		return UKIInfo{}, err
 	}
@@ -152,13 +161,13 @@ func NetbootUKI(imageDir, stub string, params []byte, out string) (UKIInfo, erro
 		return UKIInfo{}, err
 	}
 	if len(secs) <= len(stubSecs) {
-		return UKIInfo{}, fmt.Errorf("%s has no sections beyond the stub's", UKIFile)
+		return UKIInfo{}, fmt.Errorf("%s has no sections beyond the stub's", in)
 	}
 	var added []uki.Section
 	cmdline := ""
 	for _, s := range secs[len(stubSecs):] {
 		if s.Name == uki.Cmdline {
-			cmdline = string(s.Data) + " " + parametersArg + "=" + base64.RawURLEncoding.EncodeToString(params)
+			cmdline = edit(string(s.Data))
 			s.Data = []byte(cmdline)
 		}
 		added = append(added, s)

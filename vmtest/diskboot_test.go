@@ -13,7 +13,6 @@ import (
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/platform/gpt"
 	"plinth.dev/plinth/platform/layout"
-	"plinth.dev/plinth/platform/uki"
 )
 
 // diskBoot makes a boot of m go through OVMF from m.disk (flashed from the
@@ -128,34 +127,7 @@ func TestDiskBoot(t *testing.T) {
 // line changed by edit (everything else the same).
 func writeUKIWithCmdline(t *testing.T, in, out string, edit func(string) string) {
 	t.Helper()
-	img, err := os.ReadFile(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secs, err := uki.Read(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stub, err := os.ReadFile(image.DefaultStub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stubSecs, err := uki.Read(stub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var added []uki.Section
-	for _, s := range secs[len(stubSecs):] {
-		if s.Name == uki.Cmdline {
-			s.Data = []byte(edit(string(s.Data)))
-		}
-		added = append(added, s)
-	}
-	rebuilt, err := uki.Build(stub, added)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, rebuilt, 0o644); err != nil {
+	if _, err := image.RebuildUKI(in, "", out, edit); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,7 +3,6 @@ package vmtest
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"io"
 	"os"
 	"path/filepath"
@@ -97,18 +96,11 @@ func wantBootCount(t *testing.T, ctx context.Context, n *Node, want string) {
 
 func hashFile(t *testing.T, p string) [32]byte {
 	t.Helper()
-	f, err := os.Open(p)
+	st, err := os.Stat(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	var s [32]byte
-	copy(s[:], h.Sum(nil))
-	return s
+	return hashRange(t, p, 0, st.Size())
 }
 
 func assertNoLine(t *testing.T, n *Node, re string) {
