@@ -20,8 +20,9 @@ export PLINTH_KERNEL_PACKAGE_DIR := $(abspath $(CACHE))
 export PLINTH_VMTEST_DIR     := $(abspath $(OUT)/vmtest)
 export PLINTH_KUBECTL        := $(abspath $(BIN)/kubectl)
 export PLINTH_KUBE           := $(abspath $(BIN)/kube)
+export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 
-.PHONY: all help deps tools kube-bins image run test unit race fuzz vmtest repro bench generate clean
+.PHONY: all help deps tools kube-bins image image-generic run test unit race fuzz vmtest repro bench generate clean
 
 all: image
 
@@ -29,6 +30,7 @@ help:
 	@echo "make run       build the default image if needed and boot a node in QEMU with swtpm"
 	@echo "make test      everything CI runs: unit tests, reproducibility, VM tests"
 	@echo "make image     build the image for BOARD=$(BOARD) into $(IMAGE)"
+	@echo "make image-generic  build the generic-x86_64 board's image (real machines)"
 	@echo "make kube-bins build kube, containerd, runc, CNI plugins, testpod and kubectl into $(BIN)"
 	@echo "make unit      unit tests (no VM)"
 	@echo "make race      consensus, supervisor, event and logtree tests under the race detector"
@@ -54,13 +56,17 @@ missing = $(if $(wildcard $(1)),,FORCE)
 FORCE:
 .SECONDEXPANSION:
 
-# /init and plinthctl: rebuilt when any Go source changes.
+# /init and plinthctl: rebuilt when any Go source changes. Both with CGO
+# off, as are the tests that need no cgo (NOCGO): cgo changes package net,
+# so with it every package that imports net (grpc, etcd's client, most of
+# Plinth: ~200) would be compiled twice on a cold cache.
+NOCGO := CGO_ENABLED=0
 $(STAMP)/plinthctl: $(GO_SRC) $(call missing,$(BIN)/plinthctl)
-	@scripts/gobuild $(BIN)/plinthctl ./cmd/plinthctl
+	@$(NOCGO) scripts/gobuild $(BIN)/plinthctl ./cmd/plinthctl
 	@mkdir -p $(@D) && touch $@
 
 $(STAMP)/init: $(GO_SRC) $(call missing,$(BIN)/init)
-	@CGO_ENABLED=0 scripts/gobuild $(BIN)/init ./init -ldflags "-s -w -X main.version=$(VERSION)"
+	@$(NOCGO) scripts/gobuild $(BIN)/init ./init -ldflags "-s -w -X main.version=$(VERSION)"
 	@mkdir -p $(@D) && touch $@
 
 tools: $(BIN)/plinthctl $(BIN)/init
@@ -139,11 +145,18 @@ kube-bins: $(KUBE_BINS) $(BIN)/kubectl
 
 $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(BIN)/kubectl: $(BIN)/%: $(STAMP)/% ;
 
-# plinthctl build -bin takes every binary above from one directory.
-$(IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) | deps
-	$(BIN)/plinthctl build -board $(BOARD) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(IMAGE) -version $(VERSION)
+# plinthctl build -bin takes every binary above from one directory; the
+# image directory is named after its board.
+$(OUT)/image/%/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) | deps
+	$(BIN)/plinthctl build -board $* -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(OUT)/image/$* -version $(VERSION)
 
 image: deps $(IMAGE)/manifest.json $(BIN)/kubectl
+
+# The board for real machines, which the VM tests boot as a PC (SATA,
+# e1000e, USB keyboard).
+GENERIC_IMAGE := $(OUT)/image/generic-x86_64
+export PLINTH_GENERIC_IMAGE := $(abspath $(GENERIC_IMAGE))
+image-generic: deps $(GENERIC_IMAGE)/manifest.json
 
 run: image
 	$(BIN)/plinthctl run -image $(IMAGE) -state $(OUT)/run/$(BOARD)
@@ -152,10 +165,14 @@ unit: deps tools
 	@$(BIN)/plinthctl fetch-kernel -board $(BOARD) -cache $(CACHE) >/dev/null
 	@# cmd/kube has no tests; testing it would compile Kubernetes again
 	@# without the image's tags (the kube-bins target builds it).
-	@# -trimpath, as scripts/gobuild builds plinthctl: the tests then reuse
-	@# every package plinthctl compiled (about 400, half of what they need)
-	@# instead of compiling them again without it.
-	go test -trimpath -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/roleserver' -e '/cmd/kube$$')
+	@# -trimpath and CGO off, as scripts/gobuild builds plinthctl and
+	@# /init: the tests then reuse every package those compiled instead of
+	@# compiling them again. Only the TPM simulator's users need cgo.
+	$(NOCGO) go test -trimpath -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/roleserver' -e '/cmd/kube$$' $(foreach p,$(CGO_TEST_PKGS),-e '/$(p)$$'))
+	go test -trimpath -count=1 $(addprefix ./,$(CGO_TEST_PKGS))
+
+# The packages whose tests run the TPM simulator (go-tpm-tools, cgo).
+CGO_TEST_PKGS := platform/tpm platform/measure platform/eventlog
 
 # Concurrent packages run under the race detector (consensus runs only here).
 RACE_PKGS := ./roleserver/... ./platform/supervisor/... ./platform/event/... ./platform/logtree/...
@@ -165,8 +182,8 @@ race: $(BIN)/kube
 repro: image
 	scripts/repro $(BOARD) $(BIN) $(CACHE) $(IMAGE) $(VERSION) $(OUT)/repro
 
-vmtest: image
-	go test -trimpath -count=1 -timeout 50m -v ./vmtest/ 2>&1 | scripts/testsummary
+vmtest: image image-generic
+	$(NOCGO) go test -trimpath -count=1 -timeout 50m -v ./vmtest/ 2>&1 | scripts/testsummary
 
 # Each fuzz target runs briefly (a count, not a duration: a duration can
 # end mid-baseline with "context deadline exceeded"); FUZZTIME=10m digs deeper.

@@ -1,43 +1,52 @@
 package board
 
 import (
+	"slices"
 	"strings"
 
 	"plinth.dev/plinth/platform/layout"
 )
 
-func init() {
-	register(&Board{
-		Name:          "qemu-x86_64",
-		KernelPackage: "linux-image-6.1.0-57-cloud-amd64",
-		EarlyModules: []string{
-			// disks, network, entropy
-			"virtio_pci", "virtio_blk", "virtio_net", "virtio_rng",
-			// the system image: a file in the initramfs behind dm-verity
-			"loop", "dm_verity", "squashfs",
-			// the data disk: dm-crypt, dm-integrity and their ciphers (the
-			// kernel cannot load these on demand: there is no modprobe)
-			"dm_crypt", "dm_integrity", "xts", "ecb", "authenc", "aesni_intel",
-			// node parameters from QEMU, ACPI power button
-			"qemu_fw_cfg", "button", "evdev",
-			// a disk boot: the UKI's ESP (systemd-stub's EFI variables
-			// name it) and the node parameters on it
-			"efivarfs", "vfat", "nls_cp437", "nls_ascii", "nls_utf8",
-		},
-		SystemModules: []string{
-			"overlay", "xfs",
-			"bridge", "br_netfilter", "veth", "vxlan", "nf_tables", "wireguard",
-		},
-		KubernetesModules: kubernetesModules,
-		Arch:              "amd64",
-		HostFiles:         append(append(append([]HostFile(nil), mkfsTools...), nftTool), mountTools...),
-		Console:           "ttyS0",
-		// panic=-1: a kernel panic reboots at once instead of hanging a
-		// test; loglevel=4 keeps kernel warnings and errors on the console.
-		Cmdline: []string{"panic=-1", "loglevel=4"},
-		QEMU:    QEMU{Machine: "q35", MemoryMiB: 2048, CPUs: 2},
-	})
+// qemuBoard is the default board: QEMU's q35 machine with virtio devices
+// and Debian's cloud kernel.
+var qemuBoard = &Board{
+	Name:          "qemu-x86_64",
+	KernelPackage: "linux-image-6.1.0-57-cloud-amd64",
+	EarlyModules: slices.Concat(
+		// disks, network, entropy
+		[]string{"virtio_pci", "virtio_blk", "virtio_net", "virtio_rng"},
+		systemImageModules, dataDiskModules,
+		// node parameters from QEMU, ACPI power button
+		[]string{"qemu_fw_cfg", "button", "evdev"},
+		espModules),
+	SystemModules: []string{
+		"overlay", "xfs",
+		"bridge", "br_netfilter", "veth", "vxlan", "nf_tables", "wireguard",
+	},
+	KubernetesModules: kubernetesModules,
+	Arch:              "amd64",
+	HostFiles:         append(append(append([]HostFile(nil), mkfsTools...), nftTool), mountTools...),
+	Console:           "ttyS0",
+	// panic=-1: a kernel panic reboots at once instead of hanging a
+	// test; loglevel=4 keeps kernel warnings and errors on the console.
+	Cmdline: []string{"panic=-1", "loglevel=4"},
+	QEMU:    QEMU{Machine: "q35", MemoryMiB: 2048, CPUs: 2},
 }
+
+func init() { register(qemuBoard) }
+
+// Early modules every board needs (the kernel cannot load modules on
+// demand: there is no modprobe).
+var (
+	// the system image: a file in the initramfs or a slot partition,
+	// behind dm-verity
+	systemImageModules = []string{"loop", "dm_verity", "squashfs"}
+	// the data disk: dm-crypt, dm-integrity and their ciphers
+	dataDiskModules = []string{"dm_crypt", "dm_integrity", "xts", "ecb", "authenc", "aesni_intel"}
+	// a disk boot: the UKI's ESP (systemd-stub's EFI variables name it)
+	// and the node parameters on it
+	espModules = []string{"efivarfs", "vfat", "nls_cp437", "nls_ascii", "nls_utf8"}
+)
 
 // mkfsTools are the filesystem creators the storage service runs
 // (Debian packages e2fsprogs and xfsprogs on the build host).

@@ -19,6 +19,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/bootdisk"
 	"plinth.dev/plinth/platform/cmdline"
+	"plinth.dev/plinth/platform/console"
 	"plinth.dev/plinth/platform/eventlog"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/layout"
@@ -47,6 +48,11 @@ func bootCore() int {
 	// The console gets the node's own lines; child processes (Kubernetes)
 	// report only errors there, the rest stays in the log buffer.
 	logs.AddSink(os.Stdout, logtree.NotProcessOutput)
+	// So do the other consoles the command line names (a screen and a
+	// serial port: the generic board has both).
+	for _, c := range console.OpenOthers() {
+		logs.AddSink(c, logtree.NotProcessOutput)
+	}
 	// The console is written asynchronously: its last lines must be out
 	// before PID 1 powers off.
 	defer logs.Flush(3 * time.Second)
@@ -340,6 +346,11 @@ func openSystemImage(args map[string]string) (p verity.Params, r *sysimage.Resul
 		return p, nil, nil, "", err
 	}
 	if err := sysimage.Mount(r.Device, "/newroot", "squashfs"); err != nil {
+		// dm-verity refused a block the mount read: say which, and that
+		// it is the image, not the node.
+		if _, verr := sysimage.Verify(context.Background(), r.Device, r.Size, sysimage.Pace{Busy: 1}); errors.Is(verr, sysimage.ErrTampered) {
+			return p, nil, nil, "", fmt.Errorf("the system image in %s does not match its root hash (tampered or corrupt; nothing else on the disk was touched): %w", where, verr)
+		}
 		return p, nil, nil, "", err
 	}
 	return p, r, boot, fmt.Sprintf("%s on %s (%s), %d MiB, root hash %x: every block is checked when read", r.Device, r.Loop, where, r.Size>>20, p.RootHash), nil
@@ -447,20 +458,6 @@ func setupCgroups() (string, error) {
 		return "", fmt.Errorf("enabling controllers %v: %w", enable, err)
 	}
 	return "core in " + leaf + ", controllers " + strings.Join(enable, " "), nil
-}
-
-func reportHardware(l *slog.Logger) {
-	var tpms []string
-	for _, d := range []string{"/dev/tpmrm0", "/dev/tpm0"} {
-		if _, err := os.Stat(d); err == nil {
-			tpms = append(tpms, d)
-		}
-	}
-	if len(tpms) == 0 {
-		l.Warn("no TPM device found")
-	} else {
-		l.Info("TPM device present", "devices", strings.Join(tpms, ","))
-	}
 }
 
 // reportReadiness logs once when every runnable is healthy, and later

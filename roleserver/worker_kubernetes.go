@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event/memory"
@@ -21,8 +22,8 @@ import (
 // top of the node's running consensus member; the worker
 // (kubernetes.Worker) with the KubernetesWorker role. A change of either
 // role restarts this runnable, which stops what the node no longer runs
-// (the node goes NotReady when its kubelet stops) and starts what it now
-// does.
+// (a removed worker reports its Node NotReady at once and its pods'
+// containers are stopped) and starts what it now does.
 type workerKubernetes struct {
 	root *localstorage.Root
 	// inputs
@@ -42,10 +43,24 @@ type workerKubernetes struct {
 
 	// runController and runWorker make the runnables of the two roles
 	// (nil: kubernetes.Controller and kubernetes.Worker; tests put fakes
-	// in).
+	// in). runWorker also returns what reports the worker stopped
+	// (kubernetes.Worker.ReportStopped).
 	runController func(nodeID string, addr net.IP, st *consensus.Status) supervisor.Runnable
-	runWorker     func(nodeID string, addr net.IP, conn *CuratorConnection) supervisor.Runnable
+	runWorker     func(nodeID string, addr net.IP, conn *CuratorConnection) (supervisor.Runnable, reportStopped)
+
+	// stopped reports the last worker this runnable ran stopped (nil: no
+	// worker ran since the last report).
+	stopped reportStopped
 }
+
+// reportStopped tells the API servers (host:port) that the node's
+// kubelet is gone.
+type reportStopped func(ctx context.Context, servers []string) error
+
+// reportStoppedTimeout bounds the report of a removed worker: the
+// controllers may be unreachable, and the node lifecycle controller
+// notices a silent kubelet by itself, later.
+const reportStoppedTimeout = 15 * time.Second
 
 func (w *workerKubernetes) controllerRunnable(nodeID string, addr net.IP, st *consensus.Status) supervisor.Runnable {
 	if w.runController != nil {
@@ -55,7 +70,7 @@ func (w *workerKubernetes) controllerRunnable(nodeID string, addr net.IP, st *co
 	return c.Run
 }
 
-func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *CuratorConnection) supervisor.Runnable {
+func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *CuratorConnection) (supervisor.Runnable, reportStopped) {
 	if w.runWorker != nil {
 		return w.runWorker(nodeID, addr, conn)
 	}
@@ -66,7 +81,7 @@ func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *Cura
 			return certifyWorker(ctx, conn, keys)
 		},
 	}
-	return wk.Run
+	return wk.Run, wk.ReportStopped
 }
 
 func (w *workerKubernetes) run(ctx context.Context) error {
@@ -94,6 +109,17 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 			log.Info("stopped the pods left without a kubelet", "shims", n)
 		}
 	}
+	if !worker && w.stopped != nil {
+		// The worker's last run has ended (its kubelet with it).
+		rctx, cancel := context.WithTimeout(ctx, reportStoppedTimeout)
+		if err := w.stopped(rctx, current(w.controllers)); err != nil {
+			log.Warn("reporting the stopped kubelet's Node NotReady (the node lifecycle controller will notice later)", "err", err)
+		} else {
+			log.Info("reported the stopped kubelet's Node NotReady")
+		}
+		cancel()
+		w.stopped = nil
+	}
 	if controller || worker {
 		addr, err := w.address(ctx)
 		if err != nil {
@@ -113,7 +139,9 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := supervisor.Run(ctx, "worker", w.workerRunnable(nd.nodeID, addr, conn)); err != nil {
+			run, stopped := w.workerRunnable(nd.nodeID, addr, conn)
+			w.stopped = stopped
+			if err := supervisor.Run(ctx, "worker", run); err != nil {
 				return err
 			}
 		}

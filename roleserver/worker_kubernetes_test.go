@@ -53,7 +53,20 @@ func TestKubernetesRolesStartAndStop(t *testing.T) {
 		controllers: &s.kubernetesControllers, status: &s.KubernetesStatus,
 		address:       func(context.Context) (net.IP, error) { return net.ParseIP("10.42.0.10"), nil },
 		runController: func(string, net.IP, *consensus.Status) supervisor.Runnable { return f.runnable("controller") },
-		runWorker:     func(string, net.IP, *CuratorConnection) supervisor.Runnable { return f.runnable("worker") },
+		runWorker: func(string, net.IP, *CuratorConnection) (supervisor.Runnable, reportStopped) {
+			return f.runnable("worker"), func(_ context.Context, servers []string) error {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if f.running["worker"] {
+					t.Error("the worker reported stopped while it runs")
+				}
+				if len(servers) != 1 || servers[0] != "10.42.0.10:6443" {
+					t.Errorf("stopped worker reported to %q, want the cluster's API servers", servers)
+				}
+				f.starts["reportStopped"]++
+				return nil
+			}
+		},
 		stopPods: func() (int, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -65,6 +78,7 @@ func TestKubernetesRolesStartAndStop(t *testing.T) {
 		},
 	}
 	s.node.Set(&nodeData{nodeID: "plinth-x"})
+	s.kubernetesControllers.Set([]string{"10.42.0.10:6443"})
 	s.CuratorConnection.Set(&CuratorConnection{})
 	s.Roles.Set(&clusterpb.NodeRoles{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,20 +112,23 @@ func TestKubernetesRolesStartAndStop(t *testing.T) {
 	s.Roles.Set(&clusterpb.NodeRoles{KubernetesWorker: worker})
 	want("worker role", false, true)
 	f.mu.Lock()
-	stopsBefore := f.starts["stopPods"]
+	stopsBefore, reportsBefore := f.starts["stopPods"], f.starts["reportStopped"]
 	f.mu.Unlock()
+	if reportsBefore != 0 {
+		t.Fatalf("%d reports of a stopped worker before any worker stopped", reportsBefore)
+	}
 	s.Roles.Set(&clusterpb.NodeRoles{})
 	want("worker role removed", false, false)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		f.mu.Lock()
-		stops := f.starts["stopPods"]
+		stops, reports := f.starts["stopPods"], f.starts["reportStopped"]
 		f.mu.Unlock()
-		if stops > stopsBefore {
+		if stops > stopsBefore && reports == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the worker role went, its pods were not stopped")
+			t.Fatalf("the worker role went: pods stopped %d times (want more than %d), reported %d times (want 1)", stops, stopsBefore, reports)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

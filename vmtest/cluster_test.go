@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -322,17 +323,43 @@ type plinthctl string
 
 func buildPlinthctl(t *testing.T) plinthctl {
 	t.Helper()
+	plinthctlOnce.Do(func() { plinthctlBin, plinthctlErr = findPlinthctl() })
+	if plinthctlErr != nil {
+		t.Fatal(plinthctlErr)
+	}
+	return plinthctl(plinthctlBin)
+}
+
+var (
+	plinthctlOnce sync.Once
+	plinthctlBin  string
+	plinthctlErr  error
+)
+
+// findPlinthctl returns $PLINTH_PLINTHCTL (make exports the plinthctl it
+// built from this tree) or builds one, once per test process, as make
+// does (CGO off, -trimpath: the compiled packages are shared with /init's
+// and the tests').
+func findPlinthctl() (string, error) {
+	if p := os.Getenv("PLINTH_PLINTHCTL"); p != "" {
+		return p, nil
+	}
 	root, err := repoRoot()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	bin := filepath.Join(t.TempDir(), "plinthctl")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/plinthctl")
+	dir, err := os.MkdirTemp("", "vmtest-plinthctl")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "plinthctl")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/plinthctl")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building plinthctl: %v\n%s", err, out)
+		return "", fmt.Errorf("building plinthctl: %v\n%s", err, out)
 	}
-	return plinthctl(bin)
+	return bin, nil
 }
 
 func (p plinthctl) run(t *testing.T, args ...string) string {

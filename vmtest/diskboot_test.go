@@ -41,7 +41,7 @@ func flashMachine(t *testing.T, m *machine, size int64) {
 // measured (PCR 11 as the manifest predicts, PCR 4 as the node predicts
 // from its event log). A UKI with another command line cannot unseal and
 // leaves the data alone; the original UKI back, the node continues
-// (boot count 2).
+// (boot count 2). A corrupt system slot is refused, the data untouched.
 func TestDiskBoot(t *testing.T) {
 	t.Parallel() // with TestNetBoot: see there
 	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
@@ -121,6 +121,38 @@ func TestDiskBoot(t *testing.T) {
 	wantBootCount(t, ctx, n, "2")
 	assertNoLine(t, n, `make ext4 filesystem`)
 	powerOff(t, ctx, n)
+
+	// A corrupt system slot: dm-verity refuses the block the mount reads,
+	// the node says so and halts before it opens anything else; the data
+	// partition stays as it was.
+	slotA := m.img.Manifest.Disk.Partitions[1]
+	corruptByte(t, m.disk, int64(slotA.FirstLBA)*512+100)
+	dataBefore = hashRange(t, m.disk, data.Offset(), data.Size())
+	n = m.boot(t, ctx, "boot4-corrupt-slot", diskBoot(m))
+	mustLine(t, ctx, n, `E init: boot step failed: map and mount the system image \(dm-verity\) err=".*system image in slot a does not match its root hash.*reading block 0\b`)
+	mustLine(t, ctx, n, `E init: node halted`)
+	powerOff(t, ctx, n)
+	if hashRange(t, m.disk, data.Offset(), data.Size()) != dataBefore {
+		t.Fatal("the data partition changed on a boot from a corrupt system slot")
+	}
+}
+
+// corruptByte flips the low bit of the byte at offset of file.
+func corruptByte(t *testing.T, file string, offset int64) {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, offset); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if _, err := f.WriteAt(b, offset); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // writeUKIWithCmdline writes to out the UKI in as rebuilt with its command

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/kubernetes"
 )
 
 // kubectl runs the kubectl built from the nodes' Kubernetes version
@@ -168,7 +169,8 @@ spec:
 // node's DNS and calls it through the Service VIP with its service
 // account token, and a NodePort Service answers from the host through the
 // harness's forwarded port. Then the worker-only node loses its
-// KubernetesWorker role (NotReady, its pod stops), gets it back (Ready,
+// KubernetesWorker role (it reports its Node NotReady at once, its pod
+// stops), gets it back (Ready,
 // the pod runs again), and has its power cut (Ready again, its pod runs
 // again and is reachable). Before that, on the first node, which has
 // every role as a one-node cluster's node does: a Deployment of the test
@@ -274,7 +276,10 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// stops and the node goes NotReady; with the role back, Ready.
 	t.Log("NodePort answers from the host; removing the second node's KubernetesWorker role")
 	ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
-	ready(second, false, 5*time.Minute)
+	// The node says so itself, at once: not the node lifecycle
+	// controller's Unknown after its grace period.
+	k.until(t, ctx, 2*time.Minute, second.Name+" reports NotReady", func(out string) bool { return out == "False "+kubernetes.NotReadyReason },
+		"get", "node", second.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}`)
 	// Its pods stopped with it: nothing would manage them.
 	if out, err := k.try(ctx, "exec", "a", "--", "/testpod", "get", "-timeout", "5s", "http://"+ipB+":8080/"); err == nil {
 		t.Fatalf("pod b still answers on a node without the KubernetesWorker role: %q", out)

@@ -53,6 +53,20 @@ type NodeOptions struct {
 	// UEFI boots the node through OVMF (from its disks, or the network)
 	// instead of QEMU's -kernel; nil keeps the direct kernel boot.
 	UEFI *UEFI
+	// PC makes the node look like a physical machine instead of using
+	// QEMU's paravirtual devices (the generic board's test).
+	PC *PC
+}
+
+// PC hardware: what the generic board's drivers must find.
+type PC struct {
+	// SATA puts the disks on the q35 machine's AHCI controller.
+	SATA bool
+	// NIC is the network device model instead of virtio-net-pci (e.g.
+	// e1000e, an Intel 82574L).
+	NIC string
+	// USBKeyboard adds an xHCI controller with a USB keyboard.
+	USBKeyboard bool
 }
 
 // UEFI is the firmware of a node booted through OVMF.
@@ -363,6 +377,10 @@ func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
 	for i, d := range o.disks() {
 		id := fmt.Sprintf("disk%d", i)
 		dev := "virtio-blk-pci,drive=" + id
+		if o.PC != nil && o.PC.SATA {
+			// ich9-ahci's six ports are buses ide.0 to ide.5.
+			dev = fmt.Sprintf("ide-hd,drive=%s,bus=ide.%d", id, i)
+		}
 		if d.Serial != "" {
 			dev += ",serial=" + qemuOpt(d.Serial)
 		}
@@ -390,7 +408,14 @@ func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
 		for _, f := range o.HostForwards {
 			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.HostPort, f.GuestPort)
 		}
-		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
+		nic := "virtio-net-pci"
+		if o.PC != nil && o.PC.NIC != "" {
+			nic = o.PC.NIC
+		}
+		args = append(args, "-netdev", netdev, "-device", nic+",netdev=net0")
+	}
+	if o.PC != nil && o.PC.USBKeyboard {
+		args = append(args, "-device", "qemu-xhci,id=xhci", "-device", "usb-kbd,bus=xhci.0")
 	}
 	return append(args, o.ExtraArgs...)
 }

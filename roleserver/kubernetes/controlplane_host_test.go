@@ -53,6 +53,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 	if err := localstorage.Create(&root.Ephemeral, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	const nodeID = "plinth-0123456789abcdef0123456789abcdef"
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	peer, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,7 +62,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 	port := peer.Addr().(*net.TCPAddr).Port
 	peer.Close()
 	cons := testutil.NewLoopbackConsensus(consensus.Config{Data: &root.Data.Etcd, Ephemeral: &root.Ephemeral.Consensus,
-		NodeID: "plinth-0123456789abcdef0123456789abcdef", NodePrivateKey: key}, port)
+		NodeID: nodeID, NodePrivateKey: key}, port)
 
 	lt := logtree.New(20000)
 	status := &memory.Value[*Status]{}
@@ -79,7 +80,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 			return err
 		}
 		st = s
-		c := &Controller{Root: root, NodeID: "plinth-0123456789abcdef0123456789abcdef", Address: hostAddress(t),
+		c := &Controller{Root: root, NodeID: nodeID, Address: hostAddress(t),
 			Consensus: s, Status: status, KubeBinary: kube}
 		if err := supervisor.Run(ctx, "controller", c.Run); err != nil {
 			return err
@@ -181,6 +182,33 @@ func TestControlPlaneOnHost(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+	// A removed worker reports its Node NotReady as its kubelet: the
+	// node authorizer and NodeRestriction let it patch its own status.
+	clientPub, clientKey, _ := ed25519.GenerateKey(rand.Reader)
+	serverPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	kca, kubeletCert, _, err := pki.New(kv).Kubelet(ctx, nodeID, []net.IP{hostAddress(t)}, clientPub, serverPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, b := api("POST", "/api/v1/nodes", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"`+nodeID+`"}}`); code != http.StatusCreated {
+		t.Fatalf("creating the node's Node: %d %s", code, b)
+	}
+	wk := &Worker{NodeID: nodeID}
+	wk.running.Store(&workerCredentials{keys: &workerKeys{kubeletClient: clientKey}, certs: &WorkerCertificates{CA: kca, KubeletClient: kubeletCert}})
+	if err := wk.ReportStopped(ctx, []string{strings.TrimPrefix(s.APIServer, "https://")}); err != nil {
+		t.Fatalf("reporting the stopped worker: %v", err)
+	}
+	_, b := api("GET", "/api/v1/nodes/"+nodeID, "")
+	var node struct {
+		Status struct {
+			Conditions []struct{ Type, Status, Reason string }
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(b, &node); err != nil || len(node.Status.Conditions) != 1 ||
+		node.Status.Conditions[0].Type != "Ready" || node.Status.Conditions[0].Status != "False" || node.Status.Conditions[0].Reason != NotReadyReason {
+		t.Fatalf("the stopped worker's Node: %s (%v); want Ready False, reason %s", b, err, NotReadyReason)
+	}
+
 	// Everything the API server stored is below /kubernetes/.
 	k8s, err := st.KubernetesClient()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -66,6 +67,9 @@ type Worker struct {
 
 	// renewed are certificates obtained for the next run (renewal).
 	renewed *workerCredentials
+	// running are the credentials of the last run (ReportStopped uses
+	// the kubelet's).
+	running atomic.Pointer[workerCredentials]
 }
 
 // Run is a supervisor runnable.
@@ -107,6 +111,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	w.running.Store(cred)
 	keys, certs := cred.keys, cred.certs
 	f, err := workerFiles(w, keys, certs)
 	if err != nil {
