@@ -22,7 +22,7 @@ export PLINTH_KUBECTL        := $(abspath $(BIN)/kubectl)
 export PLINTH_KUBE           := $(abspath $(BIN)/kube)
 export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 
-.PHONY: all help deps tools kube-bins image image-generic run test unit race fuzz vmtest repro bench generate clean
+.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate clean
 
 all: image
 
@@ -158,6 +158,14 @@ GENERIC_IMAGE := $(OUT)/image/generic-x86_64
 export PLINTH_GENERIC_IMAGE := $(abspath $(GENERIC_IMAGE))
 image-generic: deps $(GENERIC_IMAGE)/manifest.json
 
+# The image the update test installs over make image's: the same binaries
+# and board, another version (so another system image, root hash, UKIs).
+NEXT_IMAGE := $(OUT)/image-next/$(BOARD)
+export PLINTH_NEXT_IMAGE := $(abspath $(NEXT_IMAGE))
+$(NEXT_IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) | deps
+	$(BIN)/plinthctl build -board $(BOARD) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(NEXT_IMAGE) -version $(VERSION)-next
+image-next: deps $(NEXT_IMAGE)/manifest.json
+
 run: image
 	$(BIN)/plinthctl run -image $(IMAGE) -state $(OUT)/run/$(BOARD)
 
@@ -182,7 +190,7 @@ race: $(BIN)/kube
 repro: image
 	scripts/repro $(BOARD) $(BIN) $(CACHE) $(IMAGE) $(VERSION) $(OUT)/repro
 
-vmtest: image image-generic
+vmtest: image image-generic image-next
 	$(NOCGO) go test -trimpath -count=1 -timeout 50m -v ./vmtest/ 2>&1 | scripts/testsummary
 
 # Each fuzz target runs briefly (a count, not a duration: a duration can

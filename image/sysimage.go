@@ -47,7 +47,7 @@ var systemDirs = []string{
 func systemTree(b *buildState) ([]sysFile, error) {
 	files := []sysFile{
 		{Path: "etc/os-release", Mode: 0o644, Data: []byte(fmt.Sprintf(
-			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\n", b.board.Name, b.version))},
+			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\nPLINTH_BOARD=%s\n", b.board.Name, b.version, b.board.Name))},
 		// Written by the network service at run time.
 		{Path: "etc/resolv.conf", Symlink: "../run/resolv.conf"},
 		// Written by the Kubernetes worker (the kubelet wants one).

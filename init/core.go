@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,7 @@ import (
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/platform/sysimage"
 	"plinth.dev/plinth/platform/tpm"
+	"plinth.dev/plinth/platform/update"
 	"plinth.dev/plinth/platform/verity"
 	"plinth.dev/plinth/roleserver"
 	"plinth.dev/plinth/roleserver/enrolment"
@@ -82,6 +84,10 @@ func bootCore() int {
 		// imageBad receives if the background read of the whole system
 		// image finds a block that does not match the root hash.
 		imageBad <-chan error
+		// upd is this node's side of A/B updates; volume the data volume
+		// once open (an update seals its key again).
+		upd    *update.Node
+		volume *datadisk.Result
 	)
 	// The boot, in order. Each step logs what it did and how long it took.
 	// A failed step leaves the node waiting, saying why, and still
@@ -98,11 +104,25 @@ func bootCore() int {
 			return "devpts, shm, run", err
 		}},
 		{"load early kernel modules", loadModules},
-		{"map and mount the system image (dm-verity)", func() (detail string, err error) {
-			system, sysImage, boot, detail, err = openSystemImage(args)
+		// Before the system image: a trial boot that fails from here on
+		// reboots into the previous slot.
+		{"A/B update state", func() (detail string, err error) {
+			upd, detail, err = startUpdates(l, args)
 			return detail, err
 		}},
-		{"switch root into the system image", switchRoot},
+		{"map and mount the system image (dm-verity)", func() (detail string, err error) {
+			system, sysImage, boot, detail, err = openSystemImage(args)
+			upd.Boot = boot
+			return detail, err
+		}},
+		{"switch root into the system image", func() (string, error) {
+			detail, err := switchRoot()
+			if board, v := imageRelease(); v != "" {
+				upd.Board, version = board, v
+				detail += fmt.Sprintf("; image version %s for board %s", v, board)
+			}
+			return detail, err
+		}},
 		{"verify the whole system image in the background", func() (string, error) {
 			imageBad = verifySystemImage(l, sysImage, system)
 			return fmt.Sprintf("%d MiB, reading %.0f%% of the time", sysImage.Size>>20, systemImagePace.Busy*100), nil
@@ -118,7 +138,8 @@ func bootCore() int {
 		{"TPM and measured boot", func() (detail string, err error) {
 			var events []eventlog.Event
 			firmware, events = firmwareMeasurements()
-			chip, keys, detail, err = measureBoot(l, params, system, firmware)
+			upd.Events = events
+			chip, keys, detail, err = measureBoot(l, params, system, firmware, upd)
 			if err == nil {
 				go checkPredictions(l, chip, boot, events)
 			}
@@ -126,7 +147,10 @@ func bootCore() int {
 		}},
 		// Which disk is chosen here, once; enrolment uses the same one.
 		{"open data disk", func() (detail string, err error) {
-			diskCfg, detail, err = openDataDisk(l, params, keys, chip, local, registering)
+			if v, ok := args[haltArg]; ok {
+				return "", fmt.Errorf("%s=%s on the kernel command line: the image stops before it opens the data disk", haltArg, v)
+			}
+			diskCfg, volume, detail, err = openDataDisk(l, params, keys, chip, local, registering)
 			return detail, err
 		}},
 	}
@@ -135,6 +159,13 @@ func bootCore() int {
 		detail, err := s.run()
 		if err != nil {
 			l.Error("boot step failed: "+s.name, "err", err)
+			if upd != nil && upd.Kind() == update.BootTrial {
+				closeDataVolume(l, local)
+				unix.Sync()
+				l.Error("trial boot of an update failed: rebooting into the previous slot")
+				l.Info("filesystems synced, handing over to PID 1", "action", "reboot")
+				return reaper.ExitReboot
+			}
 			l.Error("node halted: the boot cannot continue; power the node off, fix the cause and boot again")
 			return waitForPowerOff(logs)
 		}
@@ -152,8 +183,13 @@ func bootCore() int {
 		benchmarkStorage(l, diskCfg.Disk)
 	}
 	reportHardware(l)
-	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg, imageBad: imageBad, firmware: firmware})
+	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg, imageBad: imageBad, firmware: firmware, upd: upd, volume: volume})
 }
+
+// haltArg on the (measured) kernel command line stops the boot before the
+// data disk is opened: for images that must not join a cluster (a
+// debugging image; the update test's image that fails its trial boot).
+const haltArg = "plinth.halt"
 
 // nodeState is what the boot steps hand to the supervised node.
 type nodeState struct {
@@ -167,6 +203,10 @@ type nodeState struct {
 	// firmware: what the firmware measured (an unmeasured boot is a
 	// problem in the node's status).
 	firmware measure.Firmware
+	// upd: A/B updates; volume: the data volume if init opened it (a
+	// registering node's is opened by enrolment).
+	upd    *update.Node
+	volume *datadisk.Result
 }
 
 // runNode runs the supervisor tree until a shutdown request, then stops
@@ -189,6 +229,8 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 	var (
 		sup   *supervisor.Supervisor
 		enrol *enrolment.Config
+		// volume is the open data volume, for an update's reseal.
+		volume atomic.Pointer[datadisk.Result]
 	)
 	roles := roleserver.New(roleserver.Config{
 		StorageRoot:  n.local,
@@ -217,6 +259,7 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 		StopPods:         kubernetes.StopPods,
 		LocalClusterKey:  func(keep bool) error { return enrol.KeepClusterKeyLocally(keep) },
 		CuratorEndpoints: n.params.Params.GetRegister().GetCuratorEndpoints(),
+		Updates:          n.upd,
 		DirectoryChanged: func(d *clusterpb.ClusterDirectory) error { return enrol.UpdateDirectory(d) },
 	})
 	enrol = &enrolment.Config{
@@ -226,6 +269,7 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 		TPMUsage:   tpmUsage(n.chip),
 		Disk:       n.disk,
 		VolumeOpened: func(r *datadisk.Result) error {
+			volume.Store(r)
 			_, err := volumeOpened(l, n.chip, n.local, r)
 			return err
 		},
@@ -234,6 +278,22 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 		Version:    version,
 		BootTime:   bootTime(),
 	}
+	if n.volume != nil {
+		volume.Store(n.volume)
+	}
+	if n.chip != nil {
+		n.upd.Reseal = func() error {
+			v := volume.Load()
+			if v == nil {
+				return errors.New("the data volume is not open yet")
+			}
+			if err := v.ResealNodeKey(n.keys); err != nil {
+				return err
+			}
+			return enrol.Reseal()
+		}
+	}
+	watchTrial(l, n.upd, func() { requestShutdown(reaper.ExitReboot) })
 	sup = supervisor.New(ctx, logs, func(ctx context.Context) error {
 		for _, r := range []struct {
 			name string
@@ -252,7 +312,7 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 		<-ctx.Done()
 		return ctx.Err()
 	}, supervisor.Options{})
-	go reportReadiness(ctx, l, sup)
+	go reportReadiness(ctx, l, sup, func() { confirmWhenHealthy(l, n.upd, n.disk.Disk) })
 
 	code, corrupt := waitForShutdownRequest(l, shutdown, n.imageBad)
 	if corrupt != nil {
@@ -462,7 +522,7 @@ func setupCgroups() (string, error) {
 
 // reportReadiness logs once when every runnable is healthy, and later
 // whenever that changes.
-func reportReadiness(ctx context.Context, l *slog.Logger, sup *supervisor.Supervisor) {
+func reportReadiness(ctx context.Context, l *slog.Logger, sup *supervisor.Supervisor, firstReady func()) {
 	wasHealthy := false
 	for {
 		ch := sup.Changed()
@@ -475,6 +535,10 @@ func reportReadiness(ctx context.Context, l *slog.Logger, sup *supervisor.Superv
 			if healthy {
 				l.Info("all supervised runnables healthy", "runnables", strings.Join(names, ","))
 				l.Info("node ready", "uptime", uptime())
+				if firstReady != nil {
+					go firstReady()
+					firstReady = nil
+				}
 			} else if ctx.Err() == nil {
 				l.Warn("node degraded", "runnables", strings.Join(names, ","))
 			}

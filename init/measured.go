@@ -17,7 +17,7 @@ import (
 	"plinth.dev/plinth/platform/eventlog"
 	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/tpm"
-	"plinth.dev/plinth/platform/uki"
+	"plinth.dev/plinth/platform/update"
 )
 
 // What the firmware measured this boot, and whether the live PCRs are
@@ -74,25 +74,13 @@ func checkPredictions(l *slog.Logger, chip *tpm.TPM, boot *bootdisk.Boot, events
 		l.Warn("measured boot: cannot check the PCR predictions", "err", err)
 		return
 	}
-	pcr11, err := uki.PredictPCR11(img)
+	u, err := update.ReadUKI(img)
 	if err != nil {
-		l.Warn("measured boot: cannot predict PCR 11", "uki", name, "err", err)
+		l.Warn("measured boot: cannot predict the PCRs of the UKI", "uki", name, "err", err)
 		return
 	}
-	apps := [][]byte{}
-	if a, err := uki.AuthenticodeSHA256(img); err == nil {
-		apps = append(apps, a)
-	}
-	if secs, err := uki.Read(img); err == nil {
-		for _, s := range secs {
-			if s.Name == uki.Linux {
-				if a, err := uki.AuthenticodeSHA256(s.Data); err == nil {
-					apps = append(apps, a)
-				}
-			}
-		}
-	}
-	pcr4, err4 := eventlog.PredictPCR4(events, apps)
+	pcr11 := u.PCR11
+	pcr4, err4 := eventlog.PredictPCR4(events, u.Apps)
 	live, err := chip.ReadPCRs([]int{4, 11})
 	if err != nil {
 		l.Warn("measured boot: cannot read PCRs", "err", err)

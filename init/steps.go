@@ -22,6 +22,7 @@ import (
 	"plinth.dev/plinth/platform/network"
 	datadisk "plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/platform/tpm"
+	"plinth.dev/plinth/platform/update"
 	"plinth.dev/plinth/platform/verity"
 	"plinth.dev/plinth/roleserver/localstorage"
 	"plinth.dev/plinth/roleserver/parameters"
@@ -65,7 +66,7 @@ func readParameters(args map[string]string, boot *bootdisk.Boot) (*parameters.Lo
 // into PCR 15 and returns the node's key protector. fw is what the
 // firmware measured: on an unmeasured boot the protector creates no new
 // sealed key unless the parameters allow it (existing keys still open).
-func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw measure.Firmware) (*tpm.TPM, datadisk.KeyProtector, string, error) {
+func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw measure.Firmware, upd *update.Node) (*tpm.TPM, datadisk.KeyProtector, string, error) {
 	if gap := fw.Gap(); gap != "" {
 		l.Warn("unmeasured boot: " + gap)
 	}
@@ -96,7 +97,9 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw 
 	if err != nil {
 		return nil, nil, "", err
 	}
-	keys := measure.TPMKeys{TPM: chip, PCRs: pcrs, Expected: v}
+	// While an update is pending, keys seal to the other slot's PCRs too.
+	keys := measure.TPMKeys{TPM: chip, PCRs: pcrs, Expected: v, Other: upd.Other}
+	upd.SealPCRs, upd.Current, upd.ParametersDigest = pcrs, v, p.SHA256
 	firmware := "firmware measured the UKI"
 	if !fw.Measured() {
 		firmware = "unmeasured boot, new keys allowed by tpm.allow_unmeasured_boot"
@@ -113,25 +116,25 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw 
 // UpdateEnrolment and Open get this choice in the returned Config.Disk —
 // and opens it, unless the node registers: its volume key needs the
 // cluster unlock key, so enrolment opens the volume once the network is up.
-func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, chip *tpm.TPM, root *localstorage.Root, registering bool) (datadisk.Config, string, error) {
+func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, chip *tpm.TPM, root *localstorage.Root, registering bool) (datadisk.Config, *datadisk.Result, string, error) {
 	cfg, err := dataDiskConfig(l, p, keys, root)
 	if err != nil {
-		return cfg, "", err
+		return cfg, nil, "", err
 	}
 	disk, err := datadisk.FindDataDisk(context.Background(), p.Params.GetStorage().GetDataDisk(), l)
 	if err != nil {
-		return cfg, "", err
+		return cfg, nil, "", err
 	}
 	cfg.Disk = disk.Path
 	if registering {
-		return cfg, disk.String() + "; opening deferred: this node's volume key needs the cluster unlock key, which enrolment fetches once the network is up", nil
+		return cfg, nil, disk.String() + "; opening deferred: this node's volume key needs the cluster unlock key, which enrolment fetches once the network is up", nil
 	}
 	r, err := datadisk.Open(context.Background(), cfg)
 	if err != nil {
-		return cfg, "", err
+		return cfg, nil, "", err
 	}
 	detail, err := volumeOpened(l, chip, root, r)
-	return cfg, detail, err
+	return cfg, r, detail, err
 }
 
 // dataDiskConfig places the local storage tree and says how to open the

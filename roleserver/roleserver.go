@@ -77,6 +77,9 @@ type Config struct {
 	// etcd as a consensus member and with false when it is not one: see
 	// enrolment.Config.KeepClusterKeyLocally.
 	LocalClusterKey func(keep bool) error
+	// Updates installs A/B updates (NodeManagement.Update) and reports
+	// the node's slot and updates in its status; nil: Update fails.
+	Updates Updater
 
 	// knobs are test seams; nil in production.
 	knobs *knobs
@@ -351,7 +354,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}).run},
 		{"nodemgmt", (&workerNodeMgmt{
 			credentials: &s.Credentials, listen: s.listenAddress(s.nodeMgmtPort()),
-			logTree: s.LogTree, status: s.status, runnables: s.Runnables, power: s.Power,
+			logTree: s.LogTree, status: s.status, runnables: s.Runnables, power: s.Power, updates: s.Updates,
 		}).run},
 		{"rolefetch", (&workerRoleFetch{
 			node: &s.node, curator: &s.CuratorConnection,
@@ -511,6 +514,9 @@ func (s *Service) status() *clusterpb.NodeStatus {
 	st := &clusterpb.NodeStatus{Addresses: s.addresses(), Version: s.Version, BootCount: s.bootCount(), Problems: s.currentProblems()}
 	if !s.BootTime.IsZero() {
 		st.BootTimeUnixNanos = s.BootTime.UnixNano()
+	}
+	if s.Updates != nil {
+		st.Software = software(s.Updates.Status())
 	}
 	return st
 }

@@ -19,8 +19,8 @@ import (
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
-// workerNodeMgmt serves NodeManagement (Logs, Status, Reboot, PowerOff)
-// with this node's credentials.
+// workerNodeMgmt serves NodeManagement (Logs, Status, Reboot, PowerOff,
+// Update: nodemgmt_update.go) with this node's credentials.
 //
 // It consumes the credentials, the node's log tree, its status and the
 // supervisor's runnables; it produces nothing but the API, and the calls
@@ -39,6 +39,8 @@ type workerNodeMgmt struct {
 	// output: power reboots (true) or powers off (false) the node (nil:
 	// Reboot and PowerOff fail).
 	power func(reboot bool)
+	// updates installs A/B updates (nil: Update fails).
+	updates Updater
 }
 
 func (w *workerNodeMgmt) run(ctx context.Context) error {
@@ -234,8 +236,13 @@ func (m *nodeManagement) power(ctx context.Context, reboot bool) error {
 		what = "reboot"
 	}
 	m.log.Warn(what+" requested through NodeManagement", "caller", rpc.PeerFrom(ctx).Kind.String())
-	time.AfterFunc(powerDelay, func() { m.w.power(reboot) })
+	m.powerLater(reboot)
 	return nil
+}
+
+// powerLater reboots or powers off after powerDelay.
+func (m *nodeManagement) powerLater(reboot bool) {
+	time.AfterFunc(powerDelay, func() { m.w.power(reboot) })
 }
 
 func (m *nodeManagement) Reboot(ctx context.Context, _ *clusterpb.RebootRequest) (*clusterpb.RebootResponse, error) {

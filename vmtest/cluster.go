@@ -155,6 +155,13 @@ func (n *ClusterNode) ID() string {
 	return n.id
 }
 
+// Boots is how many boots of n the harness started.
+func (n *ClusterNode) Boots() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.boots
+}
+
 // VM is the QEMU of the node's current (or last) boot.
 func (n *ClusterNode) VM() *Node {
 	n.mu.Lock()

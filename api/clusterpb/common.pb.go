@@ -547,7 +547,10 @@ type NodeStatus struct {
 	// Problems the node wants the owner to see that do not stop it from
 	// running (e.g. its roles could not be saved to the data volume and are
 	// being retried). Empty when all is well.
-	Problems      []*NodeProblem `protobuf:"bytes,5,rep,name=problems,proto3" json:"problems,omitempty"`
+	Problems []*NodeProblem `protobuf:"bytes,5,rep,name=problems,proto3" json:"problems,omitempty"`
+	// The system slot the node runs and its updates; unset for a node that
+	// did not boot from a flashed disk (a network boot has no slots).
+	Software      *NodeSoftware `protobuf:"bytes,6,opt,name=software,proto3" json:"software,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,6 +620,219 @@ func (x *NodeStatus) GetProblems() []*NodeProblem {
 	return nil
 }
 
+func (x *NodeStatus) GetSoftware() *NodeSoftware {
+	if x != nil {
+		return x.Software
+	}
+	return nil
+}
+
+// NodeSoftware is what a node booted from a flashed disk runs, and its
+// A/B updates.
+type NodeSoftware struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The system slot this boot runs: "a" or "b".
+	Slot string `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The board the image was built for.
+	Board string `protobuf:"bytes,2,opt,name=board,proto3" json:"board,omitempty"`
+	// An update in progress, unset if none.
+	Pending *PendingUpdate `protobuf:"bytes,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	// The last update that did not complete, unset if none ever failed.
+	LastFailed    *FailedUpdate `protobuf:"bytes,4,opt,name=last_failed,json=lastFailed,proto3" json:"last_failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSoftware) Reset() {
+	*x = NodeSoftware{}
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSoftware) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSoftware) ProtoMessage() {}
+
+func (x *NodeSoftware) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSoftware.ProtoReflect.Descriptor instead.
+func (*NodeSoftware) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NodeSoftware) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *NodeSoftware) GetBoard() string {
+	if x != nil {
+		return x.Board
+	}
+	return ""
+}
+
+func (x *NodeSoftware) GetPending() *PendingUpdate {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *NodeSoftware) GetLastFailed() *FailedUpdate {
+	if x != nil {
+		return x.LastFailed
+	}
+	return nil
+}
+
+type PendingUpdate struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The slot being installed or tried.
+	Slot string `protobuf:"bytes,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	// "writing" (the slot is being written), "ready" (written, boots once
+	// at the next reboot), "trial" (this boot runs it; it becomes permanent
+	// when the node is healthy).
+	Phase         string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingUpdate) Reset() {
+	*x = PendingUpdate{}
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingUpdate) ProtoMessage() {}
+
+func (x *PendingUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingUpdate.ProtoReflect.Descriptor instead.
+func (*PendingUpdate) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PendingUpdate) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PendingUpdate) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *PendingUpdate) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+type FailedUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Slot          string                 `protobuf:"bytes,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	TimeUnixNanos int64                  `protobuf:"varint,4,opt,name=time_unix_nanos,json=timeUnixNanos,proto3" json:"time_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedUpdate) Reset() {
+	*x = FailedUpdate{}
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedUpdate) ProtoMessage() {}
+
+func (x *FailedUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedUpdate.ProtoReflect.Descriptor instead.
+func (*FailedUpdate) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FailedUpdate) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *FailedUpdate) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *FailedUpdate) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailedUpdate) GetTimeUnixNanos() int64 {
+	if x != nil {
+		return x.TimeUnixNanos
+	}
+	return 0
+}
+
 // NodeProblem is one ongoing problem on a node.
 type NodeProblem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -632,7 +848,7 @@ type NodeProblem struct {
 
 func (x *NodeProblem) Reset() {
 	*x = NodeProblem{}
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +860,7 @@ func (x *NodeProblem) String() string {
 func (*NodeProblem) ProtoMessage() {}
 
 func (x *NodeProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +873,7 @@ func (x *NodeProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeProblem.ProtoReflect.Descriptor instead.
 func (*NodeProblem) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeProblem) GetComponent() string {
@@ -722,7 +938,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +950,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +963,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Node) GetId() string {
@@ -837,7 +1053,7 @@ type DirectoryNode struct {
 
 func (x *DirectoryNode) Reset() {
 	*x = DirectoryNode{}
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1065,7 @@ func (x *DirectoryNode) String() string {
 func (*DirectoryNode) ProtoMessage() {}
 
 func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1078,7 @@ func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryNode.ProtoReflect.Descriptor instead.
 func (*DirectoryNode) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DirectoryNode) GetId() string {
@@ -899,7 +1115,7 @@ type ClusterDirectory struct {
 
 func (x *ClusterDirectory) Reset() {
 	*x = ClusterDirectory{}
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1127,7 @@ func (x *ClusterDirectory) String() string {
 func (*ClusterDirectory) ProtoMessage() {}
 
 func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1140,7 @@ func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClusterDirectory) GetNodes() []*DirectoryNode {
@@ -959,7 +1175,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1187,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1242,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1254,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1280,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1292,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1322,7 @@ type NodeRoles_ConsensusMember_Peer struct {
 
 func (x *NodeRoles_ConsensusMember_Peer) Reset() {
 	*x = NodeRoles_ConsensusMember_Peer{}
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1334,7 @@ func (x *NodeRoles_ConsensusMember_Peer) String() string {
 func (*NodeRoles_ConsensusMember_Peer) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1386,7 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x1a\x16\n" +
 	"\x14KubernetesController\x1a\x12\n" +
-	"\x10KubernetesWorker\"\xd0\x01\n" +
+	"\x10KubernetesWorker\"\x8d\x02\n" +
 	"\n" +
 	"NodeStatus\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
@@ -1178,7 +1394,23 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\n" +
 	"boot_count\x18\x03 \x01(\x03R\tbootCount\x12/\n" +
 	"\x14boot_time_unix_nanos\x18\x04 \x01(\x03R\x11bootTimeUnixNanos\x12:\n" +
-	"\bproblems\x18\x05 \x03(\v2\x1e.plinth.cluster.v1.NodeProblemR\bproblems\"o\n" +
+	"\bproblems\x18\x05 \x03(\v2\x1e.plinth.cluster.v1.NodeProblemR\bproblems\x12;\n" +
+	"\bsoftware\x18\x06 \x01(\v2\x1f.plinth.cluster.v1.NodeSoftwareR\bsoftware\"\xb6\x01\n" +
+	"\fNodeSoftware\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x14\n" +
+	"\x05board\x18\x02 \x01(\tR\x05board\x12:\n" +
+	"\apending\x18\x03 \x01(\v2 .plinth.cluster.v1.PendingUpdateR\apending\x12@\n" +
+	"\vlast_failed\x18\x04 \x01(\v2\x1f.plinth.cluster.v1.FailedUpdateR\n" +
+	"lastFailed\"S\n" +
+	"\rPendingUpdate\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\tR\x04slot\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\"|\n" +
+	"\fFailedUpdate\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\tR\x04slot\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12&\n" +
+	"\x0ftime_unix_nanos\x18\x04 \x01(\x03R\rtimeUnixNanos\"o\n" +
 	"\vNodeProblem\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
@@ -1251,7 +1483,7 @@ func file_cluster_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_cluster_v1_common_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: plinth.cluster.v1.NodeState
 	(NodeHealth)(0),                        // 1: plinth.cluster.v1.NodeHealth
@@ -1262,34 +1494,40 @@ var file_cluster_v1_common_proto_goTypes = []any{
 	(*ClusterConfiguration)(nil),           // 6: plinth.cluster.v1.ClusterConfiguration
 	(*NodeRoles)(nil),                      // 7: plinth.cluster.v1.NodeRoles
 	(*NodeStatus)(nil),                     // 8: plinth.cluster.v1.NodeStatus
-	(*NodeProblem)(nil),                    // 9: plinth.cluster.v1.NodeProblem
-	(*Node)(nil),                           // 10: plinth.cluster.v1.Node
-	(*DirectoryNode)(nil),                  // 11: plinth.cluster.v1.DirectoryNode
-	(*ClusterDirectory)(nil),               // 12: plinth.cluster.v1.ClusterDirectory
-	(*NodeRoles_ConsensusMember)(nil),      // 13: plinth.cluster.v1.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 14: plinth.cluster.v1.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 15: plinth.cluster.v1.NodeRoles.KubernetesWorker
-	(*NodeRoles_ConsensusMember_Peer)(nil), // 16: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	(*NodeSoftware)(nil),                   // 9: plinth.cluster.v1.NodeSoftware
+	(*PendingUpdate)(nil),                  // 10: plinth.cluster.v1.PendingUpdate
+	(*FailedUpdate)(nil),                   // 11: plinth.cluster.v1.FailedUpdate
+	(*NodeProblem)(nil),                    // 12: plinth.cluster.v1.NodeProblem
+	(*Node)(nil),                           // 13: plinth.cluster.v1.Node
+	(*DirectoryNode)(nil),                  // 14: plinth.cluster.v1.DirectoryNode
+	(*ClusterDirectory)(nil),               // 15: plinth.cluster.v1.ClusterDirectory
+	(*NodeRoles_ConsensusMember)(nil),      // 16: plinth.cluster.v1.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 17: plinth.cluster.v1.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 18: plinth.cluster.v1.NodeRoles.KubernetesWorker
+	(*NodeRoles_ConsensusMember_Peer)(nil), // 19: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
 }
 var file_cluster_v1_common_proto_depIdxs = []int32{
 	3,  // 0: plinth.cluster.v1.ClusterConfiguration.minimum_storage_security:type_name -> plinth.cluster.v1.StorageSecurity
-	13, // 1: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
-	14, // 2: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
-	15, // 3: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
-	9,  // 4: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
-	0,  // 5: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
-	7,  // 6: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
-	8,  // 7: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
-	1,  // 8: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
-	2,  // 9: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	4,  // 10: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
-	11, // 11: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
-	16, // 12: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 1: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
+	17, // 2: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
+	18, // 3: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
+	12, // 4: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
+	9,  // 5: plinth.cluster.v1.NodeStatus.software:type_name -> plinth.cluster.v1.NodeSoftware
+	10, // 6: plinth.cluster.v1.NodeSoftware.pending:type_name -> plinth.cluster.v1.PendingUpdate
+	11, // 7: plinth.cluster.v1.NodeSoftware.last_failed:type_name -> plinth.cluster.v1.FailedUpdate
+	0,  // 8: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
+	7,  // 9: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
+	8,  // 10: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
+	1,  // 11: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
+	2,  // 12: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
+	4,  // 13: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
+	14, // 14: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
+	19, // 15: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_common_proto_init() }
@@ -1303,7 +1541,7 @@ func file_cluster_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_common_proto_rawDesc), len(file_cluster_v1_common_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   11,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -25,6 +25,464 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type UpdateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*UpdateRequest_Start
+	//	*UpdateRequest_Data
+	Kind          isUpdateRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateRequest) Reset() {
+	*x = UpdateRequest{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRequest) ProtoMessage() {}
+
+func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
+func (*UpdateRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpdateRequest) GetKind() isUpdateRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetStart() *UpdateStart {
+	if x != nil {
+		if x, ok := x.Kind.(*UpdateRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetData() *UpdateData {
+	if x != nil {
+		if x, ok := x.Kind.(*UpdateRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isUpdateRequest_Kind interface {
+	isUpdateRequest_Kind()
+}
+
+type UpdateRequest_Start struct {
+	Start *UpdateStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type UpdateRequest_Data struct {
+	Data *UpdateData `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*UpdateRequest_Start) isUpdateRequest_Kind() {}
+
+func (*UpdateRequest_Data) isUpdateRequest_Kind() {}
+
+type UpdateStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// manifest.json of the image directory, as the builder wrote it.
+	Manifest []byte `protobuf:"bytes,1,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// Reboot into the new slot as soon as it is installed. Without it the
+	// update waits, installed, until the node reboots.
+	Reboot        bool `protobuf:"varint,2,opt,name=reboot,proto3" json:"reboot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateStart) Reset() {
+	*x = UpdateStart{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateStart) ProtoMessage() {}
+
+func (x *UpdateStart) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateStart.ProtoReflect.Descriptor instead.
+func (*UpdateStart) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UpdateStart) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *UpdateStart) GetReboot() bool {
+	if x != nil {
+		return x.Reboot
+	}
+	return false
+}
+
+// UpdateData is a piece of the system image, then of the UKI.
+type UpdateData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateData) Reset() {
+	*x = UpdateData{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateData) ProtoMessage() {}
+
+func (x *UpdateData) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateData.ProtoReflect.Descriptor instead.
+func (*UpdateData) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type UpdateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*UpdateResponse_Accepted
+	//	*UpdateResponse_Progress
+	//	*UpdateResponse_Done
+	Kind          isUpdateResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateResponse) Reset() {
+	*x = UpdateResponse{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateResponse) ProtoMessage() {}
+
+func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateResponse.ProtoReflect.Descriptor instead.
+func (*UpdateResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateResponse) GetKind() isUpdateResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *UpdateResponse) GetAccepted() *UpdateAccepted {
+	if x != nil {
+		if x, ok := x.Kind.(*UpdateResponse_Accepted); ok {
+			return x.Accepted
+		}
+	}
+	return nil
+}
+
+func (x *UpdateResponse) GetProgress() *UpdateProgress {
+	if x != nil {
+		if x, ok := x.Kind.(*UpdateResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *UpdateResponse) GetDone() *UpdateDone {
+	if x != nil {
+		if x, ok := x.Kind.(*UpdateResponse_Done); ok {
+			return x.Done
+		}
+	}
+	return nil
+}
+
+type isUpdateResponse_Kind interface {
+	isUpdateResponse_Kind()
+}
+
+type UpdateResponse_Accepted struct {
+	Accepted *UpdateAccepted `protobuf:"bytes,1,opt,name=accepted,proto3,oneof"`
+}
+
+type UpdateResponse_Progress struct {
+	Progress *UpdateProgress `protobuf:"bytes,2,opt,name=progress,proto3,oneof"`
+}
+
+type UpdateResponse_Done struct {
+	Done *UpdateDone `protobuf:"bytes,3,opt,name=done,proto3,oneof"`
+}
+
+func (*UpdateResponse_Accepted) isUpdateResponse_Kind() {}
+
+func (*UpdateResponse_Progress) isUpdateResponse_Kind() {}
+
+func (*UpdateResponse_Done) isUpdateResponse_Kind() {}
+
+type UpdateAccepted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slot that will be written ("a" or "b").
+	Slot string `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The manifest artefacts to send, in order: "system.img", then the
+	// slot's UKI ("plinth-b.efi").
+	Artefacts     []string `protobuf:"bytes,2,rep,name=artefacts,proto3" json:"artefacts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateAccepted) Reset() {
+	*x = UpdateAccepted{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAccepted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAccepted) ProtoMessage() {}
+
+func (x *UpdateAccepted) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAccepted.ProtoReflect.Descriptor instead.
+func (*UpdateAccepted) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateAccepted) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *UpdateAccepted) GetArtefacts() []string {
+	if x != nil {
+		return x.Artefacts
+	}
+	return nil
+}
+
+type UpdateProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the node is doing: "receiving system image", "verifying slot b",
+	// "writing UKI", "sealing keys", "boot entry".
+	Phase         string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	DoneBytes     int64  `protobuf:"varint,2,opt,name=done_bytes,json=doneBytes,proto3" json:"done_bytes,omitempty"`
+	TotalBytes    int64  `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateProgress) Reset() {
+	*x = UpdateProgress{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateProgress) ProtoMessage() {}
+
+func (x *UpdateProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateProgress.ProtoReflect.Descriptor instead.
+func (*UpdateProgress) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateProgress) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *UpdateProgress) GetDoneBytes() int64 {
+	if x != nil {
+		return x.DoneBytes
+	}
+	return 0
+}
+
+func (x *UpdateProgress) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+type UpdateDone struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Slot    string                 `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Whether the node reboots into the new slot now.
+	Rebooting     bool `protobuf:"varint,3,opt,name=rebooting,proto3" json:"rebooting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDone) Reset() {
+	*x = UpdateDone{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDone) ProtoMessage() {}
+
+func (x *UpdateDone) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDone.ProtoReflect.Descriptor instead.
+func (*UpdateDone) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpdateDone) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *UpdateDone) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *UpdateDone) GetRebooting() bool {
+	if x != nil {
+		return x.Rebooting
+	}
+	return false
+}
+
 type LogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The log tree node (DN, e.g. "root.network.dhcp") to read. Empty means
@@ -44,7 +502,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[0]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -56,7 +514,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[0]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -69,7 +527,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{0}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LogsRequest) GetDn() string {
@@ -111,7 +569,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[1]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -123,7 +581,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[1]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -136,7 +594,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{1}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -166,7 +624,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -178,7 +636,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -191,7 +649,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{2}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LogEntry) GetTimeUnixNanos() int64 {
@@ -237,7 +695,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -249,7 +707,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -262,7 +720,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{10}
 }
 
 // RunnableStatus is one supervisor runnable.
@@ -287,7 +745,7 @@ type RunnableStatus struct {
 
 func (x *RunnableStatus) Reset() {
 	*x = RunnableStatus{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +757,7 @@ func (x *RunnableStatus) String() string {
 func (*RunnableStatus) ProtoMessage() {}
 
 func (x *RunnableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +770,7 @@ func (x *RunnableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunnableStatus.ProtoReflect.Descriptor instead.
 func (*RunnableStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunnableStatus) GetDn() string {
@@ -365,7 +823,7 @@ type ProcessUsage struct {
 
 func (x *ProcessUsage) Reset() {
 	*x = ProcessUsage{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +835,7 @@ func (x *ProcessUsage) String() string {
 func (*ProcessUsage) ProtoMessage() {}
 
 func (x *ProcessUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +848,7 @@ func (x *ProcessUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessUsage.ProtoReflect.Descriptor instead.
 func (*ProcessUsage) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProcessUsage) GetPid() int32 {
@@ -433,7 +891,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +903,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +916,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusResponse) GetStatus() *NodeStatus {
@@ -483,7 +941,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +953,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +966,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{14}
 }
 
 type RebootResponse struct {
@@ -519,7 +977,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +989,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +1002,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{15}
 }
 
 type PowerOffRequest struct {
@@ -555,7 +1013,7 @@ type PowerOffRequest struct {
 
 func (x *PowerOffRequest) Reset() {
 	*x = PowerOffRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +1025,7 @@ func (x *PowerOffRequest) String() string {
 func (*PowerOffRequest) ProtoMessage() {}
 
 func (x *PowerOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +1038,7 @@ func (x *PowerOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOffRequest.ProtoReflect.Descriptor instead.
 func (*PowerOffRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{16}
 }
 
 type PowerOffResponse struct {
@@ -591,7 +1049,7 @@ type PowerOffResponse struct {
 
 func (x *PowerOffResponse) Reset() {
 	*x = PowerOffResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +1061,7 @@ func (x *PowerOffResponse) String() string {
 func (*PowerOffResponse) ProtoMessage() {}
 
 func (x *PowerOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,14 +1074,43 @@ func (x *PowerOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOffResponse.ProtoReflect.Descriptor instead.
 func (*PowerOffResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{10}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{17}
 }
 
 var File_cluster_v1_node_management_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\n" +
-	" cluster/v1/node_management.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"m\n" +
+	" cluster/v1/node_management.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"\x84\x01\n" +
+	"\rUpdateRequest\x126\n" +
+	"\x05start\x18\x01 \x01(\v2\x1e.plinth.cluster.v1.UpdateStartH\x00R\x05start\x123\n" +
+	"\x04data\x18\x02 \x01(\v2\x1d.plinth.cluster.v1.UpdateDataH\x00R\x04dataB\x06\n" +
+	"\x04kind\"A\n" +
+	"\vUpdateStart\x12\x1a\n" +
+	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x16\n" +
+	"\x06reboot\x18\x02 \x01(\bR\x06reboot\" \n" +
+	"\n" +
+	"UpdateData\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xcf\x01\n" +
+	"\x0eUpdateResponse\x12?\n" +
+	"\baccepted\x18\x01 \x01(\v2!.plinth.cluster.v1.UpdateAcceptedH\x00R\baccepted\x12?\n" +
+	"\bprogress\x18\x02 \x01(\v2!.plinth.cluster.v1.UpdateProgressH\x00R\bprogress\x123\n" +
+	"\x04done\x18\x03 \x01(\v2\x1d.plinth.cluster.v1.UpdateDoneH\x00R\x04doneB\x06\n" +
+	"\x04kind\"B\n" +
+	"\x0eUpdateAccepted\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x1c\n" +
+	"\tartefacts\x18\x02 \x03(\tR\tartefacts\"f\n" +
+	"\x0eUpdateProgress\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x1d\n" +
+	"\n" +
+	"done_bytes\x18\x02 \x01(\x03R\tdoneBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x03R\n" +
+	"totalBytes\"X\n" +
+	"\n" +
+	"UpdateDone\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1c\n" +
+	"\trebooting\x18\x03 \x01(\bR\trebooting\"m\n" +
 	"\vLogsRequest\x12\x0e\n" +
 	"\x02dn\x18\x01 \x01(\tR\x02dn\x12\x1c\n" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\x12\x18\n" +
@@ -659,12 +1146,13 @@ const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\rRebootRequest\"\x10\n" +
 	"\x0eRebootResponse\"\x11\n" +
 	"\x0fPowerOffRequest\"\x12\n" +
-	"\x10PowerOffResponse2\xe6\x02\n" +
+	"\x10PowerOffResponse2\xbf\x03\n" +
 	"\x0eNodeManagement\x12O\n" +
 	"\x04Logs\x12\x1e.plinth.cluster.v1.LogsRequest\x1a\x1f.plinth.cluster.v1.LogsResponse\"\x04\x88\xb5\x18\x060\x01\x12S\n" +
 	"\x06Status\x12 .plinth.cluster.v1.StatusRequest\x1a!.plinth.cluster.v1.StatusResponse\"\x04\x88\xb5\x18\x02\x12S\n" +
 	"\x06Reboot\x12 .plinth.cluster.v1.RebootRequest\x1a!.plinth.cluster.v1.RebootResponse\"\x04\x88\xb5\x18\b\x12Y\n" +
-	"\bPowerOff\x12\".plinth.cluster.v1.PowerOffRequest\x1a#.plinth.cluster.v1.PowerOffResponse\"\x04\x88\xb5\x18\bB!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
+	"\bPowerOff\x12\".plinth.cluster.v1.PowerOffRequest\x1a#.plinth.cluster.v1.PowerOffResponse\"\x04\x88\xb5\x18\b\x12W\n" +
+	"\x06Update\x12 .plinth.cluster.v1.UpdateRequest\x1a!.plinth.cluster.v1.UpdateResponse\"\x04\x88\xb5\x18\r(\x010\x01B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
 
 var (
 	file_cluster_v1_node_management_proto_rawDescOnce sync.Once
@@ -678,39 +1166,53 @@ func file_cluster_v1_node_management_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_node_management_proto_rawDescData
 }
 
-var file_cluster_v1_node_management_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_cluster_v1_node_management_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_cluster_v1_node_management_proto_goTypes = []any{
-	(*LogsRequest)(nil),      // 0: plinth.cluster.v1.LogsRequest
-	(*LogsResponse)(nil),     // 1: plinth.cluster.v1.LogsResponse
-	(*LogEntry)(nil),         // 2: plinth.cluster.v1.LogEntry
-	(*StatusRequest)(nil),    // 3: plinth.cluster.v1.StatusRequest
-	(*RunnableStatus)(nil),   // 4: plinth.cluster.v1.RunnableStatus
-	(*ProcessUsage)(nil),     // 5: plinth.cluster.v1.ProcessUsage
-	(*StatusResponse)(nil),   // 6: plinth.cluster.v1.StatusResponse
-	(*RebootRequest)(nil),    // 7: plinth.cluster.v1.RebootRequest
-	(*RebootResponse)(nil),   // 8: plinth.cluster.v1.RebootResponse
-	(*PowerOffRequest)(nil),  // 9: plinth.cluster.v1.PowerOffRequest
-	(*PowerOffResponse)(nil), // 10: plinth.cluster.v1.PowerOffResponse
-	(*NodeStatus)(nil),       // 11: plinth.cluster.v1.NodeStatus
+	(*UpdateRequest)(nil),    // 0: plinth.cluster.v1.UpdateRequest
+	(*UpdateStart)(nil),      // 1: plinth.cluster.v1.UpdateStart
+	(*UpdateData)(nil),       // 2: plinth.cluster.v1.UpdateData
+	(*UpdateResponse)(nil),   // 3: plinth.cluster.v1.UpdateResponse
+	(*UpdateAccepted)(nil),   // 4: plinth.cluster.v1.UpdateAccepted
+	(*UpdateProgress)(nil),   // 5: plinth.cluster.v1.UpdateProgress
+	(*UpdateDone)(nil),       // 6: plinth.cluster.v1.UpdateDone
+	(*LogsRequest)(nil),      // 7: plinth.cluster.v1.LogsRequest
+	(*LogsResponse)(nil),     // 8: plinth.cluster.v1.LogsResponse
+	(*LogEntry)(nil),         // 9: plinth.cluster.v1.LogEntry
+	(*StatusRequest)(nil),    // 10: plinth.cluster.v1.StatusRequest
+	(*RunnableStatus)(nil),   // 11: plinth.cluster.v1.RunnableStatus
+	(*ProcessUsage)(nil),     // 12: plinth.cluster.v1.ProcessUsage
+	(*StatusResponse)(nil),   // 13: plinth.cluster.v1.StatusResponse
+	(*RebootRequest)(nil),    // 14: plinth.cluster.v1.RebootRequest
+	(*RebootResponse)(nil),   // 15: plinth.cluster.v1.RebootResponse
+	(*PowerOffRequest)(nil),  // 16: plinth.cluster.v1.PowerOffRequest
+	(*PowerOffResponse)(nil), // 17: plinth.cluster.v1.PowerOffResponse
+	(*NodeStatus)(nil),       // 18: plinth.cluster.v1.NodeStatus
 }
 var file_cluster_v1_node_management_proto_depIdxs = []int32{
-	2,  // 0: plinth.cluster.v1.LogsResponse.entries:type_name -> plinth.cluster.v1.LogEntry
-	5,  // 1: plinth.cluster.v1.RunnableStatus.process:type_name -> plinth.cluster.v1.ProcessUsage
-	11, // 2: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
-	4,  // 3: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
-	0,  // 4: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
-	3,  // 5: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
-	7,  // 6: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
-	9,  // 7: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
-	1,  // 8: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
-	6,  // 9: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
-	8,  // 10: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
-	10, // 11: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	1,  // 0: plinth.cluster.v1.UpdateRequest.start:type_name -> plinth.cluster.v1.UpdateStart
+	2,  // 1: plinth.cluster.v1.UpdateRequest.data:type_name -> plinth.cluster.v1.UpdateData
+	4,  // 2: plinth.cluster.v1.UpdateResponse.accepted:type_name -> plinth.cluster.v1.UpdateAccepted
+	5,  // 3: plinth.cluster.v1.UpdateResponse.progress:type_name -> plinth.cluster.v1.UpdateProgress
+	6,  // 4: plinth.cluster.v1.UpdateResponse.done:type_name -> plinth.cluster.v1.UpdateDone
+	9,  // 5: plinth.cluster.v1.LogsResponse.entries:type_name -> plinth.cluster.v1.LogEntry
+	12, // 6: plinth.cluster.v1.RunnableStatus.process:type_name -> plinth.cluster.v1.ProcessUsage
+	18, // 7: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
+	11, // 8: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
+	7,  // 9: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
+	10, // 10: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
+	14, // 11: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
+	16, // 12: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
+	0,  // 13: plinth.cluster.v1.NodeManagement.Update:input_type -> plinth.cluster.v1.UpdateRequest
+	8,  // 14: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
+	13, // 15: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
+	15, // 16: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
+	17, // 17: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
+	3,  // 18: plinth.cluster.v1.NodeManagement.Update:output_type -> plinth.cluster.v1.UpdateResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_node_management_proto_init() }
@@ -720,13 +1222,22 @@ func file_cluster_v1_node_management_proto_init() {
 	}
 	file_cluster_v1_authorization_proto_init()
 	file_cluster_v1_common_proto_init()
+	file_cluster_v1_node_management_proto_msgTypes[0].OneofWrappers = []any{
+		(*UpdateRequest_Start)(nil),
+		(*UpdateRequest_Data)(nil),
+	}
+	file_cluster_v1_node_management_proto_msgTypes[3].OneofWrappers = []any{
+		(*UpdateResponse_Accepted)(nil),
+		(*UpdateResponse_Progress)(nil),
+		(*UpdateResponse_Done)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_node_management_proto_rawDesc), len(file_cluster_v1_node_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

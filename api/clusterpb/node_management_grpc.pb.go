@@ -27,6 +27,7 @@ const (
 	NodeManagement_Status_FullMethodName   = "/plinth.cluster.v1.NodeManagement/Status"
 	NodeManagement_Reboot_FullMethodName   = "/plinth.cluster.v1.NodeManagement/Reboot"
 	NodeManagement_PowerOff_FullMethodName = "/plinth.cluster.v1.NodeManagement/PowerOff"
+	NodeManagement_Update_FullMethodName   = "/plinth.cluster.v1.NodeManagement/Update"
 )
 
 // NodeManagementClient is the client API for NodeManagement service.
@@ -43,6 +44,21 @@ type NodeManagementClient interface {
 	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
 	// PowerOff shuts the node down. Returns before the shutdown starts.
 	PowerOff(ctx context.Context, in *PowerOffRequest, opts ...grpc.CallOption) (*PowerOffResponse, error)
+	// Update installs a new image into the inactive system slot of a node
+	// booted from a flashed disk, seals the node's keys to the new slot's
+	// predicted PCRs as well, and (unless told not to) reboots into it once;
+	// the new slot becomes permanent only when it is healthy (A/B update).
+	//
+	// The caller sends an UpdateStart (the image's manifest) and waits for
+	// UpdateAccepted, which names the UKI to send; then the system image
+	// and that UKI as UpdateData chunks, in this order, exactly as large as
+	// the manifest says, and closes its side. The node answers with
+	// UpdateProgress while it writes and checks, and UpdateDone at the end.
+	// Anything that does not match the manifest, or a manifest for another
+	// board, fails the call before the new slot can be booted; the running
+	// slot is never written. A second update while one is running or
+	// pending fails with FAILED_PRECONDITION.
+	Update(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpdateRequest, UpdateResponse], error)
 }
 
 type nodeManagementClient struct {
@@ -102,6 +118,19 @@ func (c *nodeManagementClient) PowerOff(ctx context.Context, in *PowerOffRequest
 	return out, nil
 }
 
+func (c *nodeManagementClient) Update(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpdateRequest, UpdateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeManagement_ServiceDesc.Streams[1], NodeManagement_Update_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UpdateRequest, UpdateResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeManagement_UpdateClient = grpc.BidiStreamingClient[UpdateRequest, UpdateResponse]
+
 // NodeManagementServer is the server API for NodeManagement service.
 // All implementations must embed UnimplementedNodeManagementServer
 // for forward compatibility.
@@ -116,6 +145,21 @@ type NodeManagementServer interface {
 	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
 	// PowerOff shuts the node down. Returns before the shutdown starts.
 	PowerOff(context.Context, *PowerOffRequest) (*PowerOffResponse, error)
+	// Update installs a new image into the inactive system slot of a node
+	// booted from a flashed disk, seals the node's keys to the new slot's
+	// predicted PCRs as well, and (unless told not to) reboots into it once;
+	// the new slot becomes permanent only when it is healthy (A/B update).
+	//
+	// The caller sends an UpdateStart (the image's manifest) and waits for
+	// UpdateAccepted, which names the UKI to send; then the system image
+	// and that UKI as UpdateData chunks, in this order, exactly as large as
+	// the manifest says, and closes its side. The node answers with
+	// UpdateProgress while it writes and checks, and UpdateDone at the end.
+	// Anything that does not match the manifest, or a manifest for another
+	// board, fails the call before the new slot can be booted; the running
+	// slot is never written. A second update while one is running or
+	// pending fails with FAILED_PRECONDITION.
+	Update(grpc.BidiStreamingServer[UpdateRequest, UpdateResponse]) error
 	mustEmbedUnimplementedNodeManagementServer()
 }
 
@@ -137,6 +181,9 @@ func (UnimplementedNodeManagementServer) Reboot(context.Context, *RebootRequest)
 }
 func (UnimplementedNodeManagementServer) PowerOff(context.Context, *PowerOffRequest) (*PowerOffResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PowerOff not implemented")
+}
+func (UnimplementedNodeManagementServer) Update(grpc.BidiStreamingServer[UpdateRequest, UpdateResponse]) error {
+	return status.Error(codes.Unimplemented, "method Update not implemented")
 }
 func (UnimplementedNodeManagementServer) mustEmbedUnimplementedNodeManagementServer() {}
 func (UnimplementedNodeManagementServer) testEmbeddedByValue()                        {}
@@ -224,6 +271,13 @@ func _NodeManagement_PowerOff_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeManagement_Update_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeManagementServer).Update(&grpc.GenericServerStream[UpdateRequest, UpdateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeManagement_UpdateServer = grpc.BidiStreamingServer[UpdateRequest, UpdateResponse]
+
 // NodeManagement_ServiceDesc is the grpc.ServiceDesc for NodeManagement service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -249,6 +303,12 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Logs",
 			Handler:       _NodeManagement_Logs_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Update",
+			Handler:       _NodeManagement_Update_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "cluster/v1/node_management.proto",

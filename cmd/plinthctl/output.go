@@ -66,14 +66,14 @@ func orDash(s string) string {
 
 func printNodeTable(w io.Writer, nodes []*clusterpb.Node, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tHEALTH\tADDRESS\tROLES\tETCD\tLAST SEEN")
+	fmt.Fprintln(tw, "ID\tSTATE\tHEALTH\tADDRESS\tROLES\tETCD\tVERSION\tLAST SEEN")
 	for _, n := range nodes {
 		var addr string
 		if a := n.GetStatus().GetAddresses(); len(a) > 0 {
 			addr = a[0]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), shortState(n.GetState()), shortHealth(n.GetHealth()),
-			orDash(addr), orDash(strings.Join(roleNames(n.GetRoles()), ",")), membership(n),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), shortState(n.GetState()), shortHealth(n.GetHealth()),
+			orDash(addr), orDash(strings.Join(roleNames(n.GetRoles()), ",")), membership(n), versionText(n.GetStatus()),
 			lastSeen(n.GetLastHeartbeatUnixNanos(), now))
 	}
 	return tw.Flush()
@@ -93,6 +93,23 @@ func printPendingTable(w io.Writer, nodes []*clusterpb.Node) error {
 
 // membership is the ETCD column: voter, learner, pending (the curator
 // adds the member once the learner before it caught up) or -.
+// versionText is the VERSION column: the version, its slot, and a
+// pending ("→ v2") or failed ("v2 failed") update.
+func versionText(st *clusterpb.NodeStatus) string {
+	v := orDash(st.GetVersion())
+	sw := st.GetSoftware()
+	if sw == nil {
+		return v
+	}
+	v += " (" + sw.GetSlot() + ")"
+	if p := sw.GetPending(); p != nil {
+		v += " → " + p.GetVersion() + " " + p.GetPhase()
+	} else if f := sw.GetLastFailed(); f != nil {
+		v += ", " + f.GetVersion() + " failed"
+	}
+	return v
+}
+
 func membership(n *clusterpb.Node) string {
 	switch n.GetConsensusMembership() {
 	case clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER:
@@ -123,6 +140,15 @@ func describeNode(w io.Writer, n *clusterpb.Node, now time.Time) {
 		fmt.Fprintf(w, "etcd:        pending (consensus-member given; the curator adds it once the current learner caught up)\n")
 	default:
 		fmt.Fprintf(w, "etcd:        %s\n", m)
+	}
+	if sw := st.GetSoftware(); sw != nil {
+		fmt.Fprintf(w, "Slot:        %s (board %s)\n", sw.GetSlot(), orDash(sw.GetBoard()))
+		if p := sw.GetPending(); p != nil {
+			fmt.Fprintf(w, "Update:      %s\n", pendingText(p))
+		}
+		if f := sw.GetLastFailed(); f != nil {
+			fmt.Fprintf(w, "Failed:      update to %s (slot %s) at %s: %s\n", f.GetVersion(), f.GetSlot(), time.Unix(0, f.GetTimeUnixNanos()).UTC().Format(time.RFC3339), f.GetReason())
+		}
 	}
 	for _, p := range st.GetProblems() {
 		fmt.Fprintf(w, "Problem:     %s: %s (since %s)\n", p.GetComponent(), p.GetMessage(), time.Unix(0, p.GetSinceUnixNanos()).UTC().Format(time.RFC3339))

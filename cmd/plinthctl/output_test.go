@@ -14,12 +14,14 @@ func TestNodeTable(t *testing.T) {
 	nodes := []*clusterpb.Node{
 		{
 			Id: "plinth-aaaa", State: clusterpb.NodeState_NODE_STATE_UP, Health: clusterpb.NodeHealth_NODE_HEALTH_HEALTHY,
-			Status:                 &clusterpb.NodeStatus{Addresses: []string{"10.42.0.10", "10.42.0.99"}},
+			Status: &clusterpb.NodeStatus{Addresses: []string{"10.42.0.10", "10.42.0.99"}, Version: "v2",
+				Software: &clusterpb.NodeSoftware{Slot: "b", LastFailed: &clusterpb.FailedUpdate{Version: "v3"}}},
 			Roles:                  &clusterpb.NodeRoles{ConsensusMember: &clusterpb.NodeRoles_ConsensusMember{}, KubernetesWorker: &clusterpb.NodeRoles_KubernetesWorker{}},
 			LastHeartbeatUnixNanos: now.Add(-3 * time.Second).UnixNano(),
 			ConsensusMembership:    clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER,
 		},
-		{Id: "plinth-bbbb", State: clusterpb.NodeState_NODE_STATE_NEW},
+		{Id: "plinth-bbbb", State: clusterpb.NodeState_NODE_STATE_NEW, Status: &clusterpb.NodeStatus{Version: "v1",
+			Software: &clusterpb.NodeSoftware{Slot: "a", Pending: &clusterpb.PendingUpdate{Version: "v2", Slot: "b", Phase: "ready"}}}},
 		{Id: "plinth-cccc", State: clusterpb.NodeState_NODE_STATE_UP, ConsensusMemberPending: true,
 			ConsensusMembership: clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_NONE},
 	}
@@ -27,10 +29,10 @@ func TestNodeTable(t *testing.T) {
 	if err := printNodeTable(&b, nodes, now); err != nil {
 		t.Fatal(err)
 	}
-	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               ETCD     LAST SEEN
-plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  voter    3s ago
-plinth-bbbb  NEW    -        -           -                                   -        never
-plinth-cccc  UP     -        -           -                                   pending  never
+	want := `ID           STATE  HEALTH   ADDRESS     ROLES                               ETCD     VERSION            LAST SEEN
+plinth-aaaa  UP     HEALTHY  10.42.0.10  consensus-member,kubernetes-worker  voter    v2 (b), v3 failed  3s ago
+plinth-bbbb  NEW    -        -           -                                   -        v1 (a) → v2 ready  never
+plinth-cccc  UP     -        -           -                                   pending  -                  never
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)

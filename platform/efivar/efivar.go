@@ -90,6 +90,15 @@ func (s Store) Write(name, guid string, attrs uint32, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("efivar: %s: %w", name, err)
 	}
+	// efivarfs replaces a variable with each write (and cannot truncate);
+	// a plain directory (tests) must be truncated.
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err == nil && fs.Type != unix.EFIVARFS_MAGIC {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return err
+		}
+	}
 	if _, err := f.Write(buf); err != nil {
 		f.Close()
 		return fmt.Errorf("efivar: writing %s: %w", name, err)

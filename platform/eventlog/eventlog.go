@@ -429,3 +429,37 @@ func PredictPCR4(events []Event, apps [][]byte) ([]byte, error) {
 	}
 	return Replay(pcr4, 4, AlgSHA256)
 }
+
+// Firmware actions (EV_EFI_ACTION data) in PCR 4 around boot attempts.
+const (
+	actionCalling   = "Calling EFI Application from Boot Option"
+	actionReturning = "Returning from EFI Application from Boot Option"
+)
+
+// FirstBootAttempt returns events as they would be if the boot had
+// started its application at the firmware's first boot attempt. EDK2
+// measures "Calling EFI Application from Boot Option" into PCR 4 at the
+// first attempt and, at every later one (a DVD drive tried first, found
+// empty), "Returning from EFI Application from Boot Option" and
+// "Calling ..." again. A boot through BootNext, or through a boot entry
+// first in BootOrder, makes one attempt: this is the log such a boot
+// replays, which an update predicts the new slot's PCR 4 from.
+func FirstBootAttempt(events []Event) []Event {
+	out := make([]Event, 0, len(events))
+	calling := false
+	for _, ev := range events {
+		if ev.PCR == 4 && ev.Type == EvEFIAction {
+			switch string(bytes.TrimRight(ev.Data, "\x00")) {
+			case actionReturning:
+				continue
+			case actionCalling:
+				if calling {
+					continue
+				}
+				calling = true
+			}
+		}
+		out = append(out, ev)
+	}
+	return out
+}

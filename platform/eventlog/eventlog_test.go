@@ -466,3 +466,31 @@ func FuzzParse(f *testing.F) {
 		PredictPCR4(events, Applications(events))
 	})
 }
+
+// TestFirstBootAttempt: a log with a failed boot attempt before the UKI
+// (EDK2's "Returning ..." and a second "Calling ..." in PCR 4) becomes the
+// log of a boot that started the UKI at once; events of other PCRs and
+// types stay, in order.
+func TestFirstBootAttempt(t *testing.T) {
+	action := func(pcr uint32, s string) Event { return Event{PCR: pcr, Type: EvEFIAction, Data: []byte(s)} }
+	app := Event{PCR: 4, Type: EvEFIBootServicesApplication, Data: []byte("uki")}
+	sep := Event{PCR: 4, Type: EvSeparator}
+	events := []Event{
+		action(4, actionCalling), sep, {PCR: 7, Type: EvSeparator},
+		action(4, actionReturning), action(4, actionCalling+"\x00"), app,
+		action(5, actionReturning),
+	}
+	got := FirstBootAttempt(events)
+	want := []Event{action(4, actionCalling), sep, {PCR: 7, Type: EvSeparator}, app, action(5, actionReturning)}
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i].PCR != want[i].PCR || got[i].Type != want[i].Type || !bytes.Equal(got[i].Data, want[i].Data) {
+			t.Errorf("event %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if n := len(FirstBootAttempt(want)); n != len(want) {
+		t.Errorf("a first-attempt log lost events: %d of %d", n, len(want))
+	}
+}

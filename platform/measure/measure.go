@@ -16,6 +16,7 @@ package measure
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -95,6 +96,10 @@ type TPMKeys struct {
 	// boot (Firmware.Gap) and makes Seal refuse (ErrUnmeasuredBoot):
 	// existing keys still unseal. "" when measured or allowed.
 	Unmeasured string
+	// Other, if set, returns the PCR values of the other slot's boot while
+	// an A/B update is pending (nil otherwise): Seal then seals to both
+	// sets, so that whichever slot boots next opens the key.
+	Other func() map[int][]byte
 }
 
 // CanSeal reports whether Seal may create a key this boot, so that a
@@ -121,22 +126,45 @@ func (k TPMKeys) Seal(key []byte) ([]byte, error) {
 	if !slices.Contains(pcrs, PCR) {
 		return nil, fmt.Errorf("seal PCR list %v lacks PCR %d: the key would not depend on the parameters and system image", pcrs, PCR)
 	}
-	if k.Expected != nil {
+	var other map[int][]byte
+	if k.Other != nil {
+		other = k.Other()
+	}
+	if k.Expected == nil {
+		if other != nil {
+			return nil, errors.New("measure: sealing for a pending update needs this boot's PCR values")
+		}
+		return k.TPM.Seal(key, pcrs)
+	}
+	sets := []map[int][]byte{k.Expected}
+	if other != nil {
+		sets = append(sets, other)
+	}
+	var blobs [][]byte
+	for i, set := range sets {
 		want := make(map[int][]byte, len(pcrs))
 		for _, p := range pcrs {
-			v, ok := k.Expected[p]
+			v, ok := set[p]
 			if !ok {
-				return nil, fmt.Errorf("no boot-time value of PCR %d to seal to", p)
+				return nil, fmt.Errorf("no value of PCR %d to seal to (PCR set %d)", p, i+1)
 			}
 			want[p] = v
 		}
-		return k.TPM.SealTo(key, want)
+		b, err := k.TPM.SealTo(key, want)
+		if err != nil {
+			return nil, err
+		}
+		blobs = append(blobs, b)
 	}
-	return k.TPM.Seal(key, pcrs)
+	if len(blobs) == 1 {
+		return blobs[0], nil
+	}
+	return marshalAlternatives(blobs), nil
 }
 
-// Unseal implements storage.KeyProtector.
-func (k TPMKeys) Unseal(blob []byte) ([]byte, error) { return k.TPM.Unseal(blob) }
+// Unseal implements storage.KeyProtector: a blob sealed for a pending
+// update opens with either PCR set.
+func (k TPMKeys) Unseal(blob []byte) ([]byte, error) { return unsealAny(blob, k.TPM.Unseal) }
 
 // InsecureKeys keeps the node unlock key in the clear on the disk: only for
 // development nodes whose parameters disable the TPM explicitly.

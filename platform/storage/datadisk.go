@@ -67,6 +67,10 @@ type Result struct {
 	Resumed bool
 	Steps   []Step
 	Size    int64
+	// nuk is the node unlock key, kept for ResealNodeKey: after /init
+	// locks the TPM (measure.Lock) nothing this boot can unseal it again,
+	// and an update must seal it to the new slot's PCRs too.
+	nuk []byte
 }
 
 // Step is one timed storage step, for the console and benchmarks.
@@ -140,6 +144,7 @@ func Open(ctx context.Context, c Config) (*Result, error) {
 		if err := o.step("map encrypted volume", func() error { return o.mapVolume(hdr, key) }); err != nil {
 			return o.res, err
 		}
+		o.res.nuk = key
 		if err := o.step("mount "+c.MountPoint, func() error { return o.mount(hdr) }); err != nil {
 			return o.res, fmt.Errorf("%w (the disk is left as it is: it is never reformatted because a mount failed)", err)
 		}
@@ -233,6 +238,7 @@ func (o *opener) setup(ctx context.Context, previous *Header) error {
 	if err := o.step("map encrypted volume", func() error { return o.mapVolume(h, nuk) }); err != nil {
 		return err
 	}
+	o.res.nuk = nuk
 	if o.Mode == ModeAuthenticated {
 		if err := o.step("discard the fresh authenticated volume", func() error { return discardAll("/dev/mapper/" + MappedName) }); err != nil {
 			return err

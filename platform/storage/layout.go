@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"plinth.dev/plinth/platform/blockdev"
 	"plinth.dev/plinth/platform/gpt"
@@ -183,6 +184,20 @@ func Peek(disk string) (*Header, error) {
 // header is rewritten with the two-slot protocol, so a power cut keeps one
 // copy.
 func UpdateEnrolment(disk string, enrolment []byte) error {
+	return updateHeader(disk, func(h *Header) error {
+		h.Enrolment = enrolment
+		return nil
+	})
+}
+
+// headerMu serialises the read-modify-write of a set-up header
+// (UpdateEnrolment, ResealNodeKey), which enrolment and an update may do
+// at the same time.
+var headerMu sync.Mutex
+
+func updateHeader(disk string, change func(h *Header) error) error {
+	headerMu.Lock()
+	defer headerMu.Unlock()
 	o := &opener{Config: Config{Disk: disk, Log: slog.New(slog.DiscardHandler)}, res: &Result{}}
 	if err := o.findDisk(); err != nil {
 		return err
@@ -194,6 +209,40 @@ func UpdateEnrolment(disk string, enrolment []byte) error {
 	if h == nil || h.State != StateReady {
 		return fmt.Errorf("%w: the data disk is not set up", ErrRefused)
 	}
-	h.Enrolment = enrolment
+	if err := change(h); err != nil {
+		return err
+	}
 	return o.writeHeader(h)
+}
+
+// ResealNodeKey seals the node unlock key of the volume r opened again
+// with keys (which may seal to more than this boot's PCRs: an update) and
+// writes it to the header, with the two-slot protocol.
+func (r *Result) ResealNodeKey(keys KeyProtector) error {
+	if r == nil || r.nuk == nil {
+		return errors.New("storage: no node unlock key kept this boot (the volume was not opened by this process)")
+	}
+	return updateHeader(r.Disk, func(h *Header) error {
+		if h.KeyPolicy != keys.Policy() && h.KeyPolicy != keys.Policy()+"+cluster" {
+			return fmt.Errorf("%w: the header's key policy %q is not %q", ErrRefused, h.KeyPolicy, keys.Policy())
+		}
+		blob, err := keys.Seal(r.nuk)
+		if err != nil {
+			return err
+		}
+		h.SealedKey = blob
+		return nil
+	})
+}
+
+// SealedKey returns the sealed node unlock key in the header of disk.
+func SealedKey(disk string) ([]byte, error) {
+	h, err := Peek(disk)
+	if err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: the data disk is not set up", ErrRefused)
+	}
+	return h.SealedKey, nil
 }

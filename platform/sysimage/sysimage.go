@@ -44,11 +44,16 @@ type Result struct {
 	Device string
 	// Size is the verity device's size: the data the root hash covers.
 	Size int64
+	name string
 }
 
-// Open maps file through dm-verity. Nothing is read yet: every read
-// through Device is checked, and Verify checks every block.
-func Open(file string, p verity.Params) (*Result, error) {
+// Open maps file through dm-verity as DeviceName. Nothing is read yet:
+// every read through Device is checked, and Verify checks every block.
+func Open(file string, p verity.Params) (*Result, error) { return OpenNamed(DeviceName, file, p) }
+
+// OpenNamed is Open with another device-mapper name (an update checks the
+// slot it wrote while the running image stays mapped); Close removes it.
+func OpenNamed(name, file string, p verity.Params) (*Result, error) {
 	r := &Result{Size: int64(p.DataBlocks) * verity.BlockSize}
 	st, err := os.Stat(file)
 	if err != nil {
@@ -73,21 +78,25 @@ func Open(file string, p verity.Params) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := devicemapper.Create(DeviceName)
+	d, err := devicemapper.Create(name)
 	if err != nil {
 		return nil, err
 	}
-	r.Device = d.Path()
-	if err := devicemapper.LoadTable(DeviceName, targets, true); err != nil {
-		devicemapper.Remove(DeviceName)
+	r.Device, r.name = d.Path(), name
+	if err := devicemapper.LoadTable(name, targets, true); err != nil {
+		devicemapper.Remove(name)
 		return nil, err
 	}
-	if err := devicemapper.Resume(DeviceName); err != nil {
-		devicemapper.Remove(DeviceName)
+	if err := devicemapper.Resume(name); err != nil {
+		devicemapper.Remove(name)
 		return nil, err
 	}
 	return r, nil
 }
+
+// Close removes the verity device (of an image opened from a partition:
+// a loop device stays attached).
+func (r *Result) Close() error { return devicemapper.Remove(r.name) }
 
 // Mount mounts the verity device read-only at target.
 func Mount(dev, target, fstype string) error {

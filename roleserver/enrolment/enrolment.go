@@ -131,6 +131,19 @@ func (c *Config) reseal(js *joinState) error {
 	return nil
 }
 
+// Reseal seals the join state in the data disk header again with Keys,
+// which an A/B update changes to seal to the new slot's PCRs as well (and,
+// once it is confirmed, to them alone). A no-op on a node that did not
+// register (its header holds no join state).
+func (c *Config) Reseal() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.joined == nil {
+		return nil
+	}
+	return c.reseal(c.joined)
+}
+
 // KeepClusterKeyLocally adds the cluster unlock key to the sealed join
 // state in the data disk header (keep) or removes it (!keep). A consensus
 // member keeps it so that its volume opens without a curator: otherwise

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"plinth.dev/plinth/platform/bootdisk"
+	"plinth.dev/plinth/platform/efivar"
+	"plinth.dev/plinth/platform/layout"
+	datadisk "plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/platform/update"
+)
+
+// The node's side of an A/B update (platform/update), step by step:
+//
+//	update state   (before the system image)  efivarfs: PlinthUpdate ─► normal / trial / rolled back
+//	system image   the slot's partition        ─► upd.Boot
+//	measured boot  keys.Other = upd.Other      ─► keys open on either slot while an update is pending
+//	data volume    ─► upd.Reseal (node unlock key + join state, with the kept keys)
+//	node ready     ─► upd.Healthy: a trial boot is confirmed; stale seals dropped
+//	a failed step on a trial boot ─► reboot: the firmware boots the old slot (BootNext is spent)
+
+// trialDeadline bounds a trial boot: not healthy by then (a crash loop, a
+// cluster it cannot join), the node reboots into the old slot. Generous:
+// a TCG boot with Kubernetes takes minutes.
+const trialDeadline = 20 * time.Minute
+
+// startUpdates reads the update state before anything else is mapped and
+// settles it for this boot (update.Settle): this boot is normal, the
+// trial of a new slot, or the old slot after an update failed.
+func startUpdates(l *slog.Logger, args map[string]string) (*update.Node, string, error) {
+	slot := args[layout.SlotArg]
+	n := &update.Node{Running: slot, Store: efivar.Store{Dir: efivar.Dir}, Log: l}
+	if slot == "" || !bootdisk.UEFI() {
+		return n, "no system slots (not booted from a flashed disk): updates are a new boot image", nil
+	}
+	if err := bootdisk.MountEFIVars(); err != nil {
+		return n, "", err
+	}
+	kind, failed, err := n.Start(time.Now())
+	if err != nil {
+		// The boot goes on: a variable store that cannot be read or
+		// written must not keep the node from running.
+		l.Error("update state: the UEFI variable could not be read or written", "err", err)
+		return n, "slot " + slot + ", update state unavailable", nil
+	}
+	switch kind {
+	case update.BootTrial:
+		st := n.Status()
+		return n, fmt.Sprintf("slot %s: trial boot of version %s; it becomes permanent when the node is healthy, a failure boots the previous slot", slot, st.Pending.Version), nil
+	case update.BootRolledBack:
+		l.Error("update failed", "version", failed.Version, "slot", failed.Slot, "reason", failed.Reason)
+		return n, fmt.Sprintf("slot %s: the update to version %s FAILED (see above); this slot runs as before", slot, failed.Version), nil
+	}
+	return n, "slot " + slot + ", no update pending", nil
+}
+
+// imageRelease reads the board and version of the running system image
+// from its /etc/os-release (after the switch into it).
+func imageRelease() (board, ver string) {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return "", ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VERSION_ID="); ok {
+			ver = strings.Trim(v, `"`)
+		}
+		if v, ok := strings.CutPrefix(l, "PLINTH_BOARD="); ok {
+			board = strings.Trim(v, `"`)
+		}
+	}
+	return board, ver
+}
+
+// confirmWhenHealthy runs once the node is healthy: a trial boot becomes
+// permanent, a key still sealed to a slot no boot should use is sealed
+// again.
+func confirmWhenHealthy(l *slog.Logger, upd *update.Node, disk string) {
+	if upd == nil || upd.Boot == nil {
+		return
+	}
+	trial := upd.Kind() == update.BootTrial
+	sealed, err := datadisk.SealedKey(disk)
+	if err != nil {
+		l.Error("update: reading the sealed key", "err", err)
+		return
+	}
+	resealed, err := upd.Healthy(sealed)
+	switch {
+	case err != nil:
+		l.Error("update: confirming this slot failed; the next reset boots it as a trial again", "err", err)
+	case trial:
+		l.Info("update confirmed: this slot is permanent, the keys open with its PCRs alone", "slot", upd.Running)
+	case resealed:
+		l.Info("update: keys sealed to this slot alone again (an update failed or was confirmed before)")
+	}
+}
+
+// watchTrial reboots a trial boot that is not healthy by trialDeadline.
+func watchTrial(l *slog.Logger, upd *update.Node, reboot func()) {
+	if upd == nil || upd.Kind() != update.BootTrial {
+		return
+	}
+	time.AfterFunc(trialDeadline, func() {
+		if upd.Kind() == update.BootTrial {
+			l.Error("trial boot not healthy after " + trialDeadline.String() + ": rebooting into the previous slot")
+			reboot()
+		}
+	})
+}

@@ -1,0 +1,227 @@
+package update
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"plinth.dev/plinth/platform/bootdisk"
+	"plinth.dev/plinth/platform/efivar"
+	"plinth.dev/plinth/platform/gpt"
+	"plinth.dev/plinth/platform/layout"
+)
+
+var now = time.Unix(1700000000, 0)
+
+// TestSettle: the node's side of an update at every point a reset can
+// come: what the boot is and what is stored.
+func TestSettle(t *testing.T) {
+	writing := &Pending{Phase: PhaseWriting, From: "a", To: "b", Version: "v2"}
+	ready := &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2"}
+	old := &Failure{Version: "v0", Reason: "earlier"}
+	for _, c := range []struct {
+		name       string
+		st         State
+		running    string
+		boot       Boot
+		wantFailed string // substring of the recorded reason, "" for none
+	}{
+		{"no update", State{LastVersion: "v1"}, "a", BootNormal, ""},
+		{"earlier failure kept", State{LastFailed: old}, "a", BootNormal, ""},
+		{"reset while slot b was written", State{Pending: writing}, "a", BootRolledBack, "interrupted while slot b was written"},
+		{"first boot of b after BootNext", State{Pending: ready}, "b", BootTrial, ""},
+		{"reset on b before it confirmed (crash, hang, halt, no unseal)", State{Pending: ready}, "a", BootRolledBack, "did not confirm"},
+		{"ready but booted elsewhere (network boot)", State{Pending: ready}, "", BootRolledBack, `this boot runs ""`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, boot := Settle(c.st, c.running, now)
+			if boot != c.boot {
+				t.Fatalf("boot %v, want %v", boot, c.boot)
+			}
+			switch {
+			case c.boot == BootTrial && st.Pending != c.st.Pending:
+				t.Error("a trial boot changed the pending update")
+			case c.boot == BootRolledBack && st.Pending != nil:
+				t.Error("a rolled-back boot kept the pending update")
+			}
+			if c.wantFailed == "" && st.LastFailed != c.st.LastFailed {
+				t.Errorf("failure %+v recorded", st.LastFailed)
+			}
+			if c.wantFailed != "" && (st.LastFailed == nil || !strings.Contains(st.LastFailed.Reason, c.wantFailed) || st.LastFailed.Time != now.Unix()) {
+				t.Errorf("failure %+v, want one saying %q", st.LastFailed, c.wantFailed)
+			}
+		})
+	}
+	confirmed := Confirm(State{Pending: ready, LastFailed: old})
+	if confirmed.Pending != nil || confirmed.LastVersion != "v2" || confirmed.LastFailed != old {
+		t.Errorf("confirmed state %+v", confirmed)
+	}
+}
+
+// TestStateVariable: the state round-trips through the variable; a
+// missing variable is no update; a corrupt or impossible one is reported
+// (the boot treats it as no update and replaces it); an empty state
+// deletes the variable.
+func TestStateVariable(t *testing.T) {
+	s := efivar.Store{Dir: t.TempDir()}
+	if st, err := Read(s); err != nil || st != (State{}) {
+		t.Fatalf("no variable: %+v, %v", st, err)
+	}
+	want := State{Pending: &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2", PCRs: map[string]map[int]string{"b": {15: "00ff"}}}}
+	if err := Write(s, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(s)
+	if err != nil || got.Pending.PCRs["b"][15] != "00ff" || got.Pending.To != "b" {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	attrs, _, err := s.Read(VarName, VendorGUID)
+	if err != nil || attrs != efivar.NonVolatile|efivar.BootServiceAccess|efivar.RuntimeAccess {
+		t.Fatalf("attributes %#x, %v", attrs, err)
+	}
+	for _, bad := range []string{`{`, `{"pending":{"phase":"ready","from":"a","to":"a"}}`, `{"pending":{"phase":"odd","from":"a","to":"b"}}`, `{"pending":{"phase":"ready","from":"x","to":"b"}}`} {
+		if err := s.Write(VarName, VendorGUID, varAttributes, []byte(bad)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Read(s); !errors.Is(err, ErrCorruptState) {
+			t.Errorf("%s: %v, want ErrCorruptState", bad, err)
+		}
+	}
+	n := &Node{Running: "a", Store: s, Log: slog.New(slog.DiscardHandler)}
+	if boot, _, err := n.Start(now); err != nil || boot != BootNormal {
+		t.Fatalf("start on a corrupt variable: %v, %v", boot, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, VarName+"-"+VendorGUID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the corrupt variable was not replaced: %v", err)
+	}
+}
+
+// testESP is an ESP as the disk image has it.
+var testESP = gpt.Partition{Number: 1, FirstLBA: 2048, LastLBA: 264191, ID: gpt.MustParseGUID("726B5290-E42A-42ED-A7A1-40B6B97FF2BD")}
+
+// TestEntries: the slots' boot entries are created once and reused, the
+// firmware's own entries are kept, BootNext names the new slot, and
+// making a slot the default puts it first and the other slot out.
+func TestEntries(t *testing.T) {
+	s := efivar.Store{Dir: t.TempDir()}
+	fw := efivar.LoadOption{Attributes: efivar.LoadOptionActive, Description: "UEFI QEMU HARDDISK", FilePath: []byte{0x7f, 0xff, 4, 0}}
+	if err := s.SetBootEntry(0, fw); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBootOrder([]uint16{0}); err != nil {
+		t.Fatal(err)
+	}
+	e := Entries{Store: s, ESP: testESP}
+	b, err := e.BootOnce("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next, err := s.BootNext(); err != nil || next != b || b == 0 {
+		t.Fatalf("BootNext %d (%v), entry %d", next, err, b)
+	}
+	entries, _ := s.BootEntries()
+	hd, file, ok := efivar.ParseBootPath(entries[b].FilePath)
+	if !ok || file != `\EFI\plinth\b.efi` || gpt.GUID(hd.GUID) != testESP.ID || hd.StartLBA != 2048 || entries[b].Description != "Plinth b" {
+		t.Fatalf("entry %d: %+v %q", b, hd, file)
+	}
+	if again, err := e.Ensure("b"); err != nil || again != b {
+		t.Fatalf("Ensure made a second entry %d (%v)", again, err)
+	}
+	a, err := e.Ensure("a")
+	if err != nil || a == b {
+		t.Fatalf("entry a %d, %v", a, err)
+	}
+	if err := s.SetBootOrder([]uint16{a, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.MakeDefault("b"); err != nil {
+		t.Fatal(err)
+	}
+	if order, _ := s.BootOrder(); !slices.Equal(order, []uint16{b, 0}) {
+		t.Fatalf("BootOrder %v, want [%d 0]", order, b)
+	}
+	if err := e.CancelBootOnce("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.BootNext(); err != nil {
+		t.Fatal("BootNext for b cleared by cancelling a")
+	}
+	if err := e.CancelBootOnce("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.BootNext(); !errors.Is(err, efivar.ErrNotFound) {
+		t.Fatalf("BootNext after cancelling b: %v", err)
+	}
+}
+
+// TestBegin: an update is refused before anything is written for a
+// network-booted node, a malformed manifest or one for another board, a
+// slot too small, and while another update runs or waits for its trial.
+func TestBegin(t *testing.T) {
+	slotB := gpt.Partition{Number: 3, Name: layout.SystemSlotNamePrefix + "b", Type: gpt.MustParseGUID(layout.SystemSlotType), FirstLBA: 788480, LastLBA: 1312767}
+	boot := &bootdisk.Boot{Disk: "/dev/vda", Table: gpt.NewTable(gpt.GUID{1}, testESP, slotB), ESP: testESP}
+	manifest := func(board string, sys int64) []byte {
+		m := map[string]any{"board": board, "version": "v2", "artefacts": map[string]any{
+			"system.img":   map[string]any{"sha256": strings.Repeat("ab", 32), "size": sys},
+			"plinth-b.efi": map[string]any{"sha256": strings.Repeat("cd", 32), "size": 1000},
+		}}
+		b, _ := json.Marshal(m)
+		return b
+	}
+	n := &Node{Boot: boot, Running: "a", Board: "qemu-x86_64", Store: efivar.Store{Dir: t.TempDir()}, Log: slog.New(slog.DiscardHandler)}
+	for _, c := range []struct {
+		name     string
+		node     *Node
+		manifest []byte
+		want     error
+	}{
+		{"network boot", &Node{Log: n.Log}, manifest("qemu-x86_64", 1), ErrNoSlots},
+		{"garbage", n, []byte("{"), ErrRejected},
+		{"other board", n, manifest("generic-x86_64", 1), ErrRejected},
+		{"too large for the slot", n, manifest("qemu-x86_64", slotB.Size()+1), ErrRejected},
+	} {
+		if _, err := c.node.Begin(c.manifest); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	s, err := n.Begin(manifest("qemu-x86_64", 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Slot() != "b" || !slices.Equal(s.Artefacts(), []string{"system.img", "plinth-b.efi"}) {
+		t.Errorf("session writes %s from %v", s.Slot(), s.Artefacts())
+	}
+	if _, err := n.Begin(manifest("qemu-x86_64", 1<<20)); !errors.Is(err, ErrBusy) {
+		t.Errorf("second update at once: %v", err)
+	}
+	s.Close()
+	if err := n.setState(State{Pending: &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Begin(manifest("qemu-x86_64", 1<<20)); !errors.Is(err, ErrBusy) {
+		t.Errorf("update while another waits for its trial: %v", err)
+	}
+}
+
+// TestOther: while an update is pending the keys seal to the other
+// slot's PCRs: the new slot's on the old, the old slot's on the trial.
+func TestOther(t *testing.T) {
+	p := &Pending{Phase: PhaseReady, From: "a", To: "b", PCRs: map[string]map[int]string{"a": {15: "aa"}, "b": {15: "bb"}}}
+	onA := &Node{Running: "a", state: State{Pending: p}}
+	onB := &Node{Running: "b", state: State{Pending: p}, boot: BootTrial}
+	if v := onA.Other(); v[15][0] != 0xbb {
+		t.Errorf("on a: %x", v)
+	}
+	if v := onB.Other(); v[15][0] != 0xaa {
+		t.Errorf("on the trial of b: %x", v)
+	}
+	if v := (&Node{Running: "a"}).Other(); v != nil {
+		t.Errorf("no update: %x", v)
+	}
+}

@@ -1,0 +1,170 @@
+package owner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"plinth.dev/plinth/api/clusterpb"
+)
+
+// updateChunk is the size of one UpdateData message (gRPC's default
+// limit is 4 MiB).
+const updateChunk = 1 << 20
+
+// UpdateImage is what an update sends from an image directory (the
+// builder's output): its manifest, read once.
+type UpdateImage struct {
+	Dir      string
+	Manifest []byte
+	// Board and Version are the manifest's.
+	Board, Version string
+	artefacts      map[string]struct {
+		Size int64 `json:"size"`
+	}
+}
+
+// ReadUpdateImage reads the manifest of image directory dir.
+func ReadUpdateImage(dir string) (*UpdateImage, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return nil, fmt.Errorf("%s is not an image directory: %w", dir, err)
+	}
+	img := &UpdateImage{Dir: dir, Manifest: b}
+	var m struct {
+		Board     string `json:"board"`
+		Version   string `json:"version"`
+		Artefacts map[string]struct {
+			Size int64 `json:"size"`
+		} `json:"artefacts"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "manifest.json"), err)
+	}
+	img.Board, img.Version, img.artefacts = m.Board, m.Version, m.Artefacts
+	return img, nil
+}
+
+// UpdateProgress is called with what the node reports while it installs
+// (sent bytes are reported as phase "sending NAME").
+type UpdateProgress func(*clusterpb.UpdateProgress)
+
+// Update installs img on node id (NodeManagement.Update) and returns the
+// node's final answer. With reboot the node reboots into the new slot once
+// it is installed.
+func (c *Client) Update(ctx context.Context, id string, img *UpdateImage, reboot bool, progress UpdateProgress) (*clusterpb.UpdateDone, error) {
+	if progress == nil {
+		progress = func(*clusterpb.UpdateProgress) {}
+	}
+	cc, err := c.nodeConn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := clusterpb.NewNodeManagementClient(cc).Update(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&clusterpb.UpdateRequest{Kind: &clusterpb.UpdateRequest_Start{Start: &clusterpb.UpdateStart{Manifest: img.Manifest, Reboot: reboot}}}); err != nil {
+		return nil, recvError(stream, err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	acc := first.GetAccepted()
+	if acc == nil {
+		return nil, errors.New("the node did not accept the update")
+	}
+	// The node's answers while the artefacts go out.
+	answers := make(chan error, 1)
+	var done *clusterpb.UpdateDone
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				answers <- err
+				return
+			}
+			if p := r.GetProgress(); p != nil {
+				progress(p)
+			}
+			if d := r.GetDone(); d != nil {
+				done = d
+			}
+		}
+	}()
+	if err := sendArtefacts(stream, img, acc.GetArtefacts(), progress); err != nil {
+		cancel()
+		if aerr := <-answers; aerr != io.EOF && aerr != nil {
+			return nil, aerr
+		}
+		return nil, err
+	}
+	if err := <-answers; err != io.EOF {
+		return nil, err
+	}
+	if done == nil {
+		return nil, errors.New("the node ended the update without an answer")
+	}
+	return done, nil
+}
+
+type updateSender interface {
+	Send(*clusterpb.UpdateRequest) error
+	CloseSend() error
+}
+
+func sendArtefacts(stream updateSender, img *UpdateImage, names []string, progress UpdateProgress) error {
+	buf := make([]byte, updateChunk)
+	for _, name := range names {
+		a, ok := img.artefacts[name]
+		if !ok {
+			return fmt.Errorf("the node asks for %s, which the manifest does not list", name)
+		}
+		f, err := os.Open(filepath.Join(img.Dir, name))
+		if err != nil {
+			return err
+		}
+		var sent int64
+		for {
+			n, rerr := f.Read(buf)
+			if n > 0 {
+				if err := stream.Send(&clusterpb.UpdateRequest{Kind: &clusterpb.UpdateRequest_Data{Data: &clusterpb.UpdateData{Data: buf[:n]}}}); err != nil {
+					f.Close()
+					return err
+				}
+				sent += int64(n)
+				progress(&clusterpb.UpdateProgress{Phase: "sending " + name, DoneBytes: sent, TotalBytes: a.Size})
+			}
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				f.Close()
+				return rerr
+			}
+		}
+		f.Close()
+		if sent != a.Size {
+			return fmt.Errorf("%s is %d bytes, the manifest says %d", name, sent, a.Size)
+		}
+	}
+	return stream.CloseSend()
+}
+
+// recvError returns the node's error after a failed Send (gRPC reports
+// the status on Recv).
+func recvError(stream interface {
+	Recv() (*clusterpb.UpdateResponse, error)
+}, sendErr error) error {
+	if _, err := stream.Recv(); err != nil && err != io.EOF {
+		return err
+	}
+	return sendErr
+}

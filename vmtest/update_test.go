@@ -1,0 +1,182 @@
+package vmtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/image"
+)
+
+// nextImage is the image `make image-next` built: the test image's
+// binaries and board with another version, so another system image.
+func nextImage(t *testing.T) *Image {
+	t.Helper()
+	dir := os.Getenv("PLINTH_NEXT_IMAGE")
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, "out", "image-next", "qemu-x86_64")
+	}
+	img, err := LoadImage(dir)
+	if err != nil {
+		t.Fatalf("%v (make image-next builds it)", err)
+	}
+	return img
+}
+
+// TestUpdate: a node booted from its flashed disk (OVMF + swtpm) is
+// updated with `plinthctl update` from version X to Y: Y is written into
+// slot b and the node's keys sealed to b's predicted PCRs as well, the
+// node boots b once (BootNext), unseals, rejoins and confirms: it runs Y
+// from slot b, HEALTHY, its boot count and the cluster's data kept, the
+// live PCRs equal to the predictions. Then an update to an image that
+// halts before the cluster (its UKI stops the boot) makes the trial boot
+// fail: the node is back on Y in slot b by itself, HEALTHY, with the
+// failed update in its status, and the old slot's seal dropped again.
+func TestUpdate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	x, y := testImage(t), nextImage(t)
+	if x.Manifest.Version == y.Manifest.Version || x.Manifest.Verity.RootHash == y.Manifest.Verity.RootHash {
+		t.Fatalf("the next image is not another version: %s and %s", x.Manifest.Version, y.Manifest.Version)
+	}
+	dir := TestDir(t)
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: x, Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := c.Nodes()[0]
+	ticket, err := c.Client().Ticket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := buildPlinthctl(t)
+
+	// X → Y.
+	out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir)
+	t.Logf("plinthctl update:\n%s", out)
+	if !strings.Contains(out, fmt.Sprintf("runs %s from slot b, healthy", y.Manifest.Version)) {
+		t.Fatalf("plinthctl update did not report the node healthy on %s in slot b", y.Manifest.Version)
+	}
+	vm := n.VM()
+	mustLine(t, ctx, vm, `I init: A/B update state detail="slot b: trial boot of version `+regexp.QuoteMeta(y.Manifest.Version))
+	mustLine(t, ctx, vm, `I init: map and mount the system image \(dm-verity\) detail=.*\(slot b\)`)
+	pcrs := mustLine(t, ctx, vm, `I init: measured boot: live PCRs equal the UKI's predictions uki=EFI/plinth/b.efi detail="PCR 4 ([0-9a-f]{64}): match; PCR 11 ([0-9a-f]{64}): match"`)
+	if want := y.Manifest.UKIs[image.UKISlotFile("b")].PCR11; pcrs[2] != want {
+		t.Errorf("PCR 11 %s, the manifest predicts %s", pcrs[2], want)
+	}
+	mustLine(t, ctx, vm, `I init: storage: unseal node unlock key`)
+	wantBootCount(t, ctx, vm, "2")
+	mustLine(t, ctx, vm, `I init: update confirmed`)
+	assertNoLine(t, vm, `make ext4 filesystem`)
+	rec := nodeRecord(t, ctx, c, n.ID())
+	if sw := rec.GetStatus().GetSoftware(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil || sw.GetLastFailed() != nil {
+		t.Fatalf("after the update: version %s, software %v", rec.GetStatus().GetVersion(), sw)
+	}
+	if again, err := c.Client().Ticket(ctx); err != nil || !bytes.Equal(again, ticket) {
+		t.Fatalf("the cluster's register ticket changed across the update (%v): its data was lost", err)
+	}
+
+	// Y → an image that halts: the trial boot of slot a stops before the
+	// data disk, reboots, and slot b runs again.
+	halting := haltingImage(t, x, filepath.Join(dir, "halting-image"))
+	trialBoot := n.Boots() + 1
+	cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", halting)
+	outb, err := cmd.CombinedOutput()
+	t.Logf("plinthctl update (halting image):\n%s", outb)
+	if err == nil || !strings.Contains(string(outb), "failed, the node runs slot b") {
+		t.Fatalf("the update to a halting image did not fail as it should (%v)", err)
+	}
+	trial := consoleOf(t, n, trialBoot)
+	for _, want := range []string{`A/B update state detail="slot a: trial boot`, `E init: boot step failed: open data disk err="plinth.halt=`, `E init: trial boot of an update failed: rebooting into the previous slot`} {
+		if !regexp.MustCompile(want).MatchString(trial) {
+			t.Errorf("the trial boot's console has no line matching %q", want)
+		}
+	}
+	vm = n.VM()
+	mustLine(t, ctx, vm, `E init: update failed version=halting slot=a`)
+	mustLine(t, ctx, vm, `I init: map and mount the system image \(dm-verity\) detail=.*\(slot b\)`)
+	mustLine(t, ctx, vm, `I init: update: keys sealed to this slot alone again`)
+	rec = nodeRecord(t, ctx, c, n.ID())
+	sw := rec.GetStatus().GetSoftware()
+	if rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil || !strings.Contains(sw.GetLastFailed().GetReason(), "did not confirm") {
+		t.Fatalf("after the failed update: version %s, software %v", rec.GetStatus().GetVersion(), sw)
+	}
+}
+
+// nodeRecord waits until node id is HEALTHY and returns its record.
+func nodeRecord(t *testing.T, ctx context.Context, c *Cluster, id string) *clusterpb.Node {
+	t.Helper()
+	for {
+		n, err := c.Client().FindNode(ctx, id)
+		if err == nil && n.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && n.GetStatus().GetSoftware() != nil {
+			return n
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node %s not healthy: %v (%v)", id, n, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// consoleOf returns the console log of boot k of n.
+func consoleOf(t *testing.T, n *ClusterNode, k int) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.Dir, fmt.Sprintf("boot%d", k), "console.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// haltingImage writes to dir an image directory for an update to slot a
+// that cannot succeed: img's system image with slot a's UKI rebuilt to
+// carry plinth.halt (the boot stops before the data disk), as version
+// "halting". Only the manifest, system image and UKI an update sends.
+func haltingImage(t *testing.T, img *Image, dir string) string {
+	t.Helper()
+	dir = filepath.Join(dir, "halting")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	uki := image.UKISlotFile("a")
+	if _, err := image.RebuildUKI(filepath.Join(img.Dir, uki), "", filepath.Join(dir, uki), func(c string) string { return c + " plinth.halt=test" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(img.Dir, image.SystemFile), filepath.Join(dir, image.SystemFile)); err != nil {
+		t.Fatal(err)
+	}
+	m := *img.Manifest
+	m.Version = "halting"
+	m.Artefacts = map[string]image.Artefact{image.SystemFile: img.Manifest.Artefacts[image.SystemFile]}
+	data, err := os.ReadFile(filepath.Join(dir, uki))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	m.Artefacts[uki] = image.Artefact{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	js, err := json.MarshalIndent(&m, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, image.ManifestFile), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
