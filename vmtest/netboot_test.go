@@ -2,6 +2,8 @@ package vmtest
 
 import (
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -10,7 +12,8 @@ import (
 // UEFI HTTP boot (served by the harness, the register parameters in the
 // UKI's measured command line), registers with the cluster, is approved
 // and becomes HEALTHY; its firmware measured the UKI, so it seals its key
-// without the unmeasured-boot exception.
+// without the unmeasured-boot exception. An update of it is refused: it
+// has no slots.
 func TestNetBoot(t *testing.T) {
 	// Parallel with TestDiskBoot: OVMF under TCG runs on one vCPU (one
 	// host core) for most of these tests, firmware and HTTP download.
@@ -32,4 +35,10 @@ func TestNetBoot(t *testing.T) {
 	mustLine(t, ctx, vm, `I init: read node parameters detail="?from cmdline.*register with a cluster`)
 	mustLine(t, ctx, vm, `I init: TPM and measured boot detail=.*firmware measured the UKI`)
 	assertNoLine(t, vm, `unmeasured boot`)
+	// A network-booted node has no slots: an update is refused, naming
+	// the alternative.
+	out, err := exec.CommandContext(ctx, string(buildPlinthctl(t)), "update", "-config", c.OwnerDir(), n.ID(), "-image", testImage(t).Dir).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "has no system slots (a network boot): boot it from the new image's network-boot UKI instead") {
+		t.Errorf("update of a network-booted node: %v\n%s", err, out)
+	}
 }

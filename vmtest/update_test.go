@@ -38,8 +38,10 @@ func nextImage(t *testing.T) *Image {
 	return img
 }
 
-// TestUpdate: a node booted from its flashed disk (OVMF + swtpm) is
-// updated with `plinthctl update` from version X to Y: Y is written into
+// TestUpdate: a node booted from its flashed disk (OVMF + swtpm) refuses
+// an image for another board, and comes back on its slot after a power
+// cut while it writes the new one (the update reported as interrupted).
+// It is then updated with `plinthctl update` from version X to Y: Y is written into
 // slot b and the node's keys sealed to b's predicted PCRs as well, the
 // node boots b once (BootNext), unseals, rejoins and confirms: it runs Y
 // from slot b, HEALTHY, its boot count and the cluster's data kept, the
@@ -48,6 +50,9 @@ func nextImage(t *testing.T) *Image {
 // fail: the node is back on Y in slot b by itself, HEALTHY, with the
 // failed update in its status, and the old slot's seal dropped again.
 func TestUpdate(t *testing.T) {
+	// One machine (a one-node cluster): runs beside the other
+	// single-machine tests (see doc.go).
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	x, y := testImage(t), nextImage(t)
@@ -67,6 +72,16 @@ func TestUpdate(t *testing.T) {
 	}
 	ctl := buildPlinthctl(t)
 
+	// An image for another board is refused before anything is sent.
+	other := genericImage(t)
+	if out, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", other.Dir).CombinedOutput(); err == nil || !strings.Contains(string(out), `the image is for board "generic-x86_64", this node is "qemu-x86_64"`) {
+		t.Fatalf("an update to another board's image: %v\n%s", err, out)
+	}
+
+	// Power cut while slot b is written: the node boots slot a, says the
+	// update was interrupted, and is healthy.
+	powerCutDuringWrite(t, ctx, c, n, ctl, y)
+
 	// X → Y.
 	out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir)
 	t.Logf("plinthctl update:\n%s", out)
@@ -81,11 +96,11 @@ func TestUpdate(t *testing.T) {
 		t.Errorf("PCR 11 %s, the manifest predicts %s", pcrs[2], want)
 	}
 	mustLine(t, ctx, vm, `I init: storage: unseal node unlock key`)
-	wantBootCount(t, ctx, vm, "2")
+	wantBootCount(t, ctx, vm, "3") // flashed, power cut, updated
 	mustLine(t, ctx, vm, `I init: update confirmed`)
 	assertNoLine(t, vm, `make ext4 filesystem`)
 	rec := nodeRecord(t, ctx, c, n.ID())
-	if sw := rec.GetStatus().GetSoftware(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil || sw.GetLastFailed() != nil {
+	if sw := rec.GetStatus().GetSoftware(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil {
 		t.Fatalf("after the update: version %s, software %v", rec.GetStatus().GetVersion(), sw)
 	}
 	if again, err := c.Client().Ticket(ctx); err != nil || !bytes.Equal(again, ticket) {
@@ -116,6 +131,47 @@ func TestUpdate(t *testing.T) {
 	sw := rec.GetStatus().GetSoftware()
 	if rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil || !strings.Contains(sw.GetLastFailed().GetReason(), "did not confirm") {
 		t.Fatalf("after the failed update: version %s, software %v", rec.GetStatus().GetVersion(), sw)
+	}
+}
+
+// powerCutDuringWrite starts an update of n to img and kills QEMU while
+// the node writes the system image into slot b: the next boot runs slot a
+// and reports the interrupted update; the node comes back healthy.
+func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, ctl plinthctl, img *Image) {
+	t.Helper()
+	vm := n.VM()
+	cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", img.Dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mustLine(t, ctx, vm, `I root\.roleserver\.nodemgmt: update: writing the system image to slot b done=[1-9]`)
+	if err := c.KillNode(n); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err == nil {
+			t.Fatalf("plinthctl update succeeded although the node lost power:\n%s", out.String())
+		}
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("plinthctl update still waits a minute after the node lost power:\n%s", out.String())
+	}
+	t.Logf("plinthctl update, power cut:\n%s", out.String())
+	if err := c.StartNode(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	vm = n.VM()
+	mustLine(t, ctx, vm, `E init: update failed version=`+regexp.QuoteMeta(img.Manifest.Version)+` slot=b reason="the update to version .* was interrupted while slot b was written`)
+	mustLine(t, ctx, vm, `I init: map and mount the system image \(dm-verity\) detail=.*\(slot a\)`)
+	mustLine(t, ctx, vm, `I init: storage: unseal node unlock key`)
+	rec := nodeRecord(t, ctx, c, n.ID())
+	if sw := rec.GetStatus().GetSoftware(); sw.GetSlot() != "a" || sw.GetPending() != nil || !strings.Contains(sw.GetLastFailed().GetReason(), "interrupted while slot b was written") {
+		t.Fatalf("after the power cut: software %v", sw)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/owner"
 )
@@ -143,13 +145,14 @@ func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string,
 		return nil
 	}
 	voter := before.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
-	return waitUpdated(ctx, cl, id, done, voter, started, c.timeout, stdout)
+	return waitUpdated(ctx, cl, id, done, voter, before.GetStatus().GetSoftware().GetLastFailed(), started, c.timeout, stdout)
 }
 
 // waitUpdated waits until node id runs done's version from done's slot
 // with nothing pending, healthy (and a voter, if voter), or reports the
-// update's failure the node recorded.
-func waitUpdated(ctx context.Context, cl *owner.Client, id string, done *clusterpb.UpdateDone, voter bool, since time.Time, timeout time.Duration, stdout io.Writer) error {
+// update's failure the node recorded (a failure other than earlier, the
+// one it reported before this update).
+func waitUpdated(ctx context.Context, cl *owner.Client, id string, done *clusterpb.UpdateDone, voter bool, earlier *clusterpb.FailedUpdate, since time.Time, timeout time.Duration, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	fmt.Fprintf(stdout, "  rebooting into slot %s; waiting for it to be healthy\n", done.GetSlot())
@@ -161,7 +164,7 @@ func waitUpdated(ctx context.Context, cl *owner.Client, id string, done *cluster
 		var state string
 		if err == nil {
 			st, sw := n.GetStatus(), n.GetStatus().GetSoftware()
-			if f := sw.GetLastFailed(); f.GetVersion() == done.GetVersion() && f.GetTimeUnixNanos() >= since.UnixNano()-int64(time.Minute) {
+			if f := sw.GetLastFailed(); f != nil && !proto.Equal(f, earlier) {
 				return fmt.Errorf("the update of %s to %s failed, the node runs slot %s (%s) again: %s", id, done.GetVersion(), sw.GetSlot(), st.GetVersion(), f.GetReason())
 			}
 			ok := st.GetVersion() == done.GetVersion() && sw.GetSlot() == done.GetSlot() && sw.GetPending() == nil &&
