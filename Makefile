@@ -208,8 +208,8 @@ fuzz:
 test: unit race fuzz repro vmtest
 	@echo "make test: all passed"
 
-bench: image
-	go run ./cmd/plinthbench -image $(IMAGE) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(OUT)/bench.json
+bench: image image-next
+	go run ./cmd/plinthbench -image $(IMAGE) -next $(NEXT_IMAGE) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(OUT)/bench.json
 
 generate:
 	@OUT=$(OUT) scripts/generate

@@ -17,12 +17,14 @@
 //	        │      └── Recheck: heartbeat unanswered, calls UNAVAILABLE /
 //	        │          NOT_LEADER, leader connection lost
 //	        ├── rolefetch   roles (+ health) of this node
-//	        ├── statuspush  addresses, version, boot count/time, problems
+//	        ├── statuspush  addresses, version, boot count/time, problems,
+//	        │               slot and updates (Config.Updates)
 //	        ├── heartbeat   every curator.HeartbeatInterval; an answer is
 //	        │               due within two intervals, else reconnect
 //	        ├── hosts       node ID → address into HostsPath (+ cache)
 //	        └── kubernetes  controller and worker by the Kubernetes roles
-//	   nodemgmt: NodeManagement on :7836 (Logs, Status, Reboot, PowerOff)
+//	   nodemgmt: NodeManagement on :7836 (Logs, Status, Reboot, PowerOff,
+//	             Update: streamed into Config.Updates, platform/update)
 //
 // Failover: when the curator leader loses power, nothing closes the
 // node's connection to it. The heartbeat notices first (no answer), the

@@ -46,7 +46,8 @@
 // side by side take little longer than one and `make test` stays inside
 // its time budget. The parallel ones are those with one machine, its own
 // directory, disk, TPM state and user-mode network: the storage, data disk
-// and node tests, and the two OVMF tests: TestDiskBoot, and TestNetBoot,
+// and node tests, and the OVMF tests: TestDiskBoot, TestGenericBoard,
+// TestUpdate (a one-node cluster booted from its disk) and TestNetBoot,
 // whose second node spends most of its time in firmware fetching the UKI
 // over HTTP on one vCPU. The other cluster tests, failover and Kubernetes
 // stay serial: they time heartbeats and leader elections with several

@@ -48,7 +48,8 @@ func nextImage(t *testing.T) *Image {
 // live PCRs equal to the predictions. Then an update to an image that
 // halts before the cluster (its UKI stops the boot) makes the trial boot
 // fail: the node is back on Y in slot b by itself, HEALTHY, with the
-// failed update in its status, and the old slot's seal dropped again.
+// failed update in its status, and the old slot's seal dropped again. Slot
+// a still held that image's system image, so only its UKI was sent.
 func TestUpdate(t *testing.T) {
 	// One machine (a one-node cluster): runs beside the other
 	// single-machine tests (see doc.go).
@@ -116,6 +117,11 @@ func TestUpdate(t *testing.T) {
 	t.Logf("plinthctl update (halting image):\n%s", outb)
 	if err == nil || !strings.Contains(string(outb), "failed, the node runs slot b") {
 		t.Fatalf("the update to a halting image did not fail as it should (%v)", err)
+	}
+	// Slot a still held X's system image, which the halting image shares:
+	// only the UKI was sent.
+	if !strings.Contains(string(outb), "slot a holds this system image already: not sent") || strings.Contains(string(outb), "sending system.img") {
+		t.Error("the system image slot a already held was sent again")
 	}
 	trial := consoleOf(t, n, trialBoot)
 	for _, want := range []string{`A/B update state detail="slot a: trial boot`, `E init: boot step failed: open data disk err="plinth.halt=`, `E init: trial boot of an update failed: rebooting into the previous slot`} {

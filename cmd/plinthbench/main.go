@@ -14,6 +14,9 @@
 //	cluster:     launch → HEALTHY of a bootstrap node (ratio to the bare boot),
 //	             and a second node's launch → registered → approved → UP →
 //	             HEALTHY (vmtest.LaunchCluster, AddNode)
+//	update:      three consensus members booted from flashed disks: one node
+//	             updated to the next image (bytes sent, install, reboot →
+//	             HEALTHY), then all three with `plinthctl update -all`
 //
 // -only runs some sections (e.g. -only cluster); the file then holds only
 // their results. The cluster section needs the bare boot: without the boot
@@ -50,6 +53,7 @@ type result struct {
 
 func main() {
 	imageDir := flag.String("image", "out/image/"+board.Default, "built image to boot")
+	nextDir := flag.String("next", "out/image-next/"+board.Default, "image the update section installs (make image-next)")
 	initBin := flag.String("init", "out/bin/init", "static /init binary")
 	binDir := flag.String("bin", "out/bin", "directory of the Kubernetes binaries and testpod (plinthctl build -bin)")
 	cache := flag.String("cache", "out/cache", "kernel package cache")
@@ -73,16 +77,16 @@ func main() {
 			sel[s] = true
 		}
 	}
-	if err := run(*imageDir, *initBin, *binDir, *cache, *out, *boots, sel); err != nil {
+	if err := run(*imageDir, *nextDir, *initBin, *binDir, *cache, *out, *boots, sel); err != nil {
 		fmt.Fprintln(os.Stderr, "plinthbench:", err)
 		os.Exit(1)
 	}
 }
 
 // sections are what -only selects, in the order they run.
-var sections = []string{"build", "sizes", "boot", "diskboot", "storage", "consensus", "cluster", "kubernetes"}
+var sections = []string{"build", "sizes", "boot", "diskboot", "storage", "consensus", "cluster", "kubernetes", "update"}
 
-func run(imageDir, initBin, binDir, cache, out string, boots int, sel map[string]bool) error {
+func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel map[string]bool) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp(filepath.Dir(out), "bench-")
 	if err != nil {
@@ -149,6 +153,15 @@ func run(imageDir, initBin, binDir, cache, out string, boots int, sel map[string
 	if sel["kubernetes"] {
 		if err := benchKubernetes(ctx, img, binDir, work, add); err != nil {
 			return fmt.Errorf("kubernetes: %w", err)
+		}
+	}
+	if sel["update"] {
+		next, err := vmtest.LoadImage(nextDir)
+		if err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		if err := benchUpdate(ctx, img, next, filepath.Join(binDir, "plinthctl"), work, add); err != nil {
+			return fmt.Errorf("update: %w", err)
 		}
 	}
 

@@ -15,6 +15,7 @@ import (
 
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/sysimage"
+	"plinth.dev/plinth/platform/verity"
 )
 
 // Manifest is what an update reads of the builder's manifest.json
@@ -23,7 +24,10 @@ type Manifest struct {
 	Board   string `json:"board"`
 	Version string `json:"version"`
 	Verity  struct {
-		RootHash string `json:"root_hash"`
+		RootHash       string `json:"root_hash"`
+		Salt           string `json:"salt"`
+		DataBlocks     uint64 `json:"data_blocks"`
+		HashStartBlock uint64 `json:"hash_start_block"`
 	} `json:"verity"`
 	Artefacts map[string]struct {
 		SHA256 string `json:"sha256"`
@@ -55,6 +59,9 @@ type Session struct {
 	uki  artefactInfo
 	dev  string // the slot's partition
 	size int64  // its size
+	// have: the slot already holds the system image (verity.HoldsTree):
+	// only the UKI is sent, and the slot is read back as always.
+	have bool
 }
 
 type artefactInfo struct {
@@ -99,6 +106,12 @@ func (n *Node) Begin(manifest []byte) (*Session, error) {
 	if s.sys.size > s.size {
 		return nil, fmt.Errorf("%w: the system image is %d bytes, slot %s holds %d", ErrRejected, s.sys.size, s.slot, s.size)
 	}
+	if p, err := m.verityParams(); err == nil {
+		if f, err := os.Open(dev); err == nil {
+			s.have = verity.HoldsTree(f, p)
+			f.Close()
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.busy {
@@ -135,8 +148,27 @@ func (s *Session) Slot() string { return s.slot }
 // Version is the version it installs.
 func (s *Session) Version() string { return s.m.Version }
 
-// Artefacts are what Install reads, in order.
-func (s *Session) Artefacts() []string { return []string{s.sys.name, s.uki.name} }
+// Artefacts are what Install reads, in order: the system image and the
+// slot's UKI, or the UKI alone when the slot holds the system image
+// already (a retried update, or going back to the version the slot had).
+func (s *Session) Artefacts() []string {
+	if s.have {
+		return []string{s.uki.name}
+	}
+	return []string{s.sys.name, s.uki.name}
+}
+
+func (m *Manifest) verityParams() (verity.Params, error) {
+	root, err := hex.DecodeString(m.Verity.RootHash)
+	if err != nil {
+		return verity.Params{}, err
+	}
+	salt, err := hex.DecodeString(m.Verity.Salt)
+	if err != nil {
+		return verity.Params{}, err
+	}
+	return verity.Params{DataBlocks: m.Verity.DataBlocks, HashStartBlock: m.Verity.HashStartBlock, Salt: salt, RootHash: root}, nil
+}
 
 // Close ends the session; another update may begin.
 func (s *Session) Close() {
@@ -180,7 +212,9 @@ func (s *Session) Install(ctx context.Context, r io.Reader, progress func(Progre
 	if progress == nil {
 		progress = func(Progress) {}
 	}
-	if err := s.writeSystem(ctx, r, progress); err != nil {
+	if s.have {
+		progress(Progress{Phase: "slot " + s.slot + " holds this system image already: not sent, read back below"})
+	} else if err := s.writeSystem(ctx, r, progress); err != nil {
 		return err
 	}
 	progress(Progress{Phase: "receiving " + s.uki.name, Total: s.uki.size})
@@ -198,7 +232,7 @@ func (s *Session) Install(ctx context.Context, r io.Reader, progress func(Progre
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrRejected, s.uki.name, err)
 	}
-	if hex.EncodeToString(u.Verity.RootHash) != s.m.Verity.RootHash || u.Slot != s.slot {
+	if mp, err := s.m.verityParams(); err != nil || u.Verity.String() != mp.String() || u.Slot != s.slot {
 		return fmt.Errorf("%w: %s boots system image %x from slot %q, the manifest's is %s in slot %s", ErrRejected, s.uki.name, u.Verity.RootHash, u.Slot, s.m.Verity.RootHash, s.slot)
 	}
 

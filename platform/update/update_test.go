@@ -1,6 +1,10 @@
 package update
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -223,5 +227,64 @@ func TestOther(t *testing.T) {
 	}
 	if v := (&Node{Running: "a"}).Other(); v != nil {
 		t.Errorf("no update: %x", v)
+	}
+}
+
+// TestInstallRefusesBadStreams: a stream that ends early, carries more
+// than the manifest's artefacts or does not hash to it fails the update
+// before any boot entry names the slot: the state records the failure,
+// nothing is pending, BootNext is not set. (The slot is a file here;
+// the running slot is never the target: Begin picks the other one.)
+func TestInstallRefusesBadStreams(t *testing.T) {
+	sys := bytes.Repeat([]byte("system image "), 1000)
+	ukiData := []byte("not really a UKI")
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	manifest, _ := json.Marshal(map[string]any{"board": "qemu-x86_64", "version": "v2", "artefacts": map[string]any{
+		"system.img":   map[string]any{"sha256": sum(sys), "size": len(sys)},
+		"plinth-b.efi": map[string]any{"sha256": sum(ukiData), "size": len(ukiData)},
+	}})
+	flip := func(b []byte, i int) []byte { c := bytes.Clone(b); c[i] ^= 1; return c }
+	for _, c := range []struct {
+		name   string
+		stream []byte
+		want   string
+	}{
+		{"ends inside the system image", sys[:len(sys)/2], "the stream ended after"},
+		{"system image corrupted", append(flip(sys, 100), ukiData...), "the system image does not match the manifest's sha256"},
+		{"ends inside the UKI", append(bytes.Clone(sys), ukiData[:3]...), "the stream ended inside plinth-b.efi"},
+		{"UKI corrupted", append(bytes.Clone(sys), flip(ukiData, 0)...), "plinth-b.efi does not match the manifest's sha256"},
+		{"more than the manifest", append(append(bytes.Clone(sys), ukiData...), 'x'), "more than the manifest's artefacts"},
+		{"UKI that is not one", append(bytes.Clone(sys), ukiData...), "plinth-b.efi:"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := efivar.Store{Dir: t.TempDir()}
+			slot := filepath.Join(t.TempDir(), "slot-b")
+			if err := os.WriteFile(slot, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			n := &Node{Boot: &bootdisk.Boot{Disk: "/dev/vda", ESP: testESP}, Running: "a", Board: "qemu-x86_64", Store: store, Log: slog.New(slog.DiscardHandler)}
+			s := &Session{n: n, slot: "b", dev: slot, size: 1 << 20}
+			if err := json.Unmarshal(manifest, &s.m); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if s.sys, err = s.m.artefact("system.img"); err != nil {
+				t.Fatal(err)
+			}
+			if s.uki, err = s.m.artefact("plinth-b.efi"); err != nil {
+				t.Fatal(err)
+			}
+			err = s.Install(context.Background(), bytes.NewReader(c.stream), nil)
+			if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v, want ErrRejected saying %q", err, c.want)
+			}
+			st, rerr := Read(store)
+			if rerr != nil || st.Pending != nil || st.LastFailed == nil || st.LastFailed.Version != "v2" || st.LastFailed.Slot != "b" {
+				t.Fatalf("state after the refusal: %+v (%v)", st, rerr)
+			}
+			if _, err := store.BootNext(); !errors.Is(err, efivar.ErrNotFound) {
+				t.Fatalf("BootNext set after a refused update: %v", err)
+			}
+		})
 	}
 }

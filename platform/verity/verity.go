@@ -180,3 +180,19 @@ func AppendTree(f interface {
 	}
 	return Params{DataBlocks: dataBlocks, HashStartBlock: dataBlocks, Salt: salt, RootHash: hashBlock(top)}, nil
 }
+
+// HoldsTree reports whether r (a device or file laid out as the builder
+// writes an image) has, at p's HashStartBlock, a top-level hash block
+// whose digest is p's root hash: then it holds p's image, or at least its
+// hash tree, which a dm-verity read-through confirms or refutes. One
+// block is read.
+func HoldsTree(r io.ReaderAt, p Params) bool {
+	block := make([]byte, BlockSize)
+	if _, err := r.ReadAt(block, int64(p.HashStartBlock)*BlockSize); err != nil {
+		return false
+	}
+	h := sha256.New()
+	h.Write(p.Salt)
+	h.Write(block)
+	return string(h.Sum(nil)) == string(p.RootHash)
+}

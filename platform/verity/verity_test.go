@@ -57,6 +57,17 @@ func TestMatchesVeritysetup(t *testing.T) {
 		if !bytes.Equal(a, b) {
 			t.Errorf("%d blocks: hash tree bytes differ from veritysetup's", blocks)
 		}
+		// HoldsTree finds the image by its top hash block, and not with
+		// that block changed or another salt.
+		if !HoldsTree(bytes.NewReader(a), p) {
+			t.Errorf("%d blocks: HoldsTree misses the image", blocks)
+		}
+		a[p.HashStartBlock*BlockSize+5] ^= 1
+		other := p
+		other.Salt = []byte{1}
+		if HoldsTree(bytes.NewReader(a), p) || HoldsTree(bytes.NewReader(b), other) {
+			t.Errorf("%d blocks: HoldsTree accepts a changed tree or salt", blocks)
+		}
 	}
 }
 

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/vmtest"
+)
+
+// benchUpdate launches a three-node cluster booted from flashed disks
+// (OVMF + swtpm), makes every node a consensus member, updates one node to
+// next with `plinthctl update` (bytes sent, time to install, reboot to
+// HEALTHY on the new slot), then all three with `plinthctl update -all`
+// (total time), as an operator would.
+func benchUpdate(ctx context.Context, img, next *vmtest.Image, plinthctl, work string, add addFunc) error {
+	c, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: 3, Image: img, Dir: filepath.Join(work, "update"), DiskSizeBytes: 2 << 30, Progress: os.Stderr, DiskBoot: true})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cfg := c.OwnerDir()
+	nodes := c.Nodes()
+	for _, n := range nodes[1:] {
+		if out, err := exec.CommandContext(ctx, plinthctl, "roles", "add", "-config", cfg, n.ID(), "consensus-member").CombinedOutput(); err != nil {
+			return fmt.Errorf("roles add: %v: %s", err, out)
+		}
+	}
+	for _, n := range nodes {
+		if err := waitVoter(ctx, c, n.ID()); err != nil {
+			return err
+		}
+	}
+	sent := next.Manifest.Artefacts[image.SystemFile].Size + next.Manifest.Artefacts[image.UKISlotFile("b")].Size
+	out, took, err := runTimed(ctx, plinthctl, "update", "-config", cfg, nodes[0].ID(), "-image", next.Dir)
+	if err != nil {
+		return fmt.Errorf("update: %v\n%s", err, out)
+	}
+	installed := regexp.MustCompile(`installed in slot b in (\d+)s`).FindSubmatch(out)
+	healthy := regexp.MustCompile(`healthy, after (\d+)s`).FindSubmatch(out)
+	if installed == nil || healthy == nil {
+		return fmt.Errorf("update: unexpected output:\n%s", out)
+	}
+	inst, _ := strconv.Atoi(string(installed[1]))
+	total, _ := strconv.Atoi(string(healthy[1]))
+	add("update_bytes_sent_mib", float64(sent)/(1<<20), "MiB", "system image + slot UKI, streamed over NodeManagement.Update")
+	add("update_install_seconds", float64(inst), "s", accelName()+", plinthctl update: first byte to installed (slot written, read back through dm-verity, UKI, reseal, BootNext)")
+	add("update_reboot_to_healthy_seconds", float64(total-inst), "s", "installed to HEALTHY on the new slot, a voter again (3-member cluster)")
+	add("update_one_node_seconds", took.Seconds(), "s", "the whole plinthctl update")
+
+	out, took, err = runTimed(ctx, plinthctl, "update", "-all", "-config", cfg, "-image", next.Dir)
+	if err != nil {
+		return fmt.Errorf("update -all: %v\n%s", err, out)
+	}
+	add("update_rolling_3_nodes_seconds", took.Seconds(), "s", "plinthctl update -all: three consensus members, one at a time, each a voter again before the next")
+	return nil
+}
+
+// runTimed runs a command, copying its output to stderr as it comes.
+func runTimed(ctx context.Context, name string, args ...string) ([]byte, time.Duration, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var buf bytes.Buffer
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		pr.Close()
+		return nil, 0, err
+	}
+	pw.Close()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		fmt.Fprintln(os.Stderr, "  | "+sc.Text())
+		buf.Write(append(sc.Bytes(), '\n'))
+	}
+	pr.Close()
+	err = cmd.Wait()
+	return buf.Bytes(), time.Since(start), err
+}
+
+// waitVoter waits until node id is UP, HEALTHY and a voting etcd member.
+func waitVoter(ctx context.Context, c *vmtest.Cluster, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	for {
+		n, err := c.Client().FindNode(ctx, id)
+		if err == nil && n.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && n.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is not a healthy voter: %v", id, err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
