@@ -34,6 +34,10 @@ func init() {
 				"virtio_rng", "qemu_fw_cfg", "button", "evdev",
 				// the data volume (built into the cloud kernel)
 				"ext4", "crc32c_intel", "crc32c_generic",
+				// the watchdog of an update's trial boot: Intel's (through
+				// the LPC bridge), AMD's, QEMU's; softdog last, so a
+				// hardware one is /dev/watchdog when there is one
+				"lpc_ich", "iTCO_wdt", "sp5100_tco", "i6300esb", "softdog",
 			},
 			systemImageModules, dataDiskModules, espModules),
 		SystemModules:     qemuBoard.SystemModules,

@@ -16,8 +16,9 @@ var qemuBoard = &Board{
 		// disks, network, entropy
 		[]string{"virtio_pci", "virtio_blk", "virtio_net", "virtio_rng"},
 		systemImageModules, dataDiskModules,
-		// node parameters from QEMU, ACPI power button
-		[]string{"qemu_fw_cfg", "button", "evdev"},
+		// node parameters from QEMU, ACPI power button, the watchdog of
+		// an update's trial boot (this kernel has no QEMU watchdog driver)
+		[]string{"qemu_fw_cfg", "button", "evdev", "softdog"},
 		espModules),
 	SystemModules: []string{
 		"overlay", "xfs",

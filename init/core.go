@@ -148,6 +148,13 @@ func bootCore() int {
 		// Which disk is chosen here, once; enrolment uses the same one.
 		{"open data disk", func() (detail string, err error) {
 			if v, ok := args[haltArg]; ok {
+				if v == "hang" {
+					// A hang, as a test image needs one: the whole core
+					// stops (PID 1 keeps waiting for it).
+					l.Error(haltArg + "=hang on the kernel command line: the core stops here")
+					logs.Flush(3 * time.Second)
+					unix.Kill(os.Getpid(), unix.SIGSTOP)
+				}
 				return "", fmt.Errorf("%s=%s on the kernel command line: the image stops before it opens the data disk", haltArg, v)
 			}
 			diskCfg, volume, detail, err = openDataDisk(l, params, keys, chip, local, registering)
@@ -189,6 +196,7 @@ func bootCore() int {
 // haltArg on the (measured) kernel command line stops the boot before the
 // data disk is opened: for images that must not join a cluster (a
 // debugging image; the update test's image that fails its trial boot).
+// "hang" stops the core process instead of failing the step.
 const haltArg = "plinth.halt"
 
 // nodeState is what the boot steps hand to the supervised node.

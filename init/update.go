@@ -12,6 +12,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	datadisk "plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/platform/update"
+	"plinth.dev/plinth/platform/watchdog"
 )
 
 // The node's side of an A/B update (platform/update), step by step:
@@ -50,7 +51,7 @@ func startUpdates(l *slog.Logger, args map[string]string) (*update.Node, string,
 	switch kind {
 	case update.BootTrial:
 		st := n.Status()
-		return n, fmt.Sprintf("slot %s: trial boot of version %s; it becomes permanent when the node is healthy, a failure boots the previous slot", slot, st.Pending.Version), nil
+		return n, fmt.Sprintf("slot %s: trial boot of version %s; it becomes permanent when the node is healthy, a failure boots the previous slot%s", slot, st.Pending.Version, armTrialWatchdog(l, n)), nil
 	case update.BootRolledBack:
 		l.Error("update failed", "version", failed.Version, "slot", failed.Slot, "reason", failed.Reason)
 		return n, fmt.Sprintf("slot %s: the update to version %s FAILED (see above); this slot runs as before", slot, failed.Version), nil
@@ -98,6 +99,42 @@ func confirmWhenHealthy(l *slog.Logger, upd *update.Node, disk string) {
 	case resealed:
 		l.Info("update: keys sealed to this slot alone again (an update failed or was confirmed before)")
 	}
+}
+
+// trialWatchdogTimeout is the watchdog's timeout on a trial boot: the core
+// pets it every quarter of that.
+const trialWatchdogTimeout = 30 * time.Second
+
+// armTrialWatchdog arms the watchdog for a trial boot and pets it until the
+// update is confirmed (then disarms it) or the trial deadline passed (then
+// stops petting: the machine resets, even if the core is stuck). A core
+// that hangs or dies stops petting too. It returns what it did, for the
+// boot step's line.
+func armTrialWatchdog(l *slog.Logger, upd *update.Node) string {
+	w, err := watchdog.Open(trialWatchdogTimeout)
+	if err != nil {
+		l.Warn("trial boot without a watchdog: a hang needs a reset by hand", "err", err)
+		return "; no watchdog"
+	}
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(w.Timeout / 4)
+		defer t.Stop()
+		for range t.C {
+			switch {
+			case upd.Kind() != update.BootTrial:
+				if err := w.Disarm(); err != nil {
+					l.Error("disarming the watchdog", "err", err)
+				}
+				return
+			case time.Since(start) > trialDeadline:
+				l.Error("trial boot not healthy after " + trialDeadline.String() + ": the watchdog resets the machine into the previous slot")
+				return
+			}
+			w.Pet()
+		}
+	}()
+	return fmt.Sprintf("; watchdog (%s) armed, %v", w.Identity, w.Timeout)
 }
 
 // watchTrial reboots a trial boot that is not healthy by trialDeadline.

@@ -63,8 +63,9 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) (err error) {
 	return nil
 }
 
-// rebootLine is what init prints last before a reboot.
-var rebootLine = regexp.MustCompile(`handing over to PID 1 .*action=reboot`)
+// rebootLine is what init prints last before a reboot, or the kernel when
+// the watchdog resets the machine.
+var rebootLine = regexp.MustCompile(`handing over to PID 1 .*action=reboot|softdog: Initiating system reboot`)
 
 // watch starts n again when its guest rebooted (QEMU exits on a reboot)
 // and the harness did not stop it.

@@ -46,8 +46,9 @@ func nextImage(t *testing.T) *Image {
 // node boots b once (BootNext), unseals, rejoins and confirms: it runs Y
 // from slot b, HEALTHY, its boot count and the cluster's data kept, the
 // live PCRs equal to the predictions. Then an update to an image that
-// halts before the cluster (its UKI stops the boot) makes the trial boot
-// fail: the node is back on Y in slot b by itself, HEALTHY, with the
+// hangs before the cluster (its UKI stops the core) makes the trial boot
+// fail: the watchdog resets the machine, the node is back on Y in slot b
+// by itself, HEALTHY, with the
 // failed update in its status, and the old slot's seal dropped again. Slot
 // a still held that image's system image, so only its UKI was sent.
 func TestUpdate(t *testing.T) {
@@ -124,7 +125,8 @@ func TestUpdate(t *testing.T) {
 		t.Error("the system image slot a already held was sent again")
 	}
 	trial := consoleOf(t, n, trialBoot)
-	for _, want := range []string{`A/B update state detail="slot a: trial boot`, `E init: boot step failed: open data disk err="plinth.halt=`, `E init: trial boot of an update failed: rebooting into the previous slot`} {
+	for _, want := range []string{`A/B update state detail="slot a: trial boot .*; watchdog \(Software Watchdog\) armed, 30s`,
+		`E init: plinth.halt=hang on the kernel command line: the core stops here`, `softdog: Initiating system reboot`} {
 		if !regexp.MustCompile(want).MatchString(trial) {
 			t.Errorf("the trial boot's console has no line matching %q", want)
 		}
@@ -209,8 +211,8 @@ func consoleOf(t *testing.T, n *ClusterNode, k int) string {
 
 // haltingImage writes to dir an image directory for an update to slot a
 // that cannot succeed: img's system image with slot a's UKI rebuilt to
-// carry plinth.halt (the boot stops before the data disk), as version
-// "halting". Only the manifest, system image and UKI an update sends.
+// carry plinth.halt=hang (the core stops before the data disk: a hang),
+// as version "halting". Only the manifest, system image and UKI an update sends.
 func haltingImage(t *testing.T, img *Image, dir string) string {
 	t.Helper()
 	dir = filepath.Join(dir, "halting")
@@ -218,7 +220,7 @@ func haltingImage(t *testing.T, img *Image, dir string) string {
 		t.Fatal(err)
 	}
 	uki := image.UKISlotFile("a")
-	if _, err := image.RebuildUKI(filepath.Join(img.Dir, uki), "", filepath.Join(dir, uki), func(c string) string { return c + " plinth.halt=test" }); err != nil {
+	if _, err := image.RebuildUKI(filepath.Join(img.Dir, uki), "", filepath.Join(dir, uki), func(c string) string { return c + " plinth.halt=hang" }); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(filepath.Join(img.Dir, image.SystemFile), filepath.Join(dir, image.SystemFile)); err != nil {
