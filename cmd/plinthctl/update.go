@@ -28,6 +28,10 @@ type updateCmd struct {
 	all      bool
 	noReboot bool
 	timeout  time.Duration
+	// drain: Kubernetes workers are cordoned and drained first (through
+	// kubeServer, host:port, if set) and uncordoned after.
+	drain      bool
+	kubeServer string
 }
 
 const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-no-reboot] [-timeout D]"
@@ -38,6 +42,8 @@ func (c *updateCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.all, "all", false, "update every node, one at a time, each healthy on the new version before the next")
 	fs.BoolVar(&c.noReboot, "no-reboot", false, "install only: the node boots the new slot at its next reboot")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "how long to wait for a node to come back healthy on the new version")
+	fs.BoolVar(&c.drain, "drain", true, "cordon and drain a Kubernetes worker before its update (its pods move to other workers), uncordon it after")
+	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` for -drain (default: the first the cluster names)")
 }
 
 func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -122,6 +128,12 @@ func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string,
 	if err != nil {
 		return err
 	}
+	var kube *owner.KubeAPI
+	if c.drain && !c.noReboot && before.GetRoles().GetKubernetesWorker() != nil {
+		if kube, err = c.cordonAndDrain(ctx, cl, id, stdout); err != nil {
+			return err
+		}
+	}
 	started := time.Now()
 	var last time.Time
 	var lastPhase string
@@ -145,8 +157,47 @@ func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string,
 		return nil
 	}
 	voter := before.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
-	return waitUpdated(ctx, cl, id, done, voter, before.GetStatus().GetSoftware().GetLastFailed(), started, c.timeout, stdout)
+	err = waitUpdated(ctx, cl, id, done, voter, before.GetStatus().GetSoftware().GetLastFailed(), started, c.timeout, stdout)
+	// Back and healthy, on the new slot or (a failed update) the old one:
+	// it may run pods again.
+	var failed *updateFailedError
+	if kube != nil && (err == nil || errors.As(err, &failed)) {
+		if uerr := kube.Cordon(ctx, id, false); uerr != nil {
+			return errors.Join(err, fmt.Errorf("uncordoning %s: %w", id, uerr))
+		}
+		fmt.Fprintf(stdout, "  uncordoned\n")
+	}
+	return err
 }
+
+// drainTimeout bounds the wait for a worker's pods to leave.
+const drainTimeout = 5 * time.Minute
+
+// cordonAndDrain takes Kubernetes worker id out of service: no new pods,
+// its pods evicted (PodDisruptionBudgets honoured).
+func (c *updateCmd) cordonAndDrain(ctx context.Context, cl *owner.Client, id string, stdout io.Writer) (*owner.KubeAPI, error) {
+	kube, err := cl.KubeAPI(ctx, c.kubeServer)
+	if err != nil {
+		return nil, fmt.Errorf("%s is a Kubernetes worker and cannot be drained (-drain=false updates it anyway): %w", id, err)
+	}
+	if err := kube.Cordon(ctx, id, true); err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
+	defer cancel()
+	n, err := kube.Drain(dctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("draining %s (it stays cordoned): %w", id, err)
+	}
+	fmt.Fprintf(stdout, "  cordoned, %d pods evicted\n", n)
+	return kube, nil
+}
+
+// updateFailedError: the node recorded the update's failure and runs its
+// old slot again.
+type updateFailedError struct{ msg string }
+
+func (e *updateFailedError) Error() string { return e.msg }
 
 // waitUpdated waits until node id runs done's version from done's slot
 // with nothing pending, healthy (and a voter, if voter), or reports the
@@ -165,7 +216,7 @@ func waitUpdated(ctx context.Context, cl *owner.Client, id string, done *cluster
 		if err == nil {
 			st, sw := n.GetStatus(), n.GetStatus().GetSoftware()
 			if f := sw.GetLastFailed(); f != nil && !proto.Equal(f, earlier) {
-				return fmt.Errorf("the update of %s to %s failed, the node runs slot %s (%s) again: %s", id, done.GetVersion(), sw.GetSlot(), st.GetVersion(), f.GetReason())
+				return &updateFailedError{fmt.Sprintf("the update of %s to %s failed, the node runs slot %s (%s) again: %s", id, done.GetVersion(), sw.GetSlot(), st.GetVersion(), f.GetReason())}
 			}
 			ok := st.GetVersion() == done.GetVersion() && sw.GetSlot() == done.GetSlot() && sw.GetPending() == nil &&
 				n.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY &&

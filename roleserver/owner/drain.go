@@ -1,0 +1,186 @@
+package owner
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// KubeAPI is the little of the Kubernetes API the owner's tools need to
+// take a worker out of service for an update (cordon, drain, uncordon),
+// spoken directly as REST with a short-lived administrator certificate
+// (k8s.io/client-go is not linked into plinthctl for this).
+type KubeAPI struct {
+	Server string // https://host:port
+	HTTP   *http.Client
+}
+
+// kubeServerName is a name in every API server's certificate.
+const kubeServerName = "kubernetes.default.svc"
+
+// KubeAPI returns a client of the cluster's Kubernetes API with a new
+// one-hour administrator certificate; server (host:port) overrides the
+// first API server the cluster names.
+func (c *Client) KubeAPI(ctx context.Context, server string) (*KubeAPI, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := c.KubernetesCredentials(ctx, key.Public())
+	if err != nil {
+		return nil, err
+	}
+	if server == "" {
+		if len(kc.APIServers) == 0 {
+			return nil, errors.New("the cluster has no Kubernetes API server (no node has the KubernetesController role)")
+		}
+		server = kc.APIServers[0]
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(kc.CA)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: kubeServerName, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{kc.Certificate.Raw}, PrivateKey: key, Leaf: kc.Certificate}},
+	}}
+	return &KubeAPI{Server: "https://" + server, HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+}
+
+// do sends a request with a JSON body (nil: none) and decodes a JSON
+// answer into out (nil: discarded). A status other than 2xx is an error
+// carrying the API's message; the status is returned either way.
+func (k *KubeAPI) do(ctx context.Context, method, path, contentType string, body, out any) (status int, err error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, k.Server+path, r)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := k.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var st struct {
+			Message string `json:"message"`
+		}
+		json.Unmarshal(data, &st)
+		return resp.StatusCode, fmt.Errorf("kubernetes: %s %s: %s: %s", method, path, resp.Status, st.Message)
+	}
+	if out != nil {
+		return resp.StatusCode, json.Unmarshal(data, out)
+	}
+	return resp.StatusCode, nil
+}
+
+// Cordon marks node unschedulable (on) or schedulable again (!on).
+func (k *KubeAPI) Cordon(ctx context.Context, node string, on bool) error {
+	_, err := k.do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json",
+		map[string]any{"spec": map[string]any{"unschedulable": on}}, nil)
+	return err
+}
+
+type podList struct {
+	Items []pod `json:"items"`
+}
+
+type pod struct {
+	Metadata struct {
+		Name            string            `json:"name"`
+		Namespace       string            `json:"namespace"`
+		Annotations     map[string]string `json:"annotations"`
+		OwnerReferences []struct {
+			Kind string `json:"kind"`
+		} `json:"ownerReferences"`
+	} `json:"metadata"`
+}
+
+// evictable: not a DaemonSet's pod (the DaemonSet would put it back at
+// once) and not a static pod (the kubelet's own, from its manifests).
+func (p pod) evictable() bool {
+	if _, mirror := p.Metadata.Annotations["kubernetes.io/config.mirror"]; mirror {
+		return false
+	}
+	for _, o := range p.Metadata.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return false
+		}
+	}
+	return true
+}
+
+func (k *KubeAPI) podsOn(ctx context.Context, node string) ([]pod, error) {
+	var l podList
+	_, err := k.do(ctx, http.MethodGet, "/api/v1/pods?fieldSelector="+url.QueryEscape("spec.nodeName="+node), "", nil, &l)
+	var out []pod
+	for _, p := range l.Items {
+		if p.evictable() {
+			out = append(out, p)
+		}
+	}
+	return out, err
+}
+
+// Drain evicts node's pods (the Eviction API, so PodDisruptionBudgets
+// are honoured: an eviction they refuse is retried) and waits until they
+// are gone or ctx ends. It returns how many pods it evicted. Cordon the
+// node first, or the scheduler may put new pods on it.
+func (k *KubeAPI) Drain(ctx context.Context, node string) (int, error) {
+	evicted := map[string]bool{}
+	for {
+		pods, err := k.podsOn(ctx, node)
+		if err != nil {
+			return len(evicted), err
+		}
+		if len(pods) == 0 {
+			return len(evicted), nil
+		}
+		for _, p := range pods {
+			id := p.Metadata.Namespace + "/" + p.Metadata.Name
+			ev := map[string]any{"apiVersion": "policy/v1", "kind": "Eviction",
+				"metadata": map[string]any{"name": p.Metadata.Name, "namespace": p.Metadata.Namespace}}
+			status, err := k.do(ctx, http.MethodPost, "/api/v1/namespaces/"+url.PathEscape(p.Metadata.Namespace)+"/pods/"+url.PathEscape(p.Metadata.Name)+"/eviction",
+				"application/json", ev, nil)
+			switch {
+			case err == nil:
+				evicted[id] = true
+			case status == http.StatusNotFound:
+				// Gone meanwhile.
+			case status == http.StatusTooManyRequests:
+				// A disruption budget says not now: try again below.
+			default:
+				return len(evicted), err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return len(evicted), fmt.Errorf("draining %s: %d pods still there: %w", node, len(pods), ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
