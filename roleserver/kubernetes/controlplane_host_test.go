@@ -23,6 +23,7 @@ import (
 	"plinth.dev/plinth/roleserver/internal/testutil"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/localstorage"
+	"plinth.dev/plinth/roleserver/owner"
 )
 
 // TestControlPlaneOnHost runs the real control plane — the kube binary's
@@ -30,8 +31,9 @@ import (
 // them — on the build host against an in-process etcd member, through the
 // confined etcd endpoint: the API server serves, the owner's
 // certificate (pki.Admin) is system:masters, a Node gets a pod CIDR from
-// the controller manager, and the API server's keys land under
-// /kubernetes/ only. Natively this takes seconds; under TCG it would take
+// the controller manager, a worker is cordoned, drained and uncordoned
+// as `plinthctl update` does (owner.KubeAPI), and the API server's keys
+// land under /kubernetes/ only. Natively this takes seconds; under TCG it would take
 // minutes, so the VM tests only check what needs a node.
 func TestControlPlaneOnHost(t *testing.T) {
 	kube := os.Getenv("PLINTH_KUBE")
@@ -207,6 +209,36 @@ func TestControlPlaneOnHost(t *testing.T) {
 	if err := json.Unmarshal(b, &node); err != nil || len(node.Status.Conditions) != 1 ||
 		node.Status.Conditions[0].Type != "Ready" || node.Status.Conditions[0].Status != "False" || node.Status.Conditions[0].Reason != NotReadyReason {
 		t.Fatalf("the stopped worker's Node: %s (%v); want Ready False, reason %s", b, err, NotReadyReason)
+	}
+
+	// An update takes a worker out of service as plinthctl does
+	// (owner.KubeAPI): cordoned, its pods evicted, uncordoned.
+	for _, name := range []string{"a", "b"} {
+		if code, b := api("POST", "/api/v1/namespaces/default/pods", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"`+name+`"},
+			"spec":{"nodeName":"plinth-test","terminationGracePeriodSeconds":0,"containers":[{"name":"c","image":"plinth.dev/testpod:v1"}]}}`); code != http.StatusCreated {
+			t.Fatalf("creating pod %s: %d %s", name, code, b)
+		}
+	}
+	kapi := &owner.KubeAPI{Server: s.APIServer, HTTP: client}
+	if err := kapi.Cordon(ctx, "plinth-test", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, b := api("GET", "/api/v1/nodes/plinth-test", ""); !strings.Contains(string(b), `"unschedulable":true`) {
+		t.Fatalf("cordoned Node: %s", b)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, time.Minute)
+	if n, err := kapi.Drain(dctx, "plinth-test"); err != nil || n != 2 {
+		t.Fatalf("drain: %d evicted, %v", n, err)
+	}
+	dcancel()
+	if _, b := api("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dplinth-test", ""); strings.Contains(string(b), `"name":"a"`) {
+		t.Fatalf("pods left after the drain: %s", b)
+	}
+	if err := kapi.Cordon(ctx, "plinth-test", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, b := api("GET", "/api/v1/nodes/plinth-test", ""); strings.Contains(string(b), `"unschedulable":true`) {
+		t.Fatalf("uncordoned Node: %s", b)
 	}
 
 	// Everything the API server stored is below /kubernetes/.
