@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
@@ -45,16 +44,22 @@ func benchUpdate(ctx context.Context, img, next *vmtest.Image, plinthctl, work s
 	if err != nil {
 		return fmt.Errorf("update: %v\n%s", err, out)
 	}
-	installed := regexp.MustCompile(`installed in slot b in (\d+)s`).FindSubmatch(out)
-	healthy := regexp.MustCompile(`healthy, after (\d+)s`).FindSubmatch(out)
+	installed := regexp.MustCompile(`installed in slot b in (\S+)`).FindSubmatch(out)
+	healthy := regexp.MustCompile(`healthy, after (\S+)`).FindSubmatch(out)
 	if installed == nil || healthy == nil {
 		return fmt.Errorf("update: unexpected output:\n%s", out)
 	}
-	inst, _ := strconv.Atoi(string(installed[1]))
-	total, _ := strconv.Atoi(string(healthy[1]))
+	inst, err := time.ParseDuration(string(installed[1]))
+	if err != nil {
+		return err
+	}
+	total, err := time.ParseDuration(string(healthy[1]))
+	if err != nil {
+		return err
+	}
 	add("update_bytes_sent_mib", float64(sent)/(1<<20), "MiB", "system image + slot UKI, streamed over NodeManagement.Update")
-	add("update_install_seconds", float64(inst), "s", accelName()+", plinthctl update: first byte to installed (slot written, read back through dm-verity, UKI, reseal, BootNext)")
-	add("update_reboot_to_healthy_seconds", float64(total-inst), "s", "installed to HEALTHY on the new slot, a voter again (3-member cluster)")
+	add("update_install_seconds", inst.Seconds(), "s", accelName()+", plinthctl update: first byte to installed (slot written, read back through dm-verity, UKI, reseal, BootNext)")
+	add("update_reboot_to_healthy_seconds", (total - inst).Seconds(), "s", "installed to HEALTHY on the new slot, a voter again (3-member cluster)")
 	add("update_one_node_seconds", took.Seconds(), "s", "the whole plinthctl update")
 
 	out, took, err = runTimed(ctx, plinthctl, "update", "-all", "-config", cfg, "-image", next.Dir)
