@@ -105,9 +105,15 @@ func confirmWhenHealthy(l *slog.Logger, upd *update.Node, disk string) {
 // pets it every quarter of that.
 const trialWatchdogTimeout = 30 * time.Second
 
+// trialShutdownGrace is how long after trialDeadline the watchdog is still
+// petted: watchTrial's clean reboot (runnables stopped, data volume
+// closed) comes first, the reset only if that hangs too.
+const trialShutdownGrace = time.Minute
+
 // armTrialWatchdog arms the watchdog for a trial boot and pets it until the
-// update is confirmed (then disarms it) or the trial deadline passed (then
-// stops petting: the machine resets, even if the core is stuck). A core
+// update is confirmed (then disarms it) or the trial deadline and its
+// shutdown grace passed (then stops petting: the machine resets, even if
+// the core is stuck). A core
 // that hangs or dies stops petting too. It returns what it did, for the
 // boot step's line.
 func armTrialWatchdog(l *slog.Logger, upd *update.Node) string {
@@ -127,8 +133,10 @@ func armTrialWatchdog(l *slog.Logger, upd *update.Node) string {
 					l.Error("disarming the watchdog", "err", err)
 				}
 				return
-			case time.Since(start) > trialDeadline:
-				l.Error("trial boot not healthy after " + trialDeadline.String() + ": the watchdog resets the machine into the previous slot")
+			case time.Since(start) > trialDeadline+trialShutdownGrace:
+				// watchTrial asked for a clean reboot at the deadline;
+				// still here, the shutdown is stuck too.
+				l.Error("trial boot still running " + trialShutdownGrace.String() + " after its deadline: the watchdog resets the machine into the previous slot")
 				return
 			}
 			w.Pet()

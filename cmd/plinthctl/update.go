@@ -149,6 +149,11 @@ func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string,
 		}
 	})
 	if err != nil {
+		// Refused or abandoned: the node runs its slot as before and may
+		// run pods again.
+		if kube != nil {
+			err = errors.Join(err, kube.Cordon(ctx, id, false))
+		}
 		return fmt.Errorf("update of %s: %w", id, err)
 	}
 	fmt.Fprintf(stdout, "  %s installed in slot %s in %s\n", done.GetVersion(), done.GetSlot(), time.Since(started).Round(time.Second))

@@ -21,8 +21,6 @@ type UKI struct {
 	// Verity is the system image the command line names; Slot its slot.
 	Verity verity.Params
 	Slot   string
-	// Version is VERSION_ID of its .osrel section.
-	Version string
 }
 
 // ReadUKI reads what a boot of img measures and which system image it
@@ -52,12 +50,6 @@ func ReadUKI(img []byte) (*UKI, error) {
 			u.Apps = append(u.Apps, k)
 		case uki.Cmdline:
 			line = strings.TrimRight(string(s.Data), "\x00\n ")
-		case uki.OSRel:
-			for _, l := range strings.Split(string(s.Data), "\n") {
-				if v, ok := strings.CutPrefix(l, "VERSION_ID="); ok {
-					u.Version = strings.Trim(v, `"`)
-				}
-			}
 		}
 	}
 	if len(u.Apps) != 2 {
