@@ -320,7 +320,8 @@ func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
 		<-ctx.Done()
 		return ctx.Err()
 	}, supervisor.Options{})
-	go reportReadiness(ctx, l, sup, func() { confirmWhenHealthy(l, n.upd, n.disk.Disk) })
+	go reportReadiness(ctx, l, sup)
+	go confirmWhenReady(ctx, l, sup, n.upd, n.disk.Disk)
 
 	code, corrupt := waitForShutdownRequest(l, shutdown, n.imageBad)
 	if corrupt != nil {
@@ -530,7 +531,7 @@ func setupCgroups() (string, error) {
 
 // reportReadiness logs once when every runnable is healthy, and later
 // whenever that changes.
-func reportReadiness(ctx context.Context, l *slog.Logger, sup *supervisor.Supervisor, firstReady func()) {
+func reportReadiness(ctx context.Context, l *slog.Logger, sup *supervisor.Supervisor) {
 	wasHealthy := false
 	for {
 		ch := sup.Changed()
@@ -543,10 +544,6 @@ func reportReadiness(ctx context.Context, l *slog.Logger, sup *supervisor.Superv
 			if healthy {
 				l.Info("all supervised runnables healthy", "runnables", strings.Join(names, ","))
 				l.Info("node ready", "uptime", uptime())
-				if firstReady != nil {
-					go firstReady()
-					firstReady = nil
-				}
 			} else if ctx.Err() == nil {
 				l.Warn("node degraded", "runnables", strings.Join(names, ","))
 			}

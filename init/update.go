@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"plinth.dev/plinth/platform/efivar"
 	"plinth.dev/plinth/platform/layout"
 	datadisk "plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/platform/update"
 	"plinth.dev/plinth/platform/watchdog"
 )
@@ -21,7 +23,7 @@ import (
 //	system image   the slot's partition        ─► upd.Boot
 //	measured boot  keys.Other = upd.Other      ─► keys open on either slot while an update is pending
 //	data volume    ─► upd.Reseal (node unlock key + join state, with the kept keys)
-//	node ready     ─► upd.Healthy: a trial boot is confirmed; stale seals dropped
+//	platform ready ─► upd.Healthy: a trial boot is confirmed; stale seals dropped
 //	a failed step on a trial boot ─► reboot: the firmware boots the old slot (BootNext is spent)
 
 // trialDeadline bounds a trial boot: not healthy by then (a crash loop, a
@@ -75,6 +77,49 @@ func imageRelease() (board, ver string) {
 		}
 	}
 	return board, ver
+}
+
+// kubernetesServices is the supervisor subtree of the Kubernetes services
+// (roleserver's "kubernetes" worker, its controller and worker below).
+const kubernetesServices = "root.roleserver.kubernetes."
+
+// platformReady reports whether every supervised runnable is healthy
+// (or done), the Kubernetes services below kubernetesServices aside: that
+// is when a trial boot is confirmed. The image has then booted, unsealed,
+// joined the cluster (the heartbeat is healthy) and, on a consensus
+// member, runs etcd and the curator. Kubernetes services wait for API
+// servers, often on other nodes: a worker whose controllers are down or
+// being updated would otherwise roll back a good image. A rolling update
+// waits for the cluster's view of the node instead.
+func platformReady(sts []supervisor.Status) bool {
+	for _, st := range sts {
+		if strings.HasPrefix(st.DN, kubernetesServices) {
+			continue
+		}
+		if st.State != supervisor.StateHealthy && st.State != supervisor.StateDone {
+			return false
+		}
+	}
+	return len(sts) > 0
+}
+
+// confirmWhenReady waits until platformReady, then confirmWhenHealthy.
+func confirmWhenReady(ctx context.Context, l *slog.Logger, sup *supervisor.Supervisor, upd *update.Node, disk string) {
+	if upd == nil || upd.Boot == nil {
+		return
+	}
+	for {
+		ch := sup.Changed()
+		if platformReady(sup.Snapshot()) {
+			confirmWhenHealthy(l, upd, disk)
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // confirmWhenHealthy runs once the node is healthy: a trial boot becomes

@@ -3,6 +3,7 @@ package roleserver
 import (
 	"errors"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -86,7 +87,9 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 	}
 	if reboot {
 		m.log.Warn("rebooting into the new slot once", "slot", sess.Slot())
-		m.powerLater(true)
+		// After the status worker's next push, so the cluster lists the
+		// update as ready rather than still writing while the node is away.
+		time.AfterFunc(statusRefresh+time.Second, func() { m.w.power(true) })
 	}
 	return nil
 }

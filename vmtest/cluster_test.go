@@ -371,6 +371,13 @@ func (p plinthctl) run(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// output runs plinthctl and returns its output and error, without failing
+// the test.
+func (p plinthctl) output(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, string(p), args...).CombinedOutput()
+	return string(out), err
+}
+
 func (p plinthctl) runJSON(t *testing.T, v *[]*clusterpb.Node, args ...string) {
 	t.Helper()
 	out := p.run(t, args...)

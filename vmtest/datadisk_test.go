@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Which disk is the data disk, with more than one attached. The guest
@@ -29,7 +30,7 @@ func openDataDiskLine(t *testing.T, ctx context.Context, n *Node) (failed bool, 
 // a blank disk attached in front of it (so the blank one is vda): it opens
 // its own disk and never writes the blank one.
 func TestDataDiskStaysWithItsNode(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 18*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	m := newMachine(t, BootstrapParameters())
@@ -61,7 +62,7 @@ func TestDataDiskStaysWithItsNode(t *testing.T) {
 // storage.data_disk cannot know which to set up: it says so, naming the
 // disks and the parameter, and writes neither.
 func TestTwoBlankDisksNeedDataDisk(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 12*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	m := newMachine(t, BootstrapParameters())
@@ -92,7 +93,7 @@ func TestTwoBlankDisksNeedDataDisk(t *testing.T) {
 // storage.data_disk naming the second by its serial: that one is set up,
 // the other stays zero.
 func TestDataDiskNamedBySerial(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 11*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	p := BootstrapParameters()

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/platform/gpt"
@@ -43,7 +44,7 @@ func flashMachine(t *testing.T, m *machine, size int64) {
 // leaves the data alone; the original UKI back, the node continues
 // (boot count 2). A corrupt system slot is refused, the data untouched.
 func TestDiskBoot(t *testing.T) {
-	t.Parallel() // with TestNetBoot: see there
+	parallel(t, 110*time.Second) // with TestNetBoot: see there
 	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
 	defer cancel()
 	p := BootstrapParameters()

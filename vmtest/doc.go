@@ -40,16 +40,23 @@
 // # Parallel tests
 //
 // go test runs the top-level tests that call t.Parallel() after the
-// others, at most -parallel (GOMAXPROCS, 2 on CI) at a time. Under TCG a
-// booting node keeps one host core busy for most of its boot (firmware,
-// kernel, /init are largely single-threaded), so two single-machine tests
-// side by side take little longer than one and `make test` stays inside
-// its time budget. The parallel ones are those with one machine, its own
-// directory, disk, TPM state and user-mode network: the storage, data disk
-// and node tests, and the OVMF tests: TestDiskBoot, TestGenericBoard,
-// TestUpdate (a one-node cluster booted from its disk) and TestNetBoot,
-// whose second node spends most of its time in firmware fetching the UKI
-// over HTTP on one vCPU. The other cluster tests, failover and Kubernetes
-// stay serial: they time heartbeats and leader elections with several
-// nodes, and they use both cores.
+// others. Under TCG a booting node keeps one host core busy for most of
+// its boot (firmware, kernel, /init are largely single-threaded), so two
+// such tests side by side take little longer than one and `make test`
+// stays inside its time budget. The parallel tests call parallel(t,
+// about) instead of t.Parallel: a pool of GOMAXPROCS slots (2 on CI)
+// starts the longest first, by the duration each states (measured on
+// CI), so the phase ends soonest; `make vmtest` lifts go test's own
+// -parallel limit, which would start them in no particular order. In the
+// pool: the storage, data disk and node tests, and the OVMF tests
+// TestDiskBoot, TestGenericBoard, TestUpdate (a one-node cluster booted
+// from its disk) and TestNetBoot, whose second node spends most of its
+// time in firmware fetching the UKI over HTTP on one vCPU. The cluster
+// tests stay serial: even idle, three TCG members with etcd keep a core
+// busy (tried: TestCluster and a three-member TestFailover in the pool
+// more than doubled both and the tests beside them).
+//
+// TestRollingUpdate (three members booted from disk, updated one by one
+// while a writer writes) takes ~5 min under TCG: it runs with KVM or when
+// PLINTH_VMTEST_LONG is set (`make vmtest-long`), and is skipped otherwise.
 package vmtest

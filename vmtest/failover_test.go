@@ -43,28 +43,10 @@ func TestFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	ctl := buildPlinthctl(t)
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 3, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := launchMembers(t, ctx, ctl, ClusterOptions{Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
 	defer c.Close()
 	nodes := c.Nodes()
 	cfg := c.OwnerDir()
-
-	// Back to back, without waiting for the first learner.
-	for _, n := range nodes[1:] {
-		t.Log(ctl.run(t, "roles", "add", "-config", cfg, n.ID(), "consensus-member"))
-	}
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
-	voter := func(r *clusterpb.Node) bool {
-		return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER && !r.GetConsensusMemberPending()
-	}
-	for _, n := range nodes {
-		if _, err := c.waitNode(ctx, n, "an etcd voter", voter); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
 
 	leaderID, err := curatorLeader(ctx, c, nodes[0])
 	if err != nil {
@@ -161,6 +143,37 @@ func TestFailover(t *testing.T) {
 	}
 	wantBootCount(t, ctx, dead.VM(), "2")
 	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+}
+
+// voter: UP, HEALTHY and a voting etcd member.
+func voter(r *clusterpb.Node) bool {
+	return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER && !r.GetConsensusMemberPending()
+}
+
+// launchMembers launches a three-node cluster with o and makes the two
+// registered nodes consensus members, back to back without waiting for
+// the first learner (etcd admits one at a time: the second is pending
+// until the first is promoted), then waits until all three are voters.
+func launchMembers(t *testing.T, ctx context.Context, ctl plinthctl, o ClusterOptions) *Cluster {
+	t.Helper()
+	o.Nodes = 3
+	c, err := LaunchCluster(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, cfg := c.Nodes(), c.OwnerDir()
+	for _, n := range nodes[1:] {
+		t.Log(ctl.run(t, "roles", "add", "-config", cfg, n.ID(), "consensus-member"))
+	}
+	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+	for _, n := range nodes {
+		if _, err := c.waitNode(ctx, n, "an etcd voter", voter); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+	}
+	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+	return c
 }
 
 // curatorLeader asks n's curator (through the router) who leads, with the

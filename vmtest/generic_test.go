@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"plinth.dev/plinth/board"
 )
@@ -39,7 +40,7 @@ func genericImage(t *testing.T) *Image {
 // ready. /init's lines reach the serial port although /dev/console is
 // the screen (the board names tty0 last).
 func TestGenericBoard(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 44*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	p := BootstrapParameters()

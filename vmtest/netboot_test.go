@@ -17,7 +17,7 @@ import (
 func TestNetBoot(t *testing.T) {
 	// Parallel with TestDiskBoot: OVMF under TCG runs on one vCPU (one
 	// host core) for most of these tests, firmware and HTTP download.
-	t.Parallel()
+	parallel(t, 130*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}, NetBoot: true})

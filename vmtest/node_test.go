@@ -69,7 +69,7 @@ func nodeErrors(lines []string) []string {
 }
 
 func TestNodeBootsAndPowersOff(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 17*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	m := newMachine(t, BootstrapParameters())
@@ -111,7 +111,7 @@ func TestNodeBootsAndPowersOff(t *testing.T) {
 }
 
 func TestCtrlAltDelReboots(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 13*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	n := newMachine(t, BootstrapParameters()).boot(t, ctx, "node")
@@ -138,7 +138,7 @@ func TestCtrlAltDelReboots(t *testing.T) {
 // say so, stop everything it runs, close its data volume and halt — not
 // panic or loop — and still power off on request.
 func TestTamperedSystemImageRefused(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 14*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	m := newMachine(t, BootstrapParameters())

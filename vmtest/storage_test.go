@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"plinth.dev/plinth/api/nodepb"
 )
@@ -117,7 +118,7 @@ func assertNoLine(t *testing.T, n *Node, re string) {
 // continues (count 2); changed parameters or another TPM are refused
 // without a byte of the disk changing; restored parameters continue.
 func TestDataDiskLifecycle(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 49*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
 	defer cancel()
 	params := BootstrapParameters()
@@ -172,7 +173,7 @@ func TestDataDiskLifecycle(t *testing.T) {
 // tpm.allow_unmeasured_boot the node says so and refuses to seal a key for
 // its blank disk, which stays blank.
 func TestUnmeasuredBootSealsNoNewKey(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 12*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	p := BootstrapParameters()
@@ -199,7 +200,7 @@ func TestUnmeasuredBootSealsNoNewKey(t *testing.T) {
 // TestGarbageParametersTouchNothing: undecodable parameters are a clear
 // error and the (blank) disk stays blank.
 func TestGarbageParametersTouchNothing(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 8*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	m := newMachine(t, BootstrapParameters())
@@ -218,7 +219,7 @@ func TestGarbageParametersTouchNothing(t *testing.T) {
 // TestPowerCutDuringSetup kills QEMU while the first-time setup runs; the
 // next boot redoes the setup and the node comes up with boot count 1.
 func TestPowerCutDuringSetup(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 17*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	m := newMachine(t, BootstrapParameters())
@@ -238,7 +239,7 @@ func TestPowerCutDuringSetup(t *testing.T) {
 }
 
 func TestTPMPolicy(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 18*time.Second) // single-machine tests run two at a time: see the package doc
 	t.Run("DisabledForDevelopmentBootsWithoutTPM", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 		defer cancel()
@@ -294,7 +295,7 @@ func diskZero(t *testing.T, p string) bool {
 // TestAuthenticatedStorage: dm-integrity (keyed HMAC per sector) under
 // dm-crypt, set up on first boot and unlocked on the next.
 func TestAuthenticatedStorage(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 18*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
 	p := BootstrapParameters()
@@ -314,7 +315,7 @@ func TestAuthenticatedStorage(t *testing.T) {
 // a static address (slirp's network, so the address is reachable) with a
 // hostname.
 func TestXFSAndStaticNetwork(t *testing.T) {
-	t.Parallel() // single-machine tests run two at a time: see the package doc
+	parallel(t, 16*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	p := BootstrapParameters()

@@ -54,7 +54,7 @@ func nextImage(t *testing.T) *Image {
 func TestUpdate(t *testing.T) {
 	// One machine (a one-node cluster): runs beside the other
 	// single-machine tests (see doc.go).
-	t.Parallel()
+	parallel(t, 189*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	x, y := testImage(t), nextImage(t)

@@ -166,6 +166,13 @@ func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string,
 	// Back and healthy, on the new slot or (a failed update) the old one:
 	// it may run pods again.
 	var failed *updateFailedError
+	if kube != nil && err == nil {
+		// Its kubelet, of the new image, must be back before its pods
+		// are: else the next worker's would have nowhere to go.
+		if err := waitKubernetesReady(ctx, kube, id, c.timeout, stdout); err != nil {
+			return err
+		}
+	}
 	if kube != nil && (err == nil || errors.As(err, &failed)) {
 		if uerr := kube.Cordon(ctx, id, false); uerr != nil {
 			return errors.Join(err, fmt.Errorf("uncordoning %s: %w", id, uerr))
@@ -173,6 +180,27 @@ func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string,
 		fmt.Fprintf(stdout, "  uncordoned\n")
 	}
 	return err
+}
+
+// waitKubernetesReady waits until Kubernetes reports node id Ready.
+func waitKubernetesReady(ctx context.Context, kube *owner.KubeAPI, id string, timeout time.Duration, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ready, reason, err := kube.NodeReady(ctx, id)
+		if ready {
+			fmt.Fprintf(stdout, "  Kubernetes node Ready\n")
+			return nil
+		}
+		if err != nil {
+			reason = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s runs the new image, but its Kubernetes node is not Ready after %v (%s): it stays cordoned", id, timeout, reason)
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // drainTimeout bounds the wait for a worker's pods to leave.

@@ -174,6 +174,9 @@ func callAPI(server, account string, timeout time.Duration, stdout io.Writer) er
 	return nil
 }
 
+// selftestTimeout bounds each of the self-test's checks.
+const selftestTimeout = 45 * time.Second
+
 // selftestCmd is what an in-cluster Job runs: the cluster DNS resolves
 // the API server's Service, and the API answers the pod's service
 // account. Both run; the exit code is 0 only if both passed.
@@ -183,11 +186,14 @@ func selftestCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	code := 0
-	if err := resolve(strings.TrimPrefix(apiServer, "https://"), 10*time.Second, stdout); err != nil {
+	// Generous: under TCG a freshly started API server, busy with the
+	// other pods starting, has taken more than 10 s to answer, and the
+	// Job's retry of a failed pod costs minutes.
+	if err := resolve(strings.TrimPrefix(apiServer, "https://"), selftestTimeout, stdout); err != nil {
 		fmt.Fprintln(stderr, "testpod selftest: dns:", err)
 		code = 1
 	}
-	if err := callAPI(apiServer, serviceAccount, 10*time.Second, stdout); err != nil {
+	if err := callAPI(apiServer, serviceAccount, selftestTimeout, stdout); err != nil {
 		fmt.Fprintln(stderr, "testpod selftest: api:", err)
 		code = 1
 	}

@@ -220,6 +220,9 @@ func TestControlPlaneOnHost(t *testing.T) {
 		}
 	}
 	kapi := &owner.KubeAPI{Server: s.APIServer, HTTP: client}
+	if ready, reason, err := kapi.NodeReady(ctx, nodeID); err != nil || ready || reason != NotReadyReason {
+		t.Fatalf("NodeReady of the stopped worker: %v, %q, %v; want false, %q", ready, reason, err, NotReadyReason)
+	}
 	if err := kapi.Cordon(ctx, "plinth-test", true); err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,25 @@ func (k *KubeAPI) Cordon(ctx context.Context, node string, on bool) error {
 	return err
 }
 
+// NodeReady reports the node's Ready condition: whether its kubelet
+// reports it able to run pods, and the condition's reason when not.
+func (k *KubeAPI) NodeReady(ctx context.Context, node string) (ready bool, reason string, err error) {
+	var n struct {
+		Status struct {
+			Conditions []struct{ Type, Status, Reason string } `json:"conditions"`
+		} `json:"status"`
+	}
+	if _, err := k.do(ctx, http.MethodGet, "/api/v1/nodes/"+url.PathEscape(node), "", nil, &n); err != nil {
+		return false, "", err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True", c.Reason, nil
+		}
+	}
+	return false, "no Ready condition yet", nil
+}
+
 type podList struct {
 	Items []pod `json:"items"`
 }

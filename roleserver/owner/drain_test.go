@@ -35,6 +35,10 @@ func TestCordonAndDrain(t *testing.T) {
 			}
 			patch = string(b)
 			w.Write([]byte(`{}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/plinth-a":
+			w.Write([]byte(`{"status":{"conditions":[{"type":"MemoryPressure","status":"False"},{"type":"Ready","status":"True","reason":"KubeletReady"}]}}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/plinth-new":
+			w.Write([]byte(`{"status":{}}`))
 		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/pods":
 			if r.URL.Query().Get("fieldSelector") != "spec.nodeName=plinth-a" {
 				http.Error(w, "selector", http.StatusBadRequest)
@@ -92,5 +96,14 @@ func TestCordonAndDrain(t *testing.T) {
 	}
 	if err := k.Cordon(ctx, "plinth-unknown", true); err == nil {
 		t.Fatal("cordoning an unknown node succeeded")
+	}
+	if ready, _, err := k.NodeReady(ctx, "plinth-a"); err != nil || !ready {
+		t.Fatalf("NodeReady of a Ready node: %v, %v", ready, err)
+	}
+	if ready, reason, err := k.NodeReady(ctx, "plinth-new"); err != nil || ready || reason == "" {
+		t.Fatalf("NodeReady of a node without conditions: %v, %q, %v", ready, reason, err)
+	}
+	if _, _, err := k.NodeReady(ctx, "plinth-unknown"); err == nil {
+		t.Fatal("NodeReady of an unknown node succeeded")
 	}
 }

@@ -1,0 +1,224 @@
+package vmtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"plinth.dev/plinth/api/clusterpb"
+)
+
+// TestRollingUpdate: three consensus members booted from their disks
+// (OVMF + swtpm), one of them also a Kubernetes worker in a cluster
+// without a Kubernetes controller, are updated to the next image with
+// `plinthctl update -all` (-drain=false: there is no API server to drain
+// through) while a writer keeps writing through the cluster's API
+// (rollingUpdate). The registered members' trial boots open their volumes
+// with their join state, which was sealed to slot b's predicted PCRs too.
+//
+// Under TCG on two cores it takes ~5 min (1.5 min to launch the members,
+// then per node ~40 s to install and ~35 s to come back a voter), more
+// than `make test`'s 45-minute budget has left: it runs with KVM, or when PLINTH_VMTEST_LONG
+// is set (`make vmtest-long`), and is reported as skipped otherwise.
+func TestRollingUpdate(t *testing.T) {
+	if !KVMAvailable() && os.Getenv("PLINTH_VMTEST_LONG") == "" {
+		t.Skip("~5 min under TCG, beyond make test's budget without KVM: make vmtest-long runs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	ctl := buildPlinthctl(t)
+	next := nextImage(t)
+	c := launchMembers(t, ctx, ctl, ClusterOptions{Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
+	defer c.Close()
+	nodes := c.Nodes()
+	cfg := c.OwnerDir()
+	t.Log(ctl.run(t, "roles", "add", "-config", cfg, nodes[2].ID(), "kubernetes-worker"))
+
+	rollingUpdate(t, ctx, c, ctl, next, "-drain=false")
+	for _, n := range nodes[1:] {
+		mustLine(t, ctx, n.VM(), `I init: A/B update state detail="slot b: trial boot`)
+		mustLine(t, ctx, n.VM(), `I root\.enrolment: consensus member: the cluster unlock key is sealed locally`)
+	}
+	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+}
+
+// rollingUpdate updates every node of c to img with `plinthctl update
+// -all` while a clusterWriter keeps writing through the cluster's
+// Management API, and checks what the issue asks of a rolling update:
+//   - every node ends on img's version in slot b, HEALTHY, an etcd voter,
+//     with no update pending;
+//   - no write was lost: every acknowledged write read back as written,
+//     and the register ticket at the end is the last one acknowledged;
+//   - the cluster answered throughout: writes were acknowledged while
+//     each node was down (from its QEMU exiting for the trial boot to its
+//     new slot confirmed), so no member's reboot stopped the cluster.
+func rollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, img *Image, args ...string) {
+	t.Helper()
+	nodes := c.Nodes()
+	w := startClusterWriter(ctx, c)
+	// One watcher per node: when its QEMU exits (the reboot into the new
+	// slot) and when the new boot confirmed the update.
+	type window struct {
+		name     string
+		down, up time.Time
+		err      error
+	}
+	windows := make([]window, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			windows[i] = window{name: n.Name}
+			windows[i].down, windows[i].up, windows[i].err = rebootWindow(ctx, n, `I init: update confirmed`)
+		})
+	}
+	cmd := append([]string{"update", "-all", "-config", c.OwnerDir(), "-image", img.Dir}, args...)
+	out, err := ctl.output(ctx, cmd...)
+	t.Logf("plinthctl %s:\n%s", strings.Join(cmd, " "), out)
+	if err != nil {
+		w.stop(ctx)
+		t.Fatalf("the rolling update failed: %v", err)
+	}
+	wg.Wait()
+	acked, longest, lost := w.stop(ctx)
+	t.Logf("writer: %d writes acknowledged, longest wait for one %v", len(acked), longest.Round(100*time.Millisecond))
+	if lost != nil {
+		t.Fatalf("a write was lost: %v", lost)
+	}
+	for _, win := range windows {
+		if win.err != nil {
+			t.Fatalf("%s: %v", win.name, win.err)
+		}
+		during := 0
+		for _, a := range acked {
+			if a.After(win.down) && a.Before(win.up) {
+				during++
+			}
+		}
+		t.Logf("%s was down for its update %v; %d writes acknowledged meanwhile", win.name, win.up.Sub(win.down).Round(100*time.Millisecond), during)
+		if during == 0 {
+			t.Errorf("no write was acknowledged while %s rebooted into its new slot: the cluster did not answer", win.name)
+		}
+	}
+	for _, n := range nodes {
+		rec := nodeRecord(t, ctx, c, n.ID())
+		sw := rec.GetStatus().GetSoftware()
+		if rec.GetStatus().GetVersion() != img.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil || sw.GetLastFailed() != nil ||
+			rec.GetConsensusMembership() != clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER {
+			t.Errorf("%s after the rolling update: version %s, software %v, etcd %s", n.Name, rec.GetStatus().GetVersion(), sw, rec.GetConsensusMembership())
+		}
+	}
+}
+
+// rebootWindow waits for n's current QEMU to exit (down) and then for a
+// line matching done on the console of its next boot (up).
+func rebootWindow(ctx context.Context, n *ClusterNode, done string) (down, up time.Time, err error) {
+	old := n.VM()
+	select {
+	case <-old.Exited():
+	case <-ctx.Done():
+		return down, up, fmt.Errorf("never rebooted: %w", ctx.Err())
+	}
+	down = time.Now()
+	for n.VM() == old {
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return down, up, fmt.Errorf("never booted again: %w", ctx.Err())
+		}
+	}
+	if _, err := n.VM().WaitForLine(ctx, regexp.MustCompile(done)); err != nil {
+		return down, up, fmt.Errorf("the boot after the reboot never logged %q: %w", done, err)
+	}
+	return down, time.Now(), nil
+}
+
+// writeEvery paces the clusterWriter: each write is an etcd commit on
+// every member, which under TCG costs the guests CPU the update needs.
+const writeEvery = time.Second
+
+// clusterWriter rotates the cluster's register ticket through the owner's
+// Management client (which moves on to another curator when one does not
+// answer) and reads each new ticket back, until stopped: the writes an
+// operator's tooling would make during a rolling update.
+type clusterWriter struct {
+	c        *Cluster
+	stopping atomic.Bool
+	done     chan struct{}
+
+	mu      sync.Mutex
+	acked   []time.Time // when each write was acknowledged and read back
+	last    []byte      // the last acknowledged ticket
+	longest time.Duration
+	lost    error
+}
+
+func startClusterWriter(ctx context.Context, c *Cluster) *clusterWriter {
+	w := &clusterWriter{c: c, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		since := time.Now()
+		// Stopping waits for an acknowledged write: one that was applied
+		// but not acknowledged must not be the last.
+		for ok := false; !(ok && w.stopping.Load()) && ctx.Err() == nil; {
+			got, tk, err := w.write(ctx)
+			ok = err == nil
+			w.mu.Lock()
+			switch {
+			case err != nil:
+			case !bytes.Equal(got, tk):
+				w.lost = fmt.Errorf("ticket %x… acknowledged, then %x… read back", tk[:4], got[:4])
+			default:
+				now := time.Now()
+				w.longest = max(w.longest, now.Sub(since))
+				w.acked, w.last, since = append(w.acked, now), tk, now
+			}
+			w.mu.Unlock()
+			sleepCtx(ctx, writeEvery)
+		}
+	}()
+	return w
+}
+
+// write rotates the ticket and reads it back, on whichever curators
+// answer; a write not acknowledged within its timeout is not counted.
+func (w *clusterWriter) write(ctx context.Context) (got, written []byte, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	cl := w.c.Client()
+	if written, err = cl.RotateTicket(ctx); err != nil {
+		return nil, nil, err
+	}
+	for {
+		if got, err = cl.Ticket(ctx); err == nil {
+			return got, written, nil
+		}
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return nil, nil, err
+		}
+	}
+}
+
+// stop lets the writer finish with an acknowledged write, stops the writer and checks that
+// the cluster holds the last acknowledged write. It returns when each
+// write was acknowledged, the longest wait for one, and a lost write.
+func (w *clusterWriter) stop(ctx context.Context) (acked []time.Time, longest time.Duration, lost error) {
+	w.stopping.Store(true)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lost == nil && w.last != nil {
+		got, err := w.c.Client().Ticket(ctx)
+		switch {
+		case err != nil:
+			w.lost = fmt.Errorf("reading the ticket at the end: %w", err)
+		case !bytes.Equal(got, w.last):
+			w.lost = fmt.Errorf("the last acknowledged ticket is %x…, the cluster has %x…", w.last[:4], got[:4])
+		}
+	}
+	return w.acked, w.longest, w.lost
+}
