@@ -22,7 +22,7 @@ export PLINTH_KUBECTL        := $(abspath $(BIN)/kubectl)
 export PLINTH_KUBE           := $(abspath $(BIN)/kube)
 export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 
-.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest vmtest-long repro bench generate clean
+.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate clean
 
 all: image
 
@@ -36,7 +36,6 @@ help:
 	@echo "make race      consensus, supervisor, event and logtree tests under the race detector"
 	@echo "make fuzz      run every fuzz target briefly (FUZZTIME=$(FUZZTIME))"
 	@echo "make vmtest    VM tests against the built image"
-	@echo "make vmtest-long  VM tests too slow for make test without KVM (rolling update)"
 	@echo "make repro     build the image once more and compare every byte with make image's"
 	@echo "make bench     benchmarks, written to $(OUT)/bench.json"
 	@echo "make generate  regenerate generated code"
@@ -194,10 +193,6 @@ repro: image
 vmtest: image image-generic image-next
 	@# -parallel: the tests' own pool starts the longest first (vmtest/doc.go).
 	$(NOCGO) go test -trimpath -count=1 -timeout 50m -parallel 100 -v ./vmtest/ 2>&1 | scripts/testsummary
-
-# The VM tests too long for make test's budget under TCG (vmtest/doc.go).
-vmtest-long: image image-next
-	PLINTH_VMTEST_LONG=1 $(NOCGO) go test -trimpath -count=1 -timeout 40m -run 'TestRollingUpdate' -v ./vmtest/ 2>&1 | scripts/testsummary
 
 # Each fuzz target runs briefly (a count, not a duration: a duration can
 # end mid-baseline with "context deadline exceeded"); FUZZTIME=10m digs deeper.

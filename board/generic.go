@@ -47,7 +47,9 @@ func init() {
 		// The serial port first, the screen last: the last console= is
 		// /dev/console, and /init writes its lines to the others too.
 		Console: "ttyS0,115200",
-		Cmdline: append([]string{"console=tty0"}, qemuBoard.Cmdline...),
+		// Not the QEMU board's tsc=reliable: a real machine's TSC is
+		// trusted only when the kernel finds it so.
+		Cmdline: append([]string{"console=tty0"}, commonCmdline...),
 		// How vmtest boots it: like a PC (see vmtest's generic board test).
 		QEMU: qemuBoard.QEMU,
 	})

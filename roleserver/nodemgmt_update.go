@@ -1,6 +1,7 @@
 package roleserver
 
 import (
+	"context"
 	"errors"
 	"io"
 	"time"
@@ -17,6 +18,8 @@ import (
 // Updater is the node's A/B update (update.Node, set up by init).
 type Updater interface {
 	Begin(manifest []byte) (*update.Session, error)
+	Activate(version string) (update.Pending, error)
+	Cancel(version string) (update.Pending, error)
 	Status() update.Snapshot
 }
 
@@ -40,7 +43,7 @@ func software(s update.Snapshot) *clusterpb.NodeSoftware {
 // decides on.
 func updateCode(err error) codes.Code {
 	switch {
-	case errors.Is(err, update.ErrNoSlots), errors.Is(err, update.ErrBusy):
+	case errors.Is(err, update.ErrNoSlots), errors.Is(err, update.ErrBusy), errors.Is(err, update.ErrNotStaged):
 		return codes.FailedPrecondition
 	case errors.Is(err, update.ErrRejected):
 		return codes.InvalidArgument
@@ -61,6 +64,9 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "the first message must be UpdateStart with the image's manifest")
 	}
+	if start.GetStage() && start.GetReboot() {
+		return status.Error(codes.InvalidArgument, "a staged update waits for ActivateUpdate: stage and reboot exclude each other")
+	}
 	sess, err := m.w.updates.Begin(start.GetManifest())
 	if err != nil {
 		return status.Error(updateCode(err), err.Error())
@@ -80,18 +86,57 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 		m.log.Error("update failed", "version", sess.Version(), "err", err)
 		return status.Error(updateCode(err), err.Error())
 	}
-	reboot := start.GetReboot() && m.w.power != nil
-	if err := srv.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Done{Done: &clusterpb.UpdateDone{
-		Slot: sess.Slot(), Version: sess.Version(), Rebooting: reboot}}}); err != nil {
-		return err
+	if start.GetStage() {
+		return srv.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Done{Done: &clusterpb.UpdateDone{
+			Slot: sess.Slot(), Version: sess.Version(), Staged: true}}})
 	}
+	if _, err := sess.Activate(); err != nil {
+		m.log.Error("update failed: activating it", "version", sess.Version(), "err", err)
+		if _, cerr := sess.Cancel(); cerr != nil {
+			m.log.Error("cancelling the update", "err", cerr)
+		}
+		return status.Error(updateCode(err), err.Error())
+	}
+	return srv.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Done{Done: m.activated(sess.Slot(), sess.Version(), start.GetReboot())}})
+}
+
+// ActivateUpdate: see node_management.proto.
+func (m *nodeManagement) ActivateUpdate(ctx context.Context, req *clusterpb.ActivateUpdateRequest) (*clusterpb.UpdateDone, error) {
+	if m.w.updates == nil {
+		return nil, status.Error(codes.Unimplemented, "this node cannot install updates")
+	}
+	p, err := m.w.updates.Activate(req.GetVersion())
+	if err != nil {
+		return nil, status.Error(updateCode(err), err.Error())
+	}
+	m.log.Warn("staged update activated through NodeManagement", "caller", rpc.PeerFrom(ctx).Kind.String(), "version", p.Version, "slot", p.To)
+	return m.activated(p.To, p.Version, req.GetReboot()), nil
+}
+
+// activated answers for an update set to boot once and, with reboot,
+// reboots into it.
+func (m *nodeManagement) activated(slot, version string, reboot bool) *clusterpb.UpdateDone {
+	reboot = reboot && m.w.power != nil
 	if reboot {
-		m.log.Warn("rebooting into the new slot once", "slot", sess.Slot())
+		m.log.Warn("rebooting into the new slot once", "slot", slot)
 		// After the status worker's next push, so the cluster lists the
 		// update as ready rather than still writing while the node is away.
 		time.AfterFunc(statusRefresh+time.Second, func() { m.w.power(true) })
 	}
-	return nil
+	return &clusterpb.UpdateDone{Slot: slot, Version: version, Rebooting: reboot}
+}
+
+// CancelUpdate: see node_management.proto.
+func (m *nodeManagement) CancelUpdate(ctx context.Context, req *clusterpb.CancelUpdateRequest) (*clusterpb.CancelUpdateResponse, error) {
+	if m.w.updates == nil {
+		return nil, status.Error(codes.Unimplemented, "this node cannot install updates")
+	}
+	p, err := m.w.updates.Cancel(req.GetVersion())
+	if err != nil {
+		return nil, status.Error(updateCode(err), err.Error())
+	}
+	m.log.Warn("update cancelled through NodeManagement", "caller", rpc.PeerFrom(ctx).Kind.String(), "version", p.Version, "slot", p.To)
+	return &clusterpb.CancelUpdateResponse{Slot: p.To, Version: p.Version}, nil
 }
 
 // updateStream reads the UpdateData chunks of an Update call as one

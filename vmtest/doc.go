@@ -53,10 +53,11 @@
 // from its disk) and TestNetBoot, whose second node spends most of its
 // time in firmware fetching the UKI over HTTP on one vCPU. The cluster
 // tests stay serial: even idle, three TCG members with etcd keep a core
-// busy (tried: TestCluster and a three-member TestFailover in the pool
+// busy (tried: TestCluster and a three-member failover test in the pool
 // more than doubled both and the tests beside them).
 //
-// TestRollingUpdate (three members booted from disk, updated one by one
-// while a writer writes) takes ~5 min under TCG: it runs with KVM or when
-// PLINTH_VMTEST_LONG is set (`make vmtest-long`), and is skipped otherwise.
+// The serial three-member tests are TestCluster and
+// TestRollingUpdateAndFailover, which updates its members one by one
+// while a writer writes and then cuts the power of the curator leader:
+// one launch of three members (~1.5 min under TCG) serves both.
 package vmtest

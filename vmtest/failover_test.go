@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,27 +25,21 @@ import (
 // guests share two cores here. Measured times are logged.
 const failoverBound = 90 * time.Second
 
-// TestFailover cuts the power of the curator leader of a three-member
-// cluster, as a user did in the issue that brought keepalives:
-//   - `plinthctl roles add … consensus-member` for nodes 2 and 3 back to
-//     back: both calls succeed although etcd admits one learner at a time
-//     (the second is pending until the first was promoted), and all three
-//     end as etcd voters;
+// failover cuts the power of the curator leader of c, three voting
+// members, as a user did in the issue that brought keepalives:
 //   - the curator leader's QEMU is killed (no shutdown, no FIN: its
 //     packets just stop): within failoverBound `plinthctl nodes list`
 //     shows both survivors HEALTHY at a new leader (heartbeats since that
 //     leader was elected; before keepalives they stayed attached to the
 //     dead leader and showed HEARTBEAT_TIMEOUT, last seen "never");
-//   - `plinthctl roles add SURVIVOR kubernetes-worker` reaches the node
-//     (its role watch follows the new leader);
-//   - the killed node boots again from the same disk and TPM and comes
-//     back HEALTHY, an etcd voter again.
-func TestFailover(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	ctl := buildPlinthctl(t)
-	c := launchMembers(t, ctx, ctl, ClusterOptions{Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
-	defer c.Close()
+//   - `plinthctl roles add SURVIVOR kubernetes-worker` reaches a survivor
+//     that was no worker (its role watch follows the new leader);
+//   - the killed node boots again from the same disk and TPM (boot
+//     number bootAfter) and comes back HEALTHY, an etcd voter again.
+//
+// TestRollingUpdateAndFailover runs it on a cluster it has just updated.
+func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, bootAfter int) {
+	t.Helper()
 	nodes := c.Nodes()
 	cfg := c.OwnerDir()
 
@@ -122,7 +117,15 @@ func TestFailover(t *testing.T) {
 	}
 
 	// A role change reaches a survivor through its role watch.
-	target := survivors[len(survivors)-1]
+	var target *ClusterNode
+	for _, n := range survivors {
+		if nodeRecord(t, ctx, c, n.ID()).GetRoles().GetKubernetesWorker() == nil {
+			target = n
+		}
+	}
+	if target == nil {
+		t.Fatal("every survivor is a Kubernetes worker already: no role to add")
+	}
 	mark := len(target.VM().Lines())
 	t.Log(ctl.run(t, "roles", "add", "-config", cfg, target.ID(), "kubernetes-worker"))
 	rctx, rcancel := context.WithTimeout(ctx, failoverBound)
@@ -141,7 +144,7 @@ func TestFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantBootCount(t, ctx, dead.VM(), "2")
+	wantBootCount(t, ctx, dead.VM(), strconv.Itoa(bootAfter))
 	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
 }
 

@@ -41,8 +41,11 @@ func nextImage(t *testing.T) *Image {
 // TestUpdate: a node booted from its flashed disk (OVMF + swtpm) refuses
 // an image for another board, and comes back on its slot after a power
 // cut while it writes the new one (the update reported as interrupted).
-// It is then updated with `plinthctl update` from version X to Y: Y is written into
-// slot b and the node's keys sealed to b's predicted PCRs as well, the
+// Y staged (`-stage`: written, checked, sealed for, not booted) refuses a
+// second update and is cancelled (`-cancel`). The node is then updated
+// with `plinthctl update` from version X to Y: Y's UKI is written (slot b
+// holds Y's system image since the staged update) and the node's keys
+// sealed to b's predicted PCRs as well, the
 // node boots b once (BootNext), unseals, rejoins and confirms: it runs Y
 // from slot b, HEALTHY, its boot count and the cluster's data kept, the
 // live PCRs equal to the predictions. Then an update to an image that
@@ -84,11 +87,41 @@ func TestUpdate(t *testing.T) {
 	// update was interrupted, and is healthy.
 	powerCutDuringWrite(t, ctx, c, n, ctl, y)
 
-	// X → Y.
-	out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir)
+	// Y staged, then cancelled: written and checked, the keys sealed to
+	// b's PCRs too, nothing boots it; cancelling drops it and the seal.
+	out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir, "-stage")
+	t.Logf("plinthctl update -stage:\n%s", out)
+	// The node pushes its status every few seconds.
+	rec, err := c.waitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
+		return r.GetStatus().GetSoftware().GetPending().GetPhase() == "staged"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rec.GetStatus().GetSoftware().GetPending(); p.GetVersion() != y.Manifest.Version || p.GetSlot() != "b" || rec.GetStatus().GetVersion() != x.Manifest.Version {
+		t.Fatalf("after staging: version %s, pending %v", rec.GetStatus().GetVersion(), p)
+	}
+	if _, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir).CombinedOutput(); err == nil {
+		t.Fatal("a second update while one is staged was accepted")
+	}
+	t.Log(ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-cancel", "-version", y.Manifest.Version))
+	mustLine(t, ctx, n.VM(), `I init: update cancelled version=`+regexp.QuoteMeta(y.Manifest.Version)+` slot=b`)
+	if rec, err = c.waitNode(ctx, n, "without a pending update", func(r *clusterpb.Node) bool { return r.GetStatus().GetSoftware().GetPending() == nil }); err != nil {
+		t.Fatal(err)
+	}
+	if sw := rec.GetStatus().GetSoftware(); !strings.Contains(sw.GetLastFailed().GetReason(), "interrupted") {
+		t.Fatalf("after cancelling: software %v (want nothing pending, the interrupted update still the last failure)", sw)
+	}
+
+	// X → Y. Slot b holds Y's system image since the staged update: only
+	// the UKI is sent, and the slot is read back as always.
+	out = ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir)
 	t.Logf("plinthctl update:\n%s", out)
 	if !strings.Contains(out, fmt.Sprintf("runs %s from slot b, healthy", y.Manifest.Version)) {
 		t.Fatalf("plinthctl update did not report the node healthy on %s in slot b", y.Manifest.Version)
+	}
+	if !strings.Contains(out, "slot b holds this system image already: not sent") {
+		t.Error("the system image the cancelled update wrote to slot b was sent again")
 	}
 	vm := n.VM()
 	mustLine(t, ctx, vm, `I init: A/B update state detail="slot b: trial boot of version `+regexp.QuoteMeta(y.Manifest.Version))
@@ -101,7 +134,7 @@ func TestUpdate(t *testing.T) {
 	wantBootCount(t, ctx, vm, "3") // flashed, power cut, updated
 	mustLine(t, ctx, vm, `I init: update confirmed`)
 	assertNoLine(t, vm, `make ext4 filesystem`)
-	rec := nodeRecord(t, ctx, c, n.ID())
+	rec = nodeRecord(t, ctx, c, n.ID())
 	if sw := rec.GetStatus().GetSoftware(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil {
 		t.Fatalf("after the update: version %s, software %v", rec.GetStatus().GetVersion(), sw)
 	}

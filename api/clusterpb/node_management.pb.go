@@ -113,7 +113,11 @@ type UpdateStart struct {
 	Manifest []byte `protobuf:"bytes,1,opt,name=manifest,proto3" json:"manifest,omitempty"`
 	// Reboot into the new slot as soon as it is installed. Without it the
 	// update waits, installed, until the node reboots.
-	Reboot        bool `protobuf:"varint,2,opt,name=reboot,proto3" json:"reboot,omitempty"`
+	Reboot bool `protobuf:"varint,2,opt,name=reboot,proto3" json:"reboot,omitempty"`
+	// Stage the update: write, check and seal, but leave the firmware's
+	// boot target alone; ActivateUpdate boots it later, CancelUpdate drops
+	// it, and reboots meanwhile run the old slot. Excludes reboot.
+	Stage         bool `protobuf:"varint,3,opt,name=stage,proto3" json:"stage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +162,13 @@ func (x *UpdateStart) GetManifest() []byte {
 func (x *UpdateStart) GetReboot() bool {
 	if x != nil {
 		return x.Reboot
+	}
+	return false
+}
+
+func (x *UpdateStart) GetStage() bool {
+	if x != nil {
+		return x.Stage
 	}
 	return false
 }
@@ -427,7 +438,9 @@ type UpdateDone struct {
 	Slot    string                 `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
 	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Whether the node reboots into the new slot now.
-	Rebooting     bool `protobuf:"varint,3,opt,name=rebooting,proto3" json:"rebooting,omitempty"`
+	Rebooting bool `protobuf:"varint,3,opt,name=rebooting,proto3" json:"rebooting,omitempty"`
+	// The update is staged: nothing boots it before ActivateUpdate.
+	Staged        bool `protobuf:"varint,4,opt,name=staged,proto3" json:"staged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -483,6 +496,165 @@ func (x *UpdateDone) GetRebooting() bool {
 	return false
 }
 
+func (x *UpdateDone) GetStaged() bool {
+	if x != nil {
+		return x.Staged
+	}
+	return false
+}
+
+type ActivateUpdateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The staged version to boot; empty: whichever is staged.
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Reboot into it now. Without it the node boots it at its next reboot.
+	Reboot        bool `protobuf:"varint,2,opt,name=reboot,proto3" json:"reboot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateUpdateRequest) Reset() {
+	*x = ActivateUpdateRequest{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateUpdateRequest) ProtoMessage() {}
+
+func (x *ActivateUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateUpdateRequest.ProtoReflect.Descriptor instead.
+func (*ActivateUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ActivateUpdateRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ActivateUpdateRequest) GetReboot() bool {
+	if x != nil {
+		return x.Reboot
+	}
+	return false
+}
+
+type CancelUpdateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version to cancel; empty: whichever is installed.
+	Version       string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelUpdateRequest) Reset() {
+	*x = CancelUpdateRequest{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelUpdateRequest) ProtoMessage() {}
+
+func (x *CancelUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelUpdateRequest.ProtoReflect.Descriptor instead.
+func (*CancelUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CancelUpdateRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type CancelUpdateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The update that was cancelled.
+	Slot          string `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelUpdateResponse) Reset() {
+	*x = CancelUpdateResponse{}
+	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelUpdateResponse) ProtoMessage() {}
+
+func (x *CancelUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelUpdateResponse.ProtoReflect.Descriptor instead.
+func (*CancelUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CancelUpdateResponse) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *CancelUpdateResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 type LogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The log tree node (DN, e.g. "root.network.dhcp") to read. Empty means
@@ -502,7 +674,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +686,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +699,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogsRequest) GetDn() string {
@@ -569,7 +741,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +753,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +766,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -624,7 +796,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +808,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +821,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogEntry) GetTimeUnixNanos() int64 {
@@ -695,7 +867,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +879,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +892,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{10}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{13}
 }
 
 // RunnableStatus is one supervisor runnable.
@@ -745,7 +917,7 @@ type RunnableStatus struct {
 
 func (x *RunnableStatus) Reset() {
 	*x = RunnableStatus{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +929,7 @@ func (x *RunnableStatus) String() string {
 func (*RunnableStatus) ProtoMessage() {}
 
 func (x *RunnableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +942,7 @@ func (x *RunnableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunnableStatus.ProtoReflect.Descriptor instead.
 func (*RunnableStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{11}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunnableStatus) GetDn() string {
@@ -823,7 +995,7 @@ type ProcessUsage struct {
 
 func (x *ProcessUsage) Reset() {
 	*x = ProcessUsage{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1007,7 @@ func (x *ProcessUsage) String() string {
 func (*ProcessUsage) ProtoMessage() {}
 
 func (x *ProcessUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1020,7 @@ func (x *ProcessUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessUsage.ProtoReflect.Descriptor instead.
 func (*ProcessUsage) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{12}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProcessUsage) GetPid() int32 {
@@ -891,7 +1063,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1075,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1088,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{13}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusResponse) GetStatus() *NodeStatus {
@@ -941,7 +1113,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1125,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1138,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{14}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{17}
 }
 
 type RebootResponse struct {
@@ -977,7 +1149,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1161,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1174,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{15}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{18}
 }
 
 type PowerOffRequest struct {
@@ -1013,7 +1185,7 @@ type PowerOffRequest struct {
 
 func (x *PowerOffRequest) Reset() {
 	*x = PowerOffRequest{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1197,7 @@ func (x *PowerOffRequest) String() string {
 func (*PowerOffRequest) ProtoMessage() {}
 
 func (x *PowerOffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1210,7 @@ func (x *PowerOffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOffRequest.ProtoReflect.Descriptor instead.
 func (*PowerOffRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{16}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{19}
 }
 
 type PowerOffResponse struct {
@@ -1049,7 +1221,7 @@ type PowerOffResponse struct {
 
 func (x *PowerOffResponse) Reset() {
 	*x = PowerOffResponse{}
-	mi := &file_cluster_v1_node_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1233,7 @@ func (x *PowerOffResponse) String() string {
 func (*PowerOffResponse) ProtoMessage() {}
 
 func (x *PowerOffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_node_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_node_management_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1246,7 @@ func (x *PowerOffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOffResponse.ProtoReflect.Descriptor instead.
 func (*PowerOffResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{17}
+	return file_cluster_v1_node_management_proto_rawDescGZIP(), []int{20}
 }
 
 var File_cluster_v1_node_management_proto protoreflect.FileDescriptor
@@ -1085,10 +1257,11 @@ const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\rUpdateRequest\x126\n" +
 	"\x05start\x18\x01 \x01(\v2\x1e.plinth.cluster.v1.UpdateStartH\x00R\x05start\x123\n" +
 	"\x04data\x18\x02 \x01(\v2\x1d.plinth.cluster.v1.UpdateDataH\x00R\x04dataB\x06\n" +
-	"\x04kind\"A\n" +
+	"\x04kind\"W\n" +
 	"\vUpdateStart\x12\x1a\n" +
 	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x16\n" +
-	"\x06reboot\x18\x02 \x01(\bR\x06reboot\" \n" +
+	"\x06reboot\x18\x02 \x01(\bR\x06reboot\x12\x14\n" +
+	"\x05stage\x18\x03 \x01(\bR\x05stage\" \n" +
 	"\n" +
 	"UpdateData\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\xcf\x01\n" +
@@ -1105,12 +1278,21 @@ const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\n" +
 	"done_bytes\x18\x02 \x01(\x03R\tdoneBytes\x12\x1f\n" +
 	"\vtotal_bytes\x18\x03 \x01(\x03R\n" +
-	"totalBytes\"X\n" +
+	"totalBytes\"p\n" +
 	"\n" +
 	"UpdateDone\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1c\n" +
-	"\trebooting\x18\x03 \x01(\bR\trebooting\"m\n" +
+	"\trebooting\x18\x03 \x01(\bR\trebooting\x12\x16\n" +
+	"\x06staged\x18\x04 \x01(\bR\x06staged\"I\n" +
+	"\x15ActivateUpdateRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
+	"\x06reboot\x18\x02 \x01(\bR\x06reboot\"/\n" +
+	"\x13CancelUpdateRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"D\n" +
+	"\x14CancelUpdateResponse\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"m\n" +
 	"\vLogsRequest\x12\x0e\n" +
 	"\x02dn\x18\x01 \x01(\tR\x02dn\x12\x1c\n" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\x12\x18\n" +
@@ -1146,13 +1328,15 @@ const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\rRebootRequest\"\x10\n" +
 	"\x0eRebootResponse\"\x11\n" +
 	"\x0fPowerOffRequest\"\x12\n" +
-	"\x10PowerOffResponse2\xbf\x03\n" +
+	"\x10PowerOffResponse2\x87\x05\n" +
 	"\x0eNodeManagement\x12O\n" +
 	"\x04Logs\x12\x1e.plinth.cluster.v1.LogsRequest\x1a\x1f.plinth.cluster.v1.LogsResponse\"\x04\x88\xb5\x18\x060\x01\x12S\n" +
 	"\x06Status\x12 .plinth.cluster.v1.StatusRequest\x1a!.plinth.cluster.v1.StatusResponse\"\x04\x88\xb5\x18\x02\x12S\n" +
 	"\x06Reboot\x12 .plinth.cluster.v1.RebootRequest\x1a!.plinth.cluster.v1.RebootResponse\"\x04\x88\xb5\x18\b\x12Y\n" +
 	"\bPowerOff\x12\".plinth.cluster.v1.PowerOffRequest\x1a#.plinth.cluster.v1.PowerOffResponse\"\x04\x88\xb5\x18\b\x12W\n" +
-	"\x06Update\x12 .plinth.cluster.v1.UpdateRequest\x1a!.plinth.cluster.v1.UpdateResponse\"\x04\x88\xb5\x18\r(\x010\x01B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
+	"\x06Update\x12 .plinth.cluster.v1.UpdateRequest\x1a!.plinth.cluster.v1.UpdateResponse\"\x04\x88\xb5\x18\r(\x010\x01\x12_\n" +
+	"\x0eActivateUpdate\x12(.plinth.cluster.v1.ActivateUpdateRequest\x1a\x1d.plinth.cluster.v1.UpdateDone\"\x04\x88\xb5\x18\r\x12e\n" +
+	"\fCancelUpdate\x12&.plinth.cluster.v1.CancelUpdateRequest\x1a'.plinth.cluster.v1.CancelUpdateResponse\"\x04\x88\xb5\x18\rB!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
 
 var (
 	file_cluster_v1_node_management_proto_rawDescOnce sync.Once
@@ -1166,27 +1350,30 @@ func file_cluster_v1_node_management_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_node_management_proto_rawDescData
 }
 
-var file_cluster_v1_node_management_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_cluster_v1_node_management_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_cluster_v1_node_management_proto_goTypes = []any{
-	(*UpdateRequest)(nil),    // 0: plinth.cluster.v1.UpdateRequest
-	(*UpdateStart)(nil),      // 1: plinth.cluster.v1.UpdateStart
-	(*UpdateData)(nil),       // 2: plinth.cluster.v1.UpdateData
-	(*UpdateResponse)(nil),   // 3: plinth.cluster.v1.UpdateResponse
-	(*UpdateAccepted)(nil),   // 4: plinth.cluster.v1.UpdateAccepted
-	(*UpdateProgress)(nil),   // 5: plinth.cluster.v1.UpdateProgress
-	(*UpdateDone)(nil),       // 6: plinth.cluster.v1.UpdateDone
-	(*LogsRequest)(nil),      // 7: plinth.cluster.v1.LogsRequest
-	(*LogsResponse)(nil),     // 8: plinth.cluster.v1.LogsResponse
-	(*LogEntry)(nil),         // 9: plinth.cluster.v1.LogEntry
-	(*StatusRequest)(nil),    // 10: plinth.cluster.v1.StatusRequest
-	(*RunnableStatus)(nil),   // 11: plinth.cluster.v1.RunnableStatus
-	(*ProcessUsage)(nil),     // 12: plinth.cluster.v1.ProcessUsage
-	(*StatusResponse)(nil),   // 13: plinth.cluster.v1.StatusResponse
-	(*RebootRequest)(nil),    // 14: plinth.cluster.v1.RebootRequest
-	(*RebootResponse)(nil),   // 15: plinth.cluster.v1.RebootResponse
-	(*PowerOffRequest)(nil),  // 16: plinth.cluster.v1.PowerOffRequest
-	(*PowerOffResponse)(nil), // 17: plinth.cluster.v1.PowerOffResponse
-	(*NodeStatus)(nil),       // 18: plinth.cluster.v1.NodeStatus
+	(*UpdateRequest)(nil),         // 0: plinth.cluster.v1.UpdateRequest
+	(*UpdateStart)(nil),           // 1: plinth.cluster.v1.UpdateStart
+	(*UpdateData)(nil),            // 2: plinth.cluster.v1.UpdateData
+	(*UpdateResponse)(nil),        // 3: plinth.cluster.v1.UpdateResponse
+	(*UpdateAccepted)(nil),        // 4: plinth.cluster.v1.UpdateAccepted
+	(*UpdateProgress)(nil),        // 5: plinth.cluster.v1.UpdateProgress
+	(*UpdateDone)(nil),            // 6: plinth.cluster.v1.UpdateDone
+	(*ActivateUpdateRequest)(nil), // 7: plinth.cluster.v1.ActivateUpdateRequest
+	(*CancelUpdateRequest)(nil),   // 8: plinth.cluster.v1.CancelUpdateRequest
+	(*CancelUpdateResponse)(nil),  // 9: plinth.cluster.v1.CancelUpdateResponse
+	(*LogsRequest)(nil),           // 10: plinth.cluster.v1.LogsRequest
+	(*LogsResponse)(nil),          // 11: plinth.cluster.v1.LogsResponse
+	(*LogEntry)(nil),              // 12: plinth.cluster.v1.LogEntry
+	(*StatusRequest)(nil),         // 13: plinth.cluster.v1.StatusRequest
+	(*RunnableStatus)(nil),        // 14: plinth.cluster.v1.RunnableStatus
+	(*ProcessUsage)(nil),          // 15: plinth.cluster.v1.ProcessUsage
+	(*StatusResponse)(nil),        // 16: plinth.cluster.v1.StatusResponse
+	(*RebootRequest)(nil),         // 17: plinth.cluster.v1.RebootRequest
+	(*RebootResponse)(nil),        // 18: plinth.cluster.v1.RebootResponse
+	(*PowerOffRequest)(nil),       // 19: plinth.cluster.v1.PowerOffRequest
+	(*PowerOffResponse)(nil),      // 20: plinth.cluster.v1.PowerOffResponse
+	(*NodeStatus)(nil),            // 21: plinth.cluster.v1.NodeStatus
 }
 var file_cluster_v1_node_management_proto_depIdxs = []int32{
 	1,  // 0: plinth.cluster.v1.UpdateRequest.start:type_name -> plinth.cluster.v1.UpdateStart
@@ -1194,22 +1381,26 @@ var file_cluster_v1_node_management_proto_depIdxs = []int32{
 	4,  // 2: plinth.cluster.v1.UpdateResponse.accepted:type_name -> plinth.cluster.v1.UpdateAccepted
 	5,  // 3: plinth.cluster.v1.UpdateResponse.progress:type_name -> plinth.cluster.v1.UpdateProgress
 	6,  // 4: plinth.cluster.v1.UpdateResponse.done:type_name -> plinth.cluster.v1.UpdateDone
-	9,  // 5: plinth.cluster.v1.LogsResponse.entries:type_name -> plinth.cluster.v1.LogEntry
-	12, // 6: plinth.cluster.v1.RunnableStatus.process:type_name -> plinth.cluster.v1.ProcessUsage
-	18, // 7: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
-	11, // 8: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
-	7,  // 9: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
-	10, // 10: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
-	14, // 11: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
-	16, // 12: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
+	12, // 5: plinth.cluster.v1.LogsResponse.entries:type_name -> plinth.cluster.v1.LogEntry
+	15, // 6: plinth.cluster.v1.RunnableStatus.process:type_name -> plinth.cluster.v1.ProcessUsage
+	21, // 7: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
+	14, // 8: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
+	10, // 9: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
+	13, // 10: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
+	17, // 11: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
+	19, // 12: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
 	0,  // 13: plinth.cluster.v1.NodeManagement.Update:input_type -> plinth.cluster.v1.UpdateRequest
-	8,  // 14: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
-	13, // 15: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
-	15, // 16: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
-	17, // 17: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
-	3,  // 18: plinth.cluster.v1.NodeManagement.Update:output_type -> plinth.cluster.v1.UpdateResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
+	7,  // 14: plinth.cluster.v1.NodeManagement.ActivateUpdate:input_type -> plinth.cluster.v1.ActivateUpdateRequest
+	8,  // 15: plinth.cluster.v1.NodeManagement.CancelUpdate:input_type -> plinth.cluster.v1.CancelUpdateRequest
+	11, // 16: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
+	16, // 17: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
+	18, // 18: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
+	20, // 19: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
+	3,  // 20: plinth.cluster.v1.NodeManagement.Update:output_type -> plinth.cluster.v1.UpdateResponse
+	6,  // 21: plinth.cluster.v1.NodeManagement.ActivateUpdate:output_type -> plinth.cluster.v1.UpdateDone
+	9,  // 22: plinth.cluster.v1.NodeManagement.CancelUpdate:output_type -> plinth.cluster.v1.CancelUpdateResponse
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -1237,7 +1428,7 @@ func file_cluster_v1_node_management_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_node_management_proto_rawDesc), len(file_cluster_v1_node_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

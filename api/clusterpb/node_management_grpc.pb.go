@@ -23,11 +23,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	NodeManagement_Logs_FullMethodName     = "/plinth.cluster.v1.NodeManagement/Logs"
-	NodeManagement_Status_FullMethodName   = "/plinth.cluster.v1.NodeManagement/Status"
-	NodeManagement_Reboot_FullMethodName   = "/plinth.cluster.v1.NodeManagement/Reboot"
-	NodeManagement_PowerOff_FullMethodName = "/plinth.cluster.v1.NodeManagement/PowerOff"
-	NodeManagement_Update_FullMethodName   = "/plinth.cluster.v1.NodeManagement/Update"
+	NodeManagement_Logs_FullMethodName           = "/plinth.cluster.v1.NodeManagement/Logs"
+	NodeManagement_Status_FullMethodName         = "/plinth.cluster.v1.NodeManagement/Status"
+	NodeManagement_Reboot_FullMethodName         = "/plinth.cluster.v1.NodeManagement/Reboot"
+	NodeManagement_PowerOff_FullMethodName       = "/plinth.cluster.v1.NodeManagement/PowerOff"
+	NodeManagement_Update_FullMethodName         = "/plinth.cluster.v1.NodeManagement/Update"
+	NodeManagement_ActivateUpdate_FullMethodName = "/plinth.cluster.v1.NodeManagement/ActivateUpdate"
+	NodeManagement_CancelUpdate_FullMethodName   = "/plinth.cluster.v1.NodeManagement/CancelUpdate"
 )
 
 // NodeManagementClient is the client API for NodeManagement service.
@@ -57,8 +59,19 @@ type NodeManagementClient interface {
 	// Anything that does not match the manifest, or a manifest for another
 	// board, fails the call before the new slot can be booted; the running
 	// slot is never written. A second update while one is running or
-	// pending fails with FAILED_PRECONDITION.
+	// pending (staged included) fails with FAILED_PRECONDITION.
 	Update(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpdateRequest, UpdateResponse], error)
+	// ActivateUpdate makes the node boot its staged update (UpdateStart
+	// stage) once, and reboots it unless told not to; as Update does at its
+	// end, without the stage. FAILED_PRECONDITION when no update (of the
+	// version named) is staged.
+	ActivateUpdate(ctx context.Context, in *ActivateUpdateRequest, opts ...grpc.CallOption) (*UpdateDone, error)
+	// CancelUpdate abandons an installed update that was not booted yet
+	// (staged, or set to boot at the next reboot): nothing boots its slot,
+	// and the node's keys are sealed to the running slot alone.
+	// FAILED_PRECONDITION when there is none (of the version named) or the
+	// node runs its trial boot.
+	CancelUpdate(ctx context.Context, in *CancelUpdateRequest, opts ...grpc.CallOption) (*CancelUpdateResponse, error)
 }
 
 type nodeManagementClient struct {
@@ -131,6 +144,26 @@ func (c *nodeManagementClient) Update(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeManagement_UpdateClient = grpc.BidiStreamingClient[UpdateRequest, UpdateResponse]
 
+func (c *nodeManagementClient) ActivateUpdate(ctx context.Context, in *ActivateUpdateRequest, opts ...grpc.CallOption) (*UpdateDone, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateDone)
+	err := c.cc.Invoke(ctx, NodeManagement_ActivateUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeManagementClient) CancelUpdate(ctx context.Context, in *CancelUpdateRequest, opts ...grpc.CallOption) (*CancelUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelUpdateResponse)
+	err := c.cc.Invoke(ctx, NodeManagement_CancelUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeManagementServer is the server API for NodeManagement service.
 // All implementations must embed UnimplementedNodeManagementServer
 // for forward compatibility.
@@ -158,8 +191,19 @@ type NodeManagementServer interface {
 	// Anything that does not match the manifest, or a manifest for another
 	// board, fails the call before the new slot can be booted; the running
 	// slot is never written. A second update while one is running or
-	// pending fails with FAILED_PRECONDITION.
+	// pending (staged included) fails with FAILED_PRECONDITION.
 	Update(grpc.BidiStreamingServer[UpdateRequest, UpdateResponse]) error
+	// ActivateUpdate makes the node boot its staged update (UpdateStart
+	// stage) once, and reboots it unless told not to; as Update does at its
+	// end, without the stage. FAILED_PRECONDITION when no update (of the
+	// version named) is staged.
+	ActivateUpdate(context.Context, *ActivateUpdateRequest) (*UpdateDone, error)
+	// CancelUpdate abandons an installed update that was not booted yet
+	// (staged, or set to boot at the next reboot): nothing boots its slot,
+	// and the node's keys are sealed to the running slot alone.
+	// FAILED_PRECONDITION when there is none (of the version named) or the
+	// node runs its trial boot.
+	CancelUpdate(context.Context, *CancelUpdateRequest) (*CancelUpdateResponse, error)
 	mustEmbedUnimplementedNodeManagementServer()
 }
 
@@ -184,6 +228,12 @@ func (UnimplementedNodeManagementServer) PowerOff(context.Context, *PowerOffRequ
 }
 func (UnimplementedNodeManagementServer) Update(grpc.BidiStreamingServer[UpdateRequest, UpdateResponse]) error {
 	return status.Error(codes.Unimplemented, "method Update not implemented")
+}
+func (UnimplementedNodeManagementServer) ActivateUpdate(context.Context, *ActivateUpdateRequest) (*UpdateDone, error) {
+	return nil, status.Error(codes.Unimplemented, "method ActivateUpdate not implemented")
+}
+func (UnimplementedNodeManagementServer) CancelUpdate(context.Context, *CancelUpdateRequest) (*CancelUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelUpdate not implemented")
 }
 func (UnimplementedNodeManagementServer) mustEmbedUnimplementedNodeManagementServer() {}
 func (UnimplementedNodeManagementServer) testEmbeddedByValue()                        {}
@@ -278,6 +328,42 @@ func _NodeManagement_Update_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeManagement_UpdateServer = grpc.BidiStreamingServer[UpdateRequest, UpdateResponse]
 
+func _NodeManagement_ActivateUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ActivateUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeManagementServer).ActivateUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeManagement_ActivateUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeManagementServer).ActivateUpdate(ctx, req.(*ActivateUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NodeManagement_CancelUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeManagementServer).CancelUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeManagement_CancelUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeManagementServer).CancelUpdate(ctx, req.(*CancelUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeManagement_ServiceDesc is the grpc.ServiceDesc for NodeManagement service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -296,6 +382,14 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PowerOff",
 			Handler:    _NodeManagement_PowerOff_Handler,
+		},
+		{
+			MethodName: "ActivateUpdate",
+			Handler:    _NodeManagement_ActivateUpdate_Handler,
+		},
+		{
+			MethodName: "CancelUpdate",
+			Handler:    _NodeManagement_CancelUpdate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

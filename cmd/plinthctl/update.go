@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
+	"sync"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/owner"
@@ -21,12 +19,17 @@ func init() {
 }
 
 // updateCmd is `plinthctl update NODE -image DIR` and `plinthctl update
-// -all -image DIR`.
+// -all -image DIR`; -stage, -activate and -cancel split an update into
+// its install and its reboot.
 type updateCmd struct {
 	config   string
 	image    string
 	all      bool
 	noReboot bool
+	stage    bool
+	activate bool
+	cancel   bool
+	version  string
 	timeout  time.Duration
 	// drain: Kubernetes workers are cordoned and drained first (through
 	// kubeServer, host:port, if set) and uncordoned after.
@@ -34,15 +37,20 @@ type updateCmd struct {
 	kubeServer string
 }
 
-const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-no-reboot] [-timeout D]"
+const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-stage | -no-reboot] [-timeout D]\n" +
+	"       plinthctl update NODE (-activate | -cancel) [-version V]"
 
 func (c *updateCmd) flags(fs *flag.FlagSet) {
 	configFlagVar(fs, &c.config)
 	fs.StringVar(&c.image, "image", "", "image `dir`ectory (the builder's output: manifest.json, system.img, UKIs)")
-	fs.BoolVar(&c.all, "all", false, "update every node, one at a time, each healthy on the new version before the next")
+	fs.BoolVar(&c.all, "all", false, "update every node, one at a time, each healthy on the new version before the next (the next installs meanwhile)")
 	fs.BoolVar(&c.noReboot, "no-reboot", false, "install only: the node boots the new slot at its next reboot")
+	fs.BoolVar(&c.stage, "stage", false, "install only, staged: nothing boots it before -activate (or -cancel drops it)")
+	fs.BoolVar(&c.activate, "activate", false, "reboot NODE into its staged update and wait as for an update")
+	fs.BoolVar(&c.cancel, "cancel", false, "drop NODE's installed update that was not booted yet; its keys are sealed to the running slot alone")
+	fs.StringVar(&c.version, "version", "", "with -activate or -cancel: only if the update is this `version`")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "how long to wait for a node to come back healthy on the new version")
-	fs.BoolVar(&c.drain, "drain", true, "cordon and drain a Kubernetes worker before its update (its pods move to other workers), uncordon it after")
+	fs.BoolVar(&c.drain, "drain", true, "cordon and drain a Kubernetes worker before it reboots into its update (its pods move to other workers), uncordon it after")
 	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` for -drain (default: the first the cluster names)")
 }
 
@@ -53,21 +61,46 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	if c.image == "" || (len(pos) == 1) == c.all || len(pos) > 1 {
+	finishing := c.activate || c.cancel
+	switch {
+	case (len(pos) == 1) == c.all || len(pos) > 1, (c.image == "") != finishing, c.activate && c.cancel:
 		return errors.New(updateUsage)
-	}
-	if c.all && c.noReboot {
-		return errors.New("-all updates one node after another and needs each to reboot: it cannot be combined with -no-reboot")
-	}
-	img, err := owner.ReadUpdateImage(c.image)
-	if err != nil {
-		return err
+	case finishing && (c.all || c.stage || c.noReboot):
+		return errors.New("-activate and -cancel act on one NODE's installed update")
+	case c.stage && c.noReboot:
+		return errors.New("-stage and -no-reboot exclude each other: a staged update waits for -activate, the other boots at the next reboot")
+	case c.all && c.noReboot:
+		return errors.New("-all updates one node after another and needs each to reboot: it cannot be combined with -no-reboot (-stage installs everywhere)")
 	}
 	cl, err := dialOwner(c.config)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	// Whole lines: a rolling update's next node reports as it installs.
+	mu := new(sync.Mutex)
+	out := &prefixWriter{mu: mu, w: stdout}
+	if finishing {
+		id, err := nodeID(ctx, cl, pos[0])
+		if err != nil {
+			return err
+		}
+		if c.cancel {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			defer cancel()
+			r, err := cl.CancelUpdate(cctx, id, c.version)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: the update to %s in slot %s is cancelled\n", id, r.GetVersion(), r.GetSlot())
+			return nil
+		}
+		return c.finish(ctx, cl, id, c.version, time.Now(), out)
+	}
+	img, err := owner.ReadUpdateImage(c.image)
+	if err != nil {
+		return err
+	}
 	var ids []string
 	if c.all {
 		if ids, err = updateOrder(ctx, cl); err != nil {
@@ -80,15 +113,87 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 		}
 		ids = []string{id}
 	}
+	if c.all && !c.stage {
+		return c.rolling(ctx, cl, ids, img, out, func(i int) io.Writer {
+			return &prefixWriter{mu: mu, w: stdout, prefix: fmt.Sprintf("  [%d/%d %s]", i+1, len(ids), ids[i])}
+		})
+	}
+	mode := owner.UpdateStage
+	if c.noReboot {
+		mode = owner.UpdateNextBoot
+	}
 	for i, id := range ids {
 		if len(ids) > 1 {
-			fmt.Fprintf(stdout, "[%d/%d] %s\n", i+1, len(ids), id)
+			fmt.Fprintf(out, "[%d/%d] %s\n", i+1, len(ids), id)
 		}
-		if err := c.updateNode(ctx, cl, id, img, stdout); err != nil {
-			if len(ids) > 1 {
-				return fmt.Errorf("rolling update stopped at node %d of %d (%s); the nodes before it run %s, the nodes after it were not touched: %w", i+1, len(ids), id, img.Version, err)
-			}
+		started := time.Now()
+		done, err := c.install(ctx, cl, id, img, mode, out)
+		switch {
+		case err != nil && len(ids) > 1:
+			return fmt.Errorf("staging stopped at node %d of %d (%s); the nodes before it have %s staged: %w", i+1, len(ids), id, img.Version, err)
+		case err != nil:
 			return err
+		case c.noReboot:
+			fmt.Fprintf(out, "  the node boots it once at its next reboot, and keeps it when healthy\n")
+		case c.stage:
+			fmt.Fprintf(out, "  staged: `plinthctl update %s -activate` boots it, -cancel drops it\n", id)
+		default:
+			if err := c.finish(ctx, cl, id, done.GetVersion(), started, out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// rolling updates ids one at a time: each node is staged while the one
+// before it reboots into its update, then activated once that one is
+// healthy on the new version. At the first failure it stops, cancels the
+// next node's staged update and says where.
+func (c *updateCmd) rolling(ctx context.Context, cl *owner.Client, ids []string, img *owner.UpdateImage, out io.Writer, outOf func(i int) io.Writer) error {
+	type staged struct {
+		started time.Time
+		err     error
+	}
+	stage := func(i int) <-chan staged {
+		ch := make(chan staged, 1)
+		go func() {
+			started := time.Now()
+			_, err := c.install(ctx, cl, ids[i], img, owner.UpdateStage, outOf(i))
+			ch <- staged{started, err}
+		}()
+		return ch
+	}
+	stopped := func(i int, err error) error {
+		return fmt.Errorf("rolling update stopped at node %d of %d (%s); the nodes before it run %s, the nodes after it run what they ran: %w", i+1, len(ids), ids[i], img.Version, err)
+	}
+	next := stage(0)
+	for i, id := range ids {
+		fmt.Fprintf(out, "[%d/%d] %s\n", i+1, len(ids), id)
+		st := <-next
+		if st.err != nil {
+			return stopped(i, st.err)
+		}
+		next = nil
+		if i+1 < len(ids) {
+			// Installing disturbs nothing: the next node writes its
+			// inactive slot while this one reboots.
+			next = stage(i + 1)
+		}
+		if err := c.finish(ctx, cl, id, img.Version, st.started, out); err != nil {
+			if next != nil {
+				if st := <-next; st.err == nil {
+					cctx, cancel := context.WithTimeout(ctx, callTimeout)
+					_, cerr := cl.CancelUpdate(cctx, ids[i+1], img.Version)
+					cancel()
+					if cerr != nil {
+						err = errors.Join(err, fmt.Errorf("cancelling the update staged on %s: %w", ids[i+1], cerr))
+					} else {
+						fmt.Fprintf(out, "  the update staged on %s is cancelled\n", ids[i+1])
+					}
+				}
+			}
+			return stopped(i, err)
 		}
 	}
 	return nil
@@ -120,56 +225,73 @@ func updateOrder(ctx context.Context, cl *owner.Client) ([]string, error) {
 	return append(workers, members...), nil
 }
 
-// updateNode installs img on id and, unless -no-reboot, waits until it is
-// back, healthy, on the new version (and a voting consensus member again
-// if it was one).
-func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string, img *owner.UpdateImage, stdout io.Writer) error {
+// progressEvery paces an install's byte counts.
+const progressEvery = 5 * time.Second
+
+// install sends img to node id and has it installed in mode, printing
+// the node's progress to out.
+func (c *updateCmd) install(ctx context.Context, cl *owner.Client, id string, img *owner.UpdateImage, mode owner.UpdateMode, out io.Writer) (*clusterpb.UpdateDone, error) {
+	started := time.Now()
+	// A line per phase, then for each at most one every progressEvery
+	// (sending and writing report in turn, from two goroutines).
+	var mu sync.Mutex
+	said := map[string]time.Time{}
+	done, err := cl.Update(ctx, id, img, mode, func(p *clusterpb.UpdateProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		last, ok := said[p.GetPhase()]
+		if ok && time.Since(last) < progressEvery && p.GetDoneBytes() != p.GetTotalBytes() {
+			return
+		}
+		said[p.GetPhase()] = time.Now()
+		if p.GetTotalBytes() > 0 && p.GetDoneBytes() > 0 {
+			fmt.Fprintf(out, "  %s: %d/%d MiB\n", p.GetPhase(), p.GetDoneBytes()>>20, p.GetTotalBytes()>>20)
+		} else {
+			fmt.Fprintf(out, "  %s\n", p.GetPhase())
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update of %s: %w", id, err)
+	}
+	fmt.Fprintf(out, "  %s installed in slot %s in %s\n", done.GetVersion(), done.GetSlot(), time.Since(started).Round(time.Second))
+	return done, nil
+}
+
+// finish reboots node id into its staged update of version (any if
+// empty) and waits until it is back, healthy, on the new version (and a
+// voting consensus member again if it was one). A Kubernetes worker is
+// drained first and uncordoned after. since is when the update began.
+func (c *updateCmd) finish(ctx context.Context, cl *owner.Client, id, version string, since time.Time, out io.Writer) error {
 	before, err := cl.FindNode(ctx, id)
 	if err != nil {
 		return err
 	}
 	var kube *owner.KubeAPI
-	if c.drain && !c.noReboot && before.GetRoles().GetKubernetesWorker() != nil {
-		if kube, err = c.cordonAndDrain(ctx, cl, id, stdout); err != nil {
+	if c.drain && before.GetRoles().GetKubernetesWorker() != nil {
+		if kube, err = c.cordonAndDrain(ctx, cl, id, out); err != nil {
 			return err
 		}
 	}
-	started := time.Now()
-	var last time.Time
-	var lastPhase string
-	done, err := cl.Update(ctx, id, img, !c.noReboot, func(p *clusterpb.UpdateProgress) {
-		if p.GetPhase() == lastPhase && time.Since(last) < 2*time.Second && p.GetDoneBytes() != p.GetTotalBytes() {
-			return
-		}
-		lastPhase, last = p.GetPhase(), time.Now()
-		if p.GetTotalBytes() > 0 && p.GetDoneBytes() > 0 {
-			fmt.Fprintf(stdout, "  %s: %d/%d MiB\n", p.GetPhase(), p.GetDoneBytes()>>20, p.GetTotalBytes()>>20)
-		} else {
-			fmt.Fprintf(stdout, "  %s\n", p.GetPhase())
-		}
-	})
+	actx, cancel := context.WithTimeout(ctx, callTimeout)
+	done, err := cl.ActivateUpdate(actx, id, version, true)
+	cancel()
 	if err != nil {
-		// Refused or abandoned: the node runs its slot as before and may
-		// run pods again.
+		// Not activated: the node runs its slot as before and may run
+		// pods again.
 		if kube != nil {
 			err = errors.Join(err, kube.Cordon(ctx, id, false))
 		}
-		return fmt.Errorf("update of %s: %w", id, err)
-	}
-	fmt.Fprintf(stdout, "  %s installed in slot %s in %s\n", done.GetVersion(), done.GetSlot(), time.Since(started).Round(time.Second))
-	if !done.GetRebooting() {
-		fmt.Fprintf(stdout, "  the node boots it once at its next reboot, and keeps it when healthy\n")
-		return nil
+		return fmt.Errorf("activating the update of %s: %w", id, err)
 	}
 	voter := before.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
-	err = waitUpdated(ctx, cl, id, done, voter, before.GetStatus().GetSoftware().GetLastFailed(), started, c.timeout, stdout)
+	err = waitUpdated(ctx, cl, id, done, voter, before.GetStatus().GetSoftware().GetLastFailed(), since, c.timeout, out)
 	// Back and healthy, on the new slot or (a failed update) the old one:
 	// it may run pods again.
 	var failed *updateFailedError
 	if kube != nil && err == nil {
 		// Its kubelet, of the new image, must be back before its pods
 		// are: else the next worker's would have nowhere to go.
-		if err := waitKubernetesReady(ctx, kube, id, c.timeout, stdout); err != nil {
+		if err := waitKubernetesReady(ctx, kube, id, c.timeout, out); err != nil {
 			return err
 		}
 	}
@@ -177,109 +299,7 @@ func (c *updateCmd) updateNode(ctx context.Context, cl *owner.Client, id string,
 		if uerr := kube.Cordon(ctx, id, false); uerr != nil {
 			return errors.Join(err, fmt.Errorf("uncordoning %s: %w", id, uerr))
 		}
-		fmt.Fprintf(stdout, "  uncordoned\n")
+		fmt.Fprintf(out, "  uncordoned\n")
 	}
 	return err
-}
-
-// waitKubernetesReady waits until Kubernetes reports node id Ready.
-func waitKubernetesReady(ctx context.Context, kube *owner.KubeAPI, id string, timeout time.Duration, stdout io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		ready, reason, err := kube.NodeReady(ctx, id)
-		if ready {
-			fmt.Fprintf(stdout, "  Kubernetes node Ready\n")
-			return nil
-		}
-		if err != nil {
-			reason = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s runs the new image, but its Kubernetes node is not Ready after %v (%s): it stays cordoned", id, timeout, reason)
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-// drainTimeout bounds the wait for a worker's pods to leave.
-const drainTimeout = 5 * time.Minute
-
-// cordonAndDrain takes Kubernetes worker id out of service: no new pods,
-// its pods evicted (PodDisruptionBudgets honoured).
-func (c *updateCmd) cordonAndDrain(ctx context.Context, cl *owner.Client, id string, stdout io.Writer) (*owner.KubeAPI, error) {
-	kube, err := cl.KubeAPI(ctx, c.kubeServer)
-	if err != nil {
-		return nil, fmt.Errorf("%s is a Kubernetes worker and cannot be drained (-drain=false updates it anyway): %w", id, err)
-	}
-	if err := kube.Cordon(ctx, id, true); err != nil {
-		return nil, err
-	}
-	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
-	defer cancel()
-	n, err := kube.Drain(dctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("draining %s (it stays cordoned): %w", id, err)
-	}
-	fmt.Fprintf(stdout, "  cordoned, %d pods evicted\n", n)
-	return kube, nil
-}
-
-// updateFailedError: the node recorded the update's failure and runs its
-// old slot again.
-type updateFailedError struct{ msg string }
-
-func (e *updateFailedError) Error() string { return e.msg }
-
-// waitUpdated waits until node id runs done's version from done's slot
-// with nothing pending, healthy (and a voter, if voter), or reports the
-// update's failure the node recorded (a failure other than earlier, the
-// one it reported before this update).
-func waitUpdated(ctx context.Context, cl *owner.Client, id string, done *clusterpb.UpdateDone, voter bool, earlier *clusterpb.FailedUpdate, since time.Time, timeout time.Duration, stdout io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	fmt.Fprintf(stdout, "  rebooting into slot %s; waiting for it to be healthy\n", done.GetSlot())
-	var said string
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := cl.FindNode(pctx, id)
-		pcancel()
-		var state string
-		if err == nil {
-			st, sw := n.GetStatus(), n.GetStatus().GetSoftware()
-			if f := sw.GetLastFailed(); f != nil && !proto.Equal(f, earlier) {
-				return &updateFailedError{fmt.Sprintf("the update of %s to %s failed, the node runs slot %s (%s) again: %s", id, done.GetVersion(), sw.GetSlot(), st.GetVersion(), f.GetReason())}
-			}
-			ok := st.GetVersion() == done.GetVersion() && sw.GetSlot() == done.GetSlot() && sw.GetPending() == nil &&
-				n.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY &&
-				(!voter || n.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER)
-			if ok {
-				fmt.Fprintf(stdout, "  %s runs %s from slot %s, healthy, after %s\n", id, st.GetVersion(), sw.GetSlot(), time.Since(since).Round(time.Second))
-				return nil
-			}
-			state = fmt.Sprintf("version %s, slot %s, %s, %s", st.GetVersion(), sw.GetSlot(), pendingText(sw.GetPending()), strings.ToLower(strings.TrimPrefix(n.GetHealth().String(), "NODE_HEALTH_")))
-			if voter {
-				state += ", " + strings.ToLower(strings.TrimPrefix(n.GetConsensusMembership().String(), "CONSENSUS_MEMBERSHIP_"))
-			}
-		} else {
-			state = "cluster unreachable: " + err.Error()
-		}
-		if state != said {
-			fmt.Fprintf(stdout, "  [%s] %s\n", time.Since(since).Round(time.Second), state)
-			said = state
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s did not come back healthy on %s within %s (last seen: %s)", id, done.GetVersion(), timeout, said)
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-func pendingText(p *clusterpb.PendingUpdate) string {
-	if p == nil {
-		return "no update pending"
-	}
-	return fmt.Sprintf("update to %s in slot %s %s", p.GetVersion(), p.GetSlot(), p.GetPhase())
 }

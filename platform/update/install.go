@@ -121,7 +121,10 @@ func (n *Node) Begin(manifest []byte) (*Session, error) {
 		if n.boot == BootTrial {
 			return nil, fmt.Errorf("%w: this boot is the trial of version %s; it becomes permanent once the node is healthy", ErrBusy, p.Version)
 		}
-		return nil, fmt.Errorf("%w: version %s is installed in slot %s and boots at the next reboot", ErrBusy, p.Version, p.To)
+		if p.Phase == PhaseStaged {
+			return nil, fmt.Errorf("%w: version %s is staged in slot %s: activate or cancel it first", ErrBusy, p.Version, p.To)
+		}
+		return nil, fmt.Errorf("%w: version %s is installed in slot %s and boots at the next reboot (cancel it first)", ErrBusy, p.Version, p.To)
 	}
 	if n.boot == BootTrial {
 		return nil, fmt.Errorf("%w: this boot is still on trial", ErrBusy)
@@ -171,17 +174,14 @@ func (m *Manifest) verityParams() (verity.Params, error) {
 }
 
 // Close ends the session; another update may begin.
-func (s *Session) Close() {
-	s.n.mu.Lock()
-	s.n.busy = false
-	s.n.mu.Unlock()
-}
+func (s *Session) Close() { s.n.release() }
 
 // Install reads the system image and the slot's UKI from r, in that
-// order, writes and checks them, seals the node's keys to the new slot's
-// predicted PCRs as well and sets the firmware to boot it once. On error
-// the update is abandoned: the new slot cannot be booted, the keys are
-// sealed as before, and the failure is in the state.
+// order, writes and checks them and seals the node's keys to the new
+// slot's predicted PCRs as well: the update is staged, and Activate sets
+// the firmware to boot it once. On error the update is abandoned: the new
+// slot cannot be booted, the keys are sealed as before, and the failure
+// is in the state.
 func (s *Session) Install(ctx context.Context, r io.Reader, progress func(Progress)) (err error) {
 	n := s.n
 	prev := n.currentState()
@@ -260,17 +260,12 @@ func (s *Session) Install(ctx context.Context, r io.Reader, progress func(Progre
 			return fmt.Errorf("sealing the keys: %w", err)
 		}
 	}
-	progress(Progress{Phase: "boot entry " + description(s.slot) + ", BootNext"})
-	e := Entries{Store: n.Store, ESP: n.Boot.ESP}
-	if _, err := e.BootOnce(s.slot); err != nil {
-		return fmt.Errorf("boot entry: %w", err)
-	}
-	ready := *pending
-	ready.Phase = PhaseReady
-	if err := n.setState(State{Pending: &ready, LastFailed: prev.LastFailed, LastVersion: prev.LastVersion}); err != nil {
+	staged := *pending
+	staged.Phase = PhaseStaged
+	if err := n.setState(State{Pending: &staged, LastFailed: prev.LastFailed, LastVersion: prev.LastVersion}); err != nil {
 		return err
 	}
-	n.Log.Info("update installed: the next boot tries it once", "version", s.m.Version, "slot", s.slot)
+	n.Log.Info("update staged: Activate boots it once", "version", s.m.Version, "slot", s.slot)
 	return nil
 }
 

@@ -10,7 +10,9 @@
 //	UKI        ─► ESP EFI/plinth/b.efi, sha256 checked
 //	predict b's PCRs 4, 11, 15 from the UKI and this boot's event log
 //	reseal: node unlock key, join state ─► {a's PCRs} ∪ {b's PCRs}
-//	entry "Plinth b", BootNext = it, Pending{ready a→b}
+//	Pending{staged a→b}: a staged update waits here (reboots keep slot a);
+//	Cancel: BootNext cleared, var cleared, reseal to a only
+//	Activate: entry "Plinth b", BootNext = it, Pending{ready a→b}
 //	reboot ───────────────────────────────► BootNext: b.efi once
 //	                                                           ─► Pending{ready, to b}: trial
 //	                                                           unseal (b's PCRs), join, HEALTHY
@@ -52,10 +54,17 @@ type Phase string
 const (
 	// PhaseWriting: the inactive slot is being written. Nothing boots it.
 	PhaseWriting Phase = "writing"
+	// PhaseStaged: the slot is written and checked, the keys sealed to
+	// its PCRs too, but the firmware is not told to boot it: the update
+	// waits for Activate (or Cancel). A reboot meanwhile runs the old
+	// slot and keeps it staged.
+	PhaseStaged Phase = "staged"
 	// PhaseReady: the slot is written and checked, the keys sealed to its
 	// PCRs too, BootNext names it: the next boot tries it once.
 	PhaseReady Phase = "ready"
 )
+
+func (p Phase) valid() bool { return p == PhaseWriting || p == PhaseStaged || p == PhaseReady }
 
 // Pending is an update in progress.
 type Pending struct {
@@ -110,7 +119,7 @@ func Read(s efivar.Store) (State, error) {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return State{}, fmt.Errorf("%w: %v", ErrCorruptState, err)
 	}
-	if p := st.Pending; p != nil && (!validSlot(p.From) || !validSlot(p.To) || p.From == p.To || (p.Phase != PhaseWriting && p.Phase != PhaseReady)) {
+	if p := st.Pending; p != nil && (!validSlot(p.From) || !validSlot(p.To) || p.From == p.To || !p.Phase.valid()) {
 		return State{}, fmt.Errorf("%w: pending update %+v", ErrCorruptState, *p)
 	}
 	return st, nil
@@ -170,9 +179,11 @@ func (b Boot) String() string {
 //	found                         running   boot        stored
 //	none                          any       normal      unchanged
 //	writing  a→b                  a         rolled back failure "interrupted while writing", no pending
+//	staged   a→b                  a         normal      unchanged (Activate or Cancel ends it)
 //	ready    a→b                  b         trial       unchanged (Confirm or a reset ends it)
+//	staged   a→b                  b         trial       (an old "Plinth b" entry booted it: sealed for it, so on trial)
 //	ready    a→b                  a         rolled back failure "b did not become healthy", no pending
-//	writing/ready a→b             b?        (b is never booted while writing; treated as trial only when ready)
+//	writing  a→b                  b         rolled back (b is never booted while writing)
 //
 // A boot with no slot (network boot) never has a pending update, but a
 // stale one (the node was re-flashed or network-booted meanwhile) is
@@ -182,8 +193,11 @@ func Settle(st State, running string, now time.Time) (State, Boot) {
 	if p == nil {
 		return st, BootNormal
 	}
-	if p.Phase == PhaseReady && running == p.To {
+	switch {
+	case p.Phase != PhaseWriting && running == p.To:
 		return st, BootTrial
+	case p.Phase == PhaseStaged && running == p.From:
+		return st, BootNormal
 	}
 	reason := fmt.Sprintf("slot %s (version %s) was booted once and did not confirm: it crashed, hung, halted or could not unseal its keys before it was healthy; slot %s runs again", p.To, p.Version, p.From)
 	switch {

@@ -28,6 +28,7 @@ var now = time.Unix(1700000000, 0)
 func TestSettle(t *testing.T) {
 	writing := &Pending{Phase: PhaseWriting, From: "a", To: "b", Version: "v2"}
 	ready := &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2"}
+	staged := &Pending{Phase: PhaseStaged, From: "a", To: "b", Version: "v2"}
 	old := &Failure{Version: "v0", Reason: "earlier"}
 	for _, c := range []struct {
 		name       string
@@ -40,6 +41,8 @@ func TestSettle(t *testing.T) {
 		{"earlier failure kept", State{LastFailed: old}, "a", BootNormal, ""},
 		{"reset while slot b was written", State{Pending: writing}, "a", BootRolledBack, "interrupted while slot b was written"},
 		{"first boot of b after BootNext", State{Pending: ready}, "b", BootTrial, ""},
+		{"reboot while b is staged keeps it staged", State{Pending: staged, LastFailed: old}, "a", BootNormal, ""},
+		{"staged b booted through an old entry", State{Pending: staged}, "b", BootTrial, ""},
 		{"reset on b before it confirmed (crash, hang, halt, no unseal)", State{Pending: ready}, "a", BootRolledBack, "did not confirm"},
 		{"ready but booted elsewhere (network boot)", State{Pending: ready}, "", BootRolledBack, `this boot runs ""`},
 	} {
@@ -49,8 +52,8 @@ func TestSettle(t *testing.T) {
 				t.Fatalf("boot %v, want %v", boot, c.boot)
 			}
 			switch {
-			case c.boot == BootTrial && st.Pending != c.st.Pending:
-				t.Error("a trial boot changed the pending update")
+			case c.boot != BootRolledBack && st.Pending != c.st.Pending:
+				t.Error("the pending update changed")
 			case c.boot == BootRolledBack && st.Pending != nil:
 				t.Error("a rolled-back boot kept the pending update")
 			}
@@ -286,5 +289,80 @@ func TestInstallRefusesBadStreams(t *testing.T) {
 				t.Fatalf("BootNext set after a refused update: %v", err)
 			}
 		})
+	}
+}
+
+// TestActivateCancel: a staged update boots only once activated (BootNext
+// names its entry, the state says ready); cancelling a staged or ready
+// update clears BootNext and the state, keeps the last failure and
+// reseals; neither works on the trial boot, for another version, or
+// with nothing installed.
+func TestActivateCancel(t *testing.T) {
+	store := efivar.Store{Dir: t.TempDir()}
+	reseals := 0
+	n := &Node{Boot: &bootdisk.Boot{Disk: "/dev/vda", ESP: testESP}, Running: "a", Board: "qemu-x86_64", Store: store,
+		Log: slog.New(slog.DiscardHandler), Reseal: func() error { reseals++; return nil }}
+	old := &Failure{Version: "v0", Reason: "earlier"}
+	stage := func() {
+		t.Helper()
+		if err := n.setState(State{Pending: &Pending{Phase: PhaseStaged, From: "a", To: "b", Version: "v2"}, LastFailed: old}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.Activate(""); !errors.Is(err, ErrNotStaged) {
+		t.Fatalf("activate with nothing staged: %v", err)
+	}
+	stage()
+	if _, err := store.BootNext(); !errors.Is(err, efivar.ErrNotFound) {
+		t.Fatalf("BootNext set by a staged update: %v", err)
+	}
+	if _, err := n.Activate("v3"); !errors.Is(err, ErrNotStaged) {
+		t.Fatalf("activate another version: %v", err)
+	}
+	p, err := n.Activate("v2")
+	if err != nil || p.Phase != PhaseReady || p.To != "b" {
+		t.Fatalf("activate: %+v, %v", p, err)
+	}
+	next, err := store.BootNext()
+	if err != nil {
+		t.Fatalf("BootNext after activating: %v", err)
+	}
+	entries, err := store.BootEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entry, ok := (Entries{Store: store, ESP: testESP}).find(entries, "b"); !ok || entry != next {
+		t.Fatalf("BootNext %d, slot b's entry %d (%v)", next, entry, ok)
+	}
+	if st, err := Read(store); err != nil || st.Pending == nil || st.Pending.Phase != PhaseReady {
+		t.Fatalf("state after activating: %+v, %v", st, err)
+	}
+	cancel := func(what string) {
+		t.Helper()
+		before := reseals
+		if _, err := n.Cancel("v2"); err != nil {
+			t.Fatalf("cancel the %s update: %v", what, err)
+		}
+		st, err := Read(store)
+		if err != nil || st.Pending != nil || st.LastFailed == nil || st.LastFailed.Reason != old.Reason || reseals != before+1 {
+			t.Fatalf("after cancelling the %s update: %+v, %v, %d reseals", what, st, err, reseals-before)
+		}
+		if _, err := store.BootNext(); !errors.Is(err, efivar.ErrNotFound) {
+			t.Fatalf("BootNext after cancelling the %s update: %v", what, err)
+		}
+	}
+	cancel("ready")
+	stage()
+	cancel("staged")
+	if _, err := n.Cancel(""); !errors.Is(err, ErrNotStaged) {
+		t.Fatalf("cancel twice: %v", err)
+	}
+	trial := &Node{Boot: n.Boot, Running: "b", Store: store, Log: n.Log, boot: BootTrial,
+		state: State{Pending: &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2"}}}
+	if _, err := trial.Cancel(""); !errors.Is(err, ErrBusy) {
+		t.Fatalf("cancel on the trial boot: %v", err)
+	}
+	if _, err := (&Node{}).Activate(""); !errors.Is(err, ErrNoSlots) {
+		t.Fatalf("activate on a network boot: %v", err)
 	}
 }

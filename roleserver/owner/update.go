@@ -53,10 +53,21 @@ func ReadUpdateImage(dir string) (*UpdateImage, error) {
 // (sent bytes are reported as phase "sending NAME").
 type UpdateProgress func(*clusterpb.UpdateProgress)
 
+// UpdateMode is what a node does with an update once it is installed.
+type UpdateMode int
+
+const (
+	// UpdateReboot: reboot into it once now.
+	UpdateReboot UpdateMode = iota
+	// UpdateNextBoot: boot it once at the node's next reboot.
+	UpdateNextBoot
+	// UpdateStage: keep it staged until ActivateUpdate (or CancelUpdate).
+	UpdateStage
+)
+
 // Update installs img on node id (NodeManagement.Update) and returns the
-// node's final answer. With reboot the node reboots into the new slot once
-// it is installed.
-func (c *Client) Update(ctx context.Context, id string, img *UpdateImage, reboot bool, progress UpdateProgress) (*clusterpb.UpdateDone, error) {
+// node's final answer; mode says what the node does with it then.
+func (c *Client) Update(ctx context.Context, id string, img *UpdateImage, mode UpdateMode, progress UpdateProgress) (*clusterpb.UpdateDone, error) {
 	if progress == nil {
 		progress = func(*clusterpb.UpdateProgress) {}
 	}
@@ -70,7 +81,7 @@ func (c *Client) Update(ctx context.Context, id string, img *UpdateImage, reboot
 	if err != nil {
 		return nil, err
 	}
-	if err := stream.Send(&clusterpb.UpdateRequest{Kind: &clusterpb.UpdateRequest_Start{Start: &clusterpb.UpdateStart{Manifest: img.Manifest, Reboot: reboot}}}); err != nil {
+	if err := stream.Send(&clusterpb.UpdateRequest{Kind: &clusterpb.UpdateRequest_Start{Start: &clusterpb.UpdateStart{Manifest: img.Manifest, Reboot: mode == UpdateReboot, Stage: mode == UpdateStage}}}); err != nil {
 		return nil, recvError(stream, err)
 	}
 	first, err := stream.Recv()
@@ -113,6 +124,26 @@ func (c *Client) Update(ctx context.Context, id string, img *UpdateImage, reboot
 		return nil, errors.New("the node ended the update without an answer")
 	}
 	return done, nil
+}
+
+// ActivateUpdate makes node id boot its staged update of version (any if
+// empty) once: now with reboot, else at its next reboot.
+func (c *Client) ActivateUpdate(ctx context.Context, id, version string, reboot bool) (*clusterpb.UpdateDone, error) {
+	cc, err := c.nodeConn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return clusterpb.NewNodeManagementClient(cc).ActivateUpdate(ctx, &clusterpb.ActivateUpdateRequest{Version: version, Reboot: reboot})
+}
+
+// CancelUpdate abandons node id's installed, not yet booted update of
+// version (any if empty).
+func (c *Client) CancelUpdate(ctx context.Context, id, version string) (*clusterpb.CancelUpdateResponse, error) {
+	cc, err := c.nodeConn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return clusterpb.NewNodeManagementClient(cc).CancelUpdate(ctx, &clusterpb.CancelUpdateRequest{Version: version})
 }
 
 type updateSender interface {

@@ -48,11 +48,13 @@ var wantAllowed = map[string][]identity.Kind{
 	"/plinth.cluster.v1.Management/IssueKubernetesCredentials": {identity.KindOwner},
 	"/plinth.cluster.v1.AAA/Escrow":                            {identity.KindEphemeral},
 
-	"/plinth.cluster.v1.NodeManagement/Logs":     {identity.KindOwner},
-	"/plinth.cluster.v1.NodeManagement/Status":   {identity.KindNode, identity.KindOwner},
-	"/plinth.cluster.v1.NodeManagement/Reboot":   {identity.KindOwner},
-	"/plinth.cluster.v1.NodeManagement/PowerOff": {identity.KindOwner},
-	"/plinth.cluster.v1.NodeManagement/Update":   {identity.KindOwner},
+	"/plinth.cluster.v1.NodeManagement/Logs":           {identity.KindOwner},
+	"/plinth.cluster.v1.NodeManagement/Status":         {identity.KindNode, identity.KindOwner},
+	"/plinth.cluster.v1.NodeManagement/Reboot":         {identity.KindOwner},
+	"/plinth.cluster.v1.NodeManagement/PowerOff":       {identity.KindOwner},
+	"/plinth.cluster.v1.NodeManagement/Update":         {identity.KindOwner},
+	"/plinth.cluster.v1.NodeManagement/ActivateUpdate": {identity.KindOwner},
+	"/plinth.cluster.v1.NodeManagement/CancelUpdate":   {identity.KindOwner},
 }
 
 // TestPermissionTable walks every method of every service in api/clusterpb
@@ -106,8 +108,8 @@ func TestPermissionTable(t *testing.T) {
 			t.Errorf("%s is in wantAllowed but not in the registry", m)
 		}
 	}
-	if len(seen) != 22 {
-		t.Errorf("walked %d methods, want 22", len(seen))
+	if len(seen) != 24 {
+		t.Errorf("walked %d methods, want 24", len(seen))
 	}
 }
 
