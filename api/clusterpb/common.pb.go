@@ -706,9 +706,10 @@ type PendingUpdate struct {
 	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
 	// The slot being installed or tried.
 	Slot string `protobuf:"bytes,2,opt,name=slot,proto3" json:"slot,omitempty"`
-	// "writing" (the slot is being written), "ready" (written, boots once
-	// at the next reboot), "trial" (this boot runs it; it becomes permanent
-	// when the node is healthy).
+	// "writing" (the slot is being written), "staged" (written, waits for
+	// ActivateUpdate), "ready" (written, boots once at the next reboot),
+	// "trial" (this boot runs it; it becomes permanent when the node is
+	// healthy).
 	Phase         string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
