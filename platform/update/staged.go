@@ -20,7 +20,7 @@ var ErrNotStaged = errors.New("update: no installed update waits to be booted")
 // at a time (a rolling update installs the next node while the previous
 // one reboots).
 func (n *Node) Activate(version string) (Pending, error) {
-	if _, err := n.reserveWaiting(version); err != nil {
+	if err := n.reserveWaiting(version); err != nil {
 		return Pending{}, err
 	}
 	defer n.release()
@@ -58,7 +58,7 @@ func (n *Node) activate() (Pending, error) {
 // it had. A trial boot cannot be cancelled; it ends when the node is
 // healthy (Confirm) or reset.
 func (n *Node) Cancel(version string) (Pending, error) {
-	if _, err := n.reserveWaiting(version); err != nil {
+	if err := n.reserveWaiting(version); err != nil {
 		return Pending{}, err
 	}
 	defer n.release()
@@ -96,25 +96,25 @@ func (n *Node) cancel() (Pending, error) {
 // reserveWaiting checks that an update of version (any if empty) is
 // installed and not yet booted, and holds the node as Begin does until
 // release.
-func (n *Node) reserveWaiting(version string) (Pending, error) {
+func (n *Node) reserveWaiting(version string) error {
 	if n.Boot == nil || n.Running == "" {
-		return Pending{}, ErrNoSlots
+		return ErrNoSlots
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p := n.state.Pending
 	switch {
 	case n.busy:
-		return Pending{}, fmt.Errorf("%w: an update is being installed", ErrBusy)
+		return fmt.Errorf("%w: an update is being installed", ErrBusy)
 	case n.boot == BootTrial && p != nil:
-		return Pending{}, fmt.Errorf("%w: this boot is the trial of version %s; it becomes permanent once the node is healthy", ErrBusy, p.Version)
+		return fmt.Errorf("%w: this boot is the trial of version %s; it becomes permanent once the node is healthy", ErrBusy, p.Version)
 	case p == nil || p.Phase == PhaseWriting:
-		return Pending{}, ErrNotStaged
+		return ErrNotStaged
 	case version != "" && p.Version != version:
-		return Pending{}, fmt.Errorf("%w: version %s is, not %s", ErrNotStaged, p.Version, version)
+		return fmt.Errorf("%w: version %s is installed, not %s", ErrNotStaged, p.Version, version)
 	}
 	n.busy = true
-	return *p, nil
+	return nil
 }
 
 func (n *Node) release() {
