@@ -154,6 +154,13 @@ func bootCore() int {
 					l.Error(haltArg + "=hang on the kernel command line: the core stops here")
 					logs.Flush(3 * time.Second)
 					unix.Kill(os.Getpid(), unix.SIGSTOP)
+					// The stop reaches every thread, this one included,
+					// only when each is next interrupted (under TCG that
+					// took long enough for this step to fail and the
+					// trial to reboot by itself): wait for it here.
+					for {
+						time.Sleep(time.Hour)
+					}
 				}
 				return "", fmt.Errorf("%s=%s on the kernel command line: the image stops before it opens the data disk", haltArg, v)
 			}

@@ -58,6 +58,10 @@ func startUpdates(l *slog.Logger, args map[string]string) (*update.Node, string,
 		l.Error("update failed", "version", failed.Version, "slot", failed.Slot, "reason", failed.Reason)
 		return n, fmt.Sprintf("slot %s: the update to version %s FAILED (see above); this slot runs as before", slot, failed.Version), nil
 	}
+	if p := n.Status().Pending; p != nil {
+		// Staged: kept across this boot until activated or cancelled.
+		return n, fmt.Sprintf("slot %s; version %s is staged in slot %s: it boots when activated", slot, p.Version, p.To), nil
+	}
 	return n, "slot " + slot + ", no update pending", nil
 }
 

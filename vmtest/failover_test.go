@@ -34,11 +34,11 @@ const failoverBound = 90 * time.Second
 //     dead leader and showed HEARTBEAT_TIMEOUT, last seen "never");
 //   - `plinthctl roles add SURVIVOR kubernetes-worker` reaches a survivor
 //     that was no worker (its role watch follows the new leader);
-//   - the killed node boots again from the same disk and TPM (boot
-//     number bootAfter) and comes back HEALTHY, an etcd voter again.
+//   - the killed node boots again from the same disk and TPM (its boot
+//     counter one up) and comes back HEALTHY, an etcd voter again.
 //
 // TestRollingUpdateAndFailover runs it on a cluster it has just updated.
-func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, bootAfter int) {
+func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	t.Helper()
 	nodes := c.Nodes()
 	cfg := c.OwnerDir()
@@ -57,6 +57,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, boot
 			survivors = append(survivors, n)
 		}
 	}
+	bootAfter := nodeRecord(t, ctx, c, leaderID).GetStatus().GetBootCount() + 1
 	t.Logf("curator leader is %s (%s): cutting its power", dead.Name, leaderID)
 	marks := map[*ClusterNode]int{}
 	for _, n := range survivors {
@@ -144,7 +145,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, boot
 			t.Fatal(err)
 		}
 	}
-	wantBootCount(t, ctx, dead.VM(), strconv.Itoa(bootAfter))
+	wantBootCount(t, ctx, dead.VM(), strconv.FormatInt(bootAfter, 10))
 	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
 }
 

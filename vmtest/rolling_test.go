@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +24,9 @@ import (
 // there is no API server to drain through) while a writer keeps writing
 // through the cluster's API (rollingUpdate). The registered members'
 // trial boots open their volumes with their join state, which was sealed
-// to slot b's predicted PCRs too. Then the updated cluster loses its
+// to slot b's predicted PCRs too. A second rolling update, to an image
+// that halts at boot, stops at its first node, which rolls back by
+// itself (failedRollingUpdate). Then the updated cluster loses its
 // curator leader to a power cut (failover).
 //
 // One cluster for both: under TCG a launch of three members costs ~1.5
@@ -32,7 +36,8 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	defer cancel()
 	ctl := buildPlinthctl(t)
 	next := nextImage(t)
-	c := launchMembers(t, ctx, ctl, ClusterOptions{Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
+	dir := TestDir(t)
+	c := launchMembers(t, ctx, ctl, ClusterOptions{Image: testImage(t), Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
 	defer c.Close()
 	nodes := c.Nodes()
 	cfg := c.OwnerDir()
@@ -47,8 +52,63 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	// Each node booted twice: from slot a, then its trial of slot b.
-	failover(t, ctx, c, ctl, 3)
+	failedRollingUpdate(t, ctx, c, ctl, next, haltingImage(t, testImage(t), filepath.Join(dir, "halting-image")))
+	if t.Failed() {
+		return
+	}
+	failover(t, ctx, c, ctl)
+}
+
+// failedRollingUpdate runs `plinthctl update -all` of every node of c,
+// which runs cur, to the image in dir, whose trial boot halts before the
+// cluster: the first node's watchdog resets its trial and the node runs
+// cur from its slot again, with the failed update in its status;
+// plinthctl stops there and says where, and cancels the update it
+// staged on the second node meanwhile; the third is never touched.
+func failedRollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, cur *Image, dir string) {
+	t.Helper()
+	// The order plinthctl takes: every node is a consensus member, so by ID.
+	var ids []string
+	for _, n := range c.Nodes() {
+		ids = append(ids, n.ID())
+	}
+	slices.Sort(ids)
+	cmd := []string{"update", "-all", "-config", c.OwnerDir(), "-image", dir, "-drain=false"}
+	out, err := ctl.output(ctx, cmd...)
+	t.Logf("plinthctl %s:\n%s", strings.Join(cmd, " "), out)
+	if err == nil {
+		t.Fatal("a rolling update to an image that halts at boot succeeded")
+	}
+	for _, want := range []string{
+		fmt.Sprintf("rolling update stopped at node 1 of 3 (%s)", ids[0]),
+		fmt.Sprintf("the update staged on %s is cancelled", ids[1]),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plinthctl's output does not say %q", want)
+		}
+	}
+	if strings.Contains(out, "[3/3]") {
+		t.Error("the rolling update went on to the third node")
+	}
+	mustLine(t, ctx, c.Node(ids[1]).VM(), `I init: update cancelled version=halting slot=a`)
+	for i, id := range ids {
+		// The node pushes its status every few seconds: the second one's
+		// may still show the update cancelled a moment ago.
+		rec, err := c.waitNode(ctx, c.Node(id), "HEALTHY with nothing pending", func(r *clusterpb.Node) bool {
+			return r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetSoftware() != nil && r.GetStatus().GetSoftware().GetPending() == nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw := rec.GetStatus().GetSoftware()
+		failed := sw.GetLastFailed()
+		if rec.GetStatus().GetVersion() != cur.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil ||
+			(i == 0) != (failed != nil) || (i == 0 && !strings.Contains(failed.GetReason(), "did not confirm")) {
+			t.Errorf("%s after the failed rolling update: version %s, software %v (want %s in slot b, nothing pending, the failure on the first node only)",
+				c.Node(id).Name, rec.GetStatus().GetVersion(), sw, cur.Manifest.Version)
+		}
+	}
+	t.Log(ctl.run(t, "nodes", "list", "-config", c.OwnerDir()))
 }
 
 // rollingUpdate updates every node of c to img with `plinthctl update
@@ -205,6 +265,21 @@ func (w *clusterWriter) write(ctx context.Context) (got, written []byte, err err
 	}
 }
 
+// readTicket reads the ticket, asking again for a minute while no
+// curator answers.
+func (w *clusterWriter) readTicket(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 15*time.Second)
+		got, err := w.c.Client().Ticket(cctx)
+		ccancel()
+		if err == nil || !sleepCtx(ctx, time.Second) {
+			return got, err
+		}
+	}
+}
+
 // stop lets the writer finish with an acknowledged write, stops the writer and checks that
 // the cluster holds the last acknowledged write. It returns when each
 // write was acknowledged, the longest wait for one, and a lost write.
@@ -214,7 +289,9 @@ func (w *clusterWriter) stop(ctx context.Context) (acked []time.Time, longest ti
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.lost == nil && w.last != nil {
-		got, err := w.c.Client().Ticket(ctx)
+		// A curator that does not answer at this moment (a leader
+		// election after the last reboot) loses nothing: ask again.
+		got, err := w.readTicket(ctx)
 		switch {
 		case err != nil:
 			w.lost = fmt.Errorf("reading the ticket at the end: %w", err)

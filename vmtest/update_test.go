@@ -41,8 +41,9 @@ func nextImage(t *testing.T) *Image {
 // TestUpdate: a node booted from its flashed disk (OVMF + swtpm) refuses
 // an image for another board, and comes back on its slot after a power
 // cut while it writes the new one (the update reported as interrupted).
-// Y staged (`-stage`: written, checked, sealed for, not booted) refuses a
-// second update and is cancelled (`-cancel`). The node is then updated
+// Y staged (`-stage`: written, checked, sealed for, not booted) stays
+// staged across a power cut (slot a boots as before), refuses a second
+// update and is cancelled (`-cancel`). The node is then updated
 // with `plinthctl update` from version X to Y: Y's UKI is written (slot b
 // holds Y's system image since the staged update) and the node's keys
 // sealed to b's predicted PCRs as well, the
@@ -101,6 +102,26 @@ func TestUpdate(t *testing.T) {
 	if p := rec.GetStatus().GetSoftware().GetPending(); p.GetVersion() != y.Manifest.Version || p.GetSlot() != "b" || rec.GetStatus().GetVersion() != x.Manifest.Version {
 		t.Fatalf("after staging: version %s, pending %v", rec.GetStatus().GetVersion(), p)
 	}
+	// A power cut while Y is staged: slot a boots as before (its keys
+	// unseal with slot a's seal) and Y stays staged.
+	boots := rec.GetStatus().GetBootCount()
+	if err := c.KillNode(n); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartNode(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	mustLine(t, ctx, n.VM(), `I init: A/B update state detail="slot a; version `+regexp.QuoteMeta(y.Manifest.Version)+` is staged in slot b`)
+	mustLine(t, ctx, n.VM(), `I init: map and mount the system image \(dm-verity\) detail=.*\(slot a\)`)
+	mustLine(t, ctx, n.VM(), `I init: storage: unseal node unlock key`)
+	if rec, err = c.waitNode(ctx, n, "staged after the power cut", func(r *clusterpb.Node) bool {
+		return r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetBootCount() > boots
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sw := rec.GetStatus().GetSoftware(); sw.GetSlot() != "a" || sw.GetPending().GetPhase() != "staged" || sw.GetPending().GetVersion() != y.Manifest.Version {
+		t.Fatalf("after a power cut while staged: software %v (want slot a, %s staged)", sw, y.Manifest.Version)
+	}
 	if _, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir).CombinedOutput(); err == nil {
 		t.Fatal("a second update while one is staged was accepted")
 	}
@@ -131,7 +152,7 @@ func TestUpdate(t *testing.T) {
 		t.Errorf("PCR 11 %s, the manifest predicts %s", pcrs[2], want)
 	}
 	mustLine(t, ctx, vm, `I init: storage: unseal node unlock key`)
-	wantBootCount(t, ctx, vm, "3") // flashed, power cut, updated
+	wantBootCount(t, ctx, vm, "4") // flashed, two power cuts, updated
 	mustLine(t, ctx, vm, `I init: update confirmed`)
 	assertNoLine(t, vm, `make ext4 filesystem`)
 	rec = nodeRecord(t, ctx, c, n.ID())

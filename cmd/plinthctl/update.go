@@ -165,7 +165,11 @@ func (c *updateCmd) rolling(ctx context.Context, cl *owner.Client, ids []string,
 		return ch
 	}
 	stopped := func(i int, err error) error {
-		return fmt.Errorf("rolling update stopped at node %d of %d (%s); the nodes before it run %s, the nodes after it run what they ran: %w", i+1, len(ids), ids[i], img.Version, err)
+		before := fmt.Sprintf("the nodes before it run %s", img.Version)
+		if i == 0 {
+			before = fmt.Sprintf("no node runs %s", img.Version)
+		}
+		return fmt.Errorf("rolling update stopped at node %d of %d (%s); %s, the nodes after it run what they ran: %w", i+1, len(ids), ids[i], before, err)
 	}
 	next := stage(0)
 	for i, id := range ids {
