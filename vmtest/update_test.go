@@ -165,7 +165,7 @@ func TestUpdate(t *testing.T) {
 
 	// Y → an image that halts: the trial boot of slot a stops before the
 	// data disk, reboots, and slot b runs again.
-	halting := haltingImage(t, x, filepath.Join(dir, "halting-image"))
+	halting := haltingImage(t, x, filepath.Join(dir, "halting-image"), "hang")
 	trialBoot := n.Boots() + 1
 	cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", halting)
 	outb, err := cmd.CombinedOutput()
@@ -265,16 +265,18 @@ func consoleOf(t *testing.T, n *ClusterNode, k int) string {
 
 // haltingImage writes to dir an image directory for an update to slot a
 // that cannot succeed: img's system image with slot a's UKI rebuilt to
-// carry plinth.halt=hang (the core stops before the data disk: a hang),
-// as version "halting". Only the manifest, system image and UKI an update sends.
-func haltingImage(t *testing.T, img *Image, dir string) string {
+// carry plinth.halt=halt, as version "halting". With halt "hang" the
+// core stops before the data disk (a hang: the watchdog resets the
+// machine); any other value fails that boot step (the trial reboots by
+// itself). Only the manifest, system image and UKI an update sends.
+func haltingImage(t *testing.T, img *Image, dir, halt string) string {
 	t.Helper()
 	dir = filepath.Join(dir, "halting")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	uki := image.UKISlotFile("a")
-	if _, err := image.RebuildUKI(filepath.Join(img.Dir, uki), "", filepath.Join(dir, uki), func(c string) string { return c + " plinth.halt=hang" }); err != nil {
+	if _, err := image.RebuildUKI(filepath.Join(img.Dir, uki), "", filepath.Join(dir, uki), func(c string) string { return c + " plinth.halt=" + halt }); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(filepath.Join(img.Dir, image.SystemFile), filepath.Join(dir, image.SystemFile)); err != nil {
