@@ -58,7 +58,8 @@ type ClusterOptions struct {
 	NetBoot bool
 	// DiskBoot boots every node through OVMF from its own copy of the
 	// image's disk.img (grown to DiskSizeBytes), with its parameters on
-	// the ESP, instead of QEMU's -kernel with fw_cfg parameters.
+	// the ESP, instead of QEMU's -kernel with fw_cfg parameters
+	// (AddNode(FromDisk()) does so for one node).
 	DiskBoot bool
 	// Kubernetes makes the bootstrap node a Kubernetes controller and
 	// worker, gives every node AddNode brings in the worker role, and
@@ -117,6 +118,7 @@ type ClusterNode struct {
 	boots    int
 	stopping bool
 	netboot  bool // booted by UEFI HTTP boot (AddNode(NetBoot()))
+	diskBoot bool // booted through OVMF from its disk (DiskBoot or AddNode(FromDisk()))
 	times    NodeTimes
 }
 
@@ -315,7 +317,7 @@ func (c *Cluster) newSlot() (*ClusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &ClusterNode{Name: name, Addr: addr, Dir: filepath.Join(c.opts.Dir, name), c: c, portArgs: args}
+	n := &ClusterNode{Name: name, Addr: addr, Dir: filepath.Join(c.opts.Dir, name), c: c, portArgs: args, diskBoot: c.opts.DiskBoot}
 	c.slots = append(c.slots, n)
 	return n, nil
 }
@@ -328,7 +330,9 @@ func (c *Cluster) setParams(n *ClusterNode, p *nodepb.Parameters) error {
 	if p.Tpm == nil {
 		p.Tpm = &nodepb.NodeTPM{}
 	}
-	p.Tpm.AllowUnmeasuredBoot = !c.opts.DiskBoot
+	n.mu.Lock()
+	p.Tpm.AllowUnmeasuredBoot = !n.diskBoot
+	n.mu.Unlock()
 	if c.opts.Parameters != nil {
 		c.opts.Parameters(n.Name, p)
 	}
@@ -518,7 +522,14 @@ func (c *Cluster) known(n *ClusterNode, id string) error {
 // AddNodeOption changes how AddNode brings a node in.
 type AddNodeOption func(*addNodeOptions)
 
-type addNodeOptions struct{ powerCutBeforeApproval, netboot bool }
+type addNodeOptions struct{ powerCutBeforeApproval, netboot, diskBoot bool }
+
+// FromDisk makes AddNode boot the node as ClusterOptions.DiskBoot boots
+// every node: through OVMF from its disk, measured (a node that can be
+// updated, in a cluster whose other nodes boot faster by -kernel).
+func FromDisk() AddNodeOption {
+	return func(o *addNodeOptions) { o.diskBoot = true }
+}
 
 // PowerCutBeforeApproval cuts the new node's power (SIGKILL of QEMU) once
 // it registered, starts it again and makes sure it comes back with the
@@ -545,6 +556,11 @@ func (c *Cluster) AddNode(ctx context.Context, opts ...AddNodeOption) (*ClusterN
 	}
 	p := BootstrapParameters()
 	p.Cluster = &nodepb.Parameters_Register{Register: reg}
+	if o.diskBoot {
+		n.mu.Lock()
+		n.diskBoot = true
+		n.mu.Unlock()
+	}
 	if err := c.setParams(n, p); err != nil {
 		return nil, err
 	}

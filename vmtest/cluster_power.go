@@ -36,7 +36,7 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) (err error) {
 		disk := o.DiskPath
 		o = c.netbootOptions(n)
 		o.DiskPath, o.DiskSizeBytes = disk, c.opts.DiskSizeBytes
-	} else if c.opts.DiskBoot {
+	} else if n.diskBoot {
 		if o, err = c.opts.Image.DiskBootOptions(n.Name, o.DiskPath, c.opts.DiskSizeBytes, n.params); err != nil {
 			return err
 		}

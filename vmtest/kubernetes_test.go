@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/kubernetes"
 )
@@ -89,34 +91,51 @@ func (k kubectl) apply(t *testing.T, ctx context.Context, manifest string) {
 	}
 }
 
-// deploymentOn is a Deployment of the test image serving HTTP, its pods
-// on node (by the kubernetes.io/hostname label the kubelet sets).
+// deploymentOn is a Deployment "web" of the test image serving HTTP, its
+// pods on node (by the kubernetes.io/hostname label the kubelet sets).
 func deploymentOn(node string) string {
+	return deployment("web", "nodeSelector: {kubernetes.io/hostname: "+node+"}")
+}
+
+// moverPreferring is a Deployment "mover" of the test image whose pod
+// prefers node but may run anywhere: a drain of node moves it.
+func moverPreferring(node string) string {
+	return deployment("mover", `affinity:
+  nodeAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      preference: {matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [`+node+`]}]}`)
+}
+
+// deployment is a one-replica Deployment of the test image serving HTTP,
+// its pods labelled app=name, placement (YAML) in their spec.
+func deployment(name, placement string) string {
 	return `apiVersion: apps/v1
 kind: Deployment
-metadata: {name: web}
+metadata: {name: ` + name + `}
 spec:
   replicas: 1
-  selector: {matchLabels: {app: web}}
+  selector: {matchLabels: {app: ` + name + `}}
   template:
-    metadata: {labels: {app: web}}
+    metadata: {labels: {app: ` + name + `}}
     spec:
-      nodeSelector: {kubernetes.io/hostname: ` + node + `}
+      ` + strings.ReplaceAll(placement, "\n", "\n      ") + `
       containers:
-      - name: web
+      - name: ` + name + `
         image: ` + layout.TestImage + `
         imagePullPolicy: Never
         args: [serve]
 `
 }
 
-// podOn is a pod of the test image serving HTTP, pinned to a node.
+// podOn is a pod of the test image serving HTTP, pinned to a node (by
+// the scheduler: a cordoned node gets none).
 func podOn(name, node string) string {
 	return `apiVersion: v1
 kind: Pod
 metadata: {name: ` + name + `, labels: {app: ` + name + `}}
 spec:
-  nodeName: ` + node + `
+  nodeSelector: {kubernetes.io/hostname: ` + node + `}
   containers:
   - name: web
     image: ` + layout.TestImage + `
@@ -163,7 +182,8 @@ spec:
   ports: [{port: 80, targetPort: 8080, nodePort: %d}]
 `, KubernetesNodePort)
 
-// TestKubernetesTwoNodes: a controller+worker and a worker-only node.
+// TestKubernetesTwoNodes: a controller+worker and a worker-only node,
+// the worker booted from its disk (OVMF + swtpm: it is updated last).
 // Pods on the two nodes reach each other by pod IP (routes between the
 // nodes' pod CIDRs), an in-cluster Job resolves the API's name through the
 // node's DNS and calls it through the Service VIP with its service
@@ -172,7 +192,10 @@ spec:
 // KubernetesWorker role (it reports its Node NotReady at once, its pod
 // stops), gets it back (Ready,
 // the pod runs again), and has its power cut (Ready again, its pod runs
-// again and is reachable). Before that, on the first node, which has
+// again and is reachable; the next image, staged meanwhile, stays staged
+// across it), and at last reboots into that update, drained first and
+// uncordoned after (updateWorker). Before that, on the
+// first node, which has
 // every role as a one-node cluster's node does: a Deployment of the test
 // image rolls out, logs and exec work, a deleted pod is replaced.
 func TestKubernetesTwoNodes(t *testing.T) {
@@ -180,12 +203,18 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	dir := TestDir(t)
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 2, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: logWriter{t}})
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	first, second := c.Nodes()[0], c.Nodes()[1]
+	// The worker boots from its disk, to be updated; the controller by
+	// -kernel, its control plane faster from the initramfs.
+	second, err := c.AddNode(ctx, FromDisk())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := c.Nodes()[0]
 	ctl := buildPlinthctl(t)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	ctl.run(t, "kubeconfig", "-config", c.OwnerDir(), "-server", "https://"+c.KubernetesAPIEndpoint(first), "-o", kubeconfig)
@@ -197,6 +226,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ready(first, true, 15*time.Minute)
 	ready(second, true, 15*time.Minute)
+	staged := stageUpdate(t, ctx, c, ctl, second)
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 	// The node's status names each component's process with its CPU
 	// time and memory (NodeManagement.Status, from the node's /proc).
@@ -291,7 +321,8 @@ func TestKubernetesTwoNodes(t *testing.T) {
 
 	// A power cut: the node boots again, is Ready, runs its pod again
 	// (from the image in its containerd store) and pod a reaches it.
-	t.Log("Ready again, pod b back; cutting the second node's power")
+	staged()
+	t.Log("Ready again, pod b back, the next image staged; cutting the second node's power")
 	restarts, _ := strconv.Atoi(strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.containerStatuses[0].restartCount}")))
 	if err := c.KillNode(second); err != nil {
 		t.Fatal(err)
@@ -301,6 +332,99 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ready(second, true, 10*time.Minute)
 	reachB("after the power cut", restarts+1)
+
+	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
+	updateWorker(t, ctx, c, ctl, k, second, first, func(when string) { reachB(when, 0) })
+}
+
+// stageUpdate starts `plinthctl update NODE -stage` of n to the next
+// image (written, checked, sealed for; not booted) and returns a
+// function that waits for it and checks it is staged. The install takes
+// ~1 min under TCG beside a busy worker: TestKubernetesTwoNodes tests
+// pods meanwhile, and a staged update survives the power cut that
+// follows (TestUpdate's), so the worker's update is only its reboot.
+func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode) (wait func()) {
+	t.Helper()
+	next := nextImage(t)
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := ctl.output(ctx, "update", "-config", c.OwnerDir(), n.ID(), "-image", next.Dir, "-stage")
+		done <- result{out, err}
+	}()
+	return func() {
+		t.Helper()
+		r := <-done
+		t.Logf("plinthctl update -stage %s:\n%s", n.Name, r.out)
+		if r.err != nil {
+			t.Fatalf("staging the worker's update: %v", r.err)
+		}
+		if _, err := c.waitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
+			p := r.GetStatus().GetSoftware().GetPending()
+			return p.GetPhase() == "staged" && p.GetVersion() == next.Manifest.Version
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// updateWorker activates the update of Kubernetes worker n of c that
+// stageUpdate staged, with `plinthctl update NODE -activate` draining it
+// through other's API server, and checks what the issue asks of a
+// worker's update: its pods are evicted before it reboots (pod b is
+// gone; a Deployment's pod that prefers n moves to other, since n is
+// cordoned), it comes back on the new version in slot b, its Kubernetes
+// node Ready and uncordoned: a new pod b is scheduled to it and answers
+// (reachB).
+func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, reachB func(when string)) {
+	t.Helper()
+	next := nextImage(t)
+	running := func(app string) string {
+		return k.run(t, ctx, "get", "pods", "-l", "app="+app, "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}")
+	}
+	k.apply(t, ctx, moverPreferring(n.ID()))
+	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/mover", "--timeout=10m"); err != nil {
+		t.Fatal(err)
+	}
+	if got := running("mover"); got != n.ID() {
+		t.Fatalf("the mover pod runs on %q, not on %s, which it prefers", got, n.Name)
+	}
+	cmd := []string{"update", "-config", c.OwnerDir(), n.ID(), "-activate", "-version", next.Manifest.Version, "-kube-server", c.KubernetesAPIEndpoint(other)}
+	out, err := ctl.output(ctx, cmd...)
+	t.Logf("plinthctl %s:\n%s", strings.Join(cmd, " "), out)
+	if err != nil {
+		t.Fatalf("the update of the worker failed: %v", err)
+	}
+	m := regexp.MustCompile(`cordoned, (\d+) pods evicted`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("plinthctl does not say it cordoned and drained the worker")
+	}
+	if evicted, _ := strconv.Atoi(m[1]); evicted < 2 {
+		t.Errorf("plinthctl evicted %d pods from the worker; pod b and the mover pod ran there", evicted)
+	}
+	for _, want := range []string{"Kubernetes node Ready", "uncordoned"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plinthctl's output does not say %q", want)
+		}
+	}
+	rec := nodeRecord(t, ctx, c, n.ID())
+	sw := rec.GetStatus().GetSoftware()
+	if rec.GetStatus().GetVersion() != next.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil || sw.GetLastFailed() != nil {
+		t.Errorf("%s after its update: version %s, software %v (want %s in slot b)", n.Name, rec.GetStatus().GetVersion(), sw, next.Manifest.Version)
+	}
+	if got := k.run(t, ctx, "get", "node", n.ID(), "-o", "jsonpath={.spec.unschedulable}"); got != "" && got != "false" {
+		t.Errorf("%s is still cordoned after its update: unschedulable=%q", n.Name, got)
+	}
+	if got := k.run(t, ctx, "get", "pods", "-l", "app=b", "-o", "name"); strings.TrimSpace(got) != "" {
+		t.Errorf("pod b was not evicted by the drain: %q", got)
+	}
+	k.until(t, ctx, 5*time.Minute, "the mover pod runs on "+other.Name, func(out string) bool { return out == other.ID() },
+		"get", "pods", "-l", "app=mover", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}")
+	k.apply(t, ctx, podOn("b", n.ID()))
+	reachB("after the update")
 }
 
 // processListed says whether plinthctl status's table has a row for dn
