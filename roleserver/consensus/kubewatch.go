@@ -25,7 +25,19 @@ func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(srv.Context())
 	defer cancel()
 	w := namespace.NewWatcher(clientv3.NewWatcher(p.cl), p.prefix)
-	defer w.Close()
+	// mu guards watches, next and closed. The receiving goroutine may
+	// outlive this handler (Recv returns only when the client's stream
+	// ends), and the namespaced watcher must not start a watch once
+	// Close began (its WaitGroup would race): it starts them under mu
+	// and only while !closed.
+	var mu sync.Mutex
+	closed := false
+	defer func() {
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+		w.Close()
+	}()
 
 	var sendMu sync.Mutex
 	send := func(r *pb.WatchResponse) error {
@@ -33,7 +45,6 @@ func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 		defer sendMu.Unlock()
 		return srv.Send(r)
 	}
-	var mu sync.Mutex
 	watches := map[int64]context.CancelFunc{}
 	next := int64(0)
 	errc := make(chan error, 1)
@@ -55,6 +66,10 @@ func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 			case *pb.WatchRequest_CreateRequest:
 				cr := r.CreateRequest
 				mu.Lock()
+				if closed {
+					mu.Unlock()
+					return
+				}
 				id := cr.WatchId
 				if id == clientv3.AutoWatchID {
 					id = next
@@ -62,8 +77,10 @@ func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 				next = max(next, id) + 1
 				wctx, wcancel := context.WithCancel(ctx)
 				watches[id] = wcancel
-				mu.Unlock()
+				// The handler returns only once ctx is done, so this
+				// does not hold up its Close for long.
 				ch := w.Watch(wctx, string(cr.Key), watchOptions(cr)...)
+				mu.Unlock()
 				go p.forward(id, ch, send, fail)
 			case *pb.WatchRequest_CancelRequest:
 				id := r.CancelRequest.WatchId
