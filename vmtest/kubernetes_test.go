@@ -226,7 +226,8 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ready(first, true, 15*time.Minute)
 	ready(second, true, 15*time.Minute)
-	staged := stageUpdate(t, ctx, c, ctl, second)
+	next := nextImage(t)
+	staged := stageUpdate(t, ctx, c, ctl, second, next)
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 	// The node's status names each component's process with its CPU
 	// time and memory (NodeManagement.Status, from the node's /proc).
@@ -334,18 +335,17 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	reachB("after the power cut", restarts+1)
 
 	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
-	updateWorker(t, ctx, c, ctl, k, second, first, func(when string) { reachB(when, 0) })
+	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) })
 }
 
-// stageUpdate starts `plinthctl update NODE -stage` of n to the next
-// image (written, checked, sealed for; not booted) and returns a
+// stageUpdate starts `plinthctl update NODE -stage` of n to next
+// (written, checked, sealed for; not booted) and returns a
 // function that waits for it and checks it is staged. The install takes
 // ~1 min under TCG beside a busy worker: TestKubernetesTwoNodes tests
 // pods meanwhile, and a staged update survives the power cut that
 // follows (TestUpdate's), so the worker's update is only its reboot.
-func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode) (wait func()) {
+func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, next *Image) (wait func()) {
 	t.Helper()
-	next := nextImage(t)
 	type result struct {
 		out string
 		err error
@@ -371,25 +371,23 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 	}
 }
 
-// updateWorker activates the update of Kubernetes worker n of c that
-// stageUpdate staged, with `plinthctl update NODE -activate` draining it
+// updateWorker activates the update of Kubernetes worker n of c to next
+// that stageUpdate staged, with `plinthctl update NODE -activate` draining it
 // through other's API server, and checks what the issue asks of a
 // worker's update: its pods are evicted before it reboots (pod b is
 // gone; a Deployment's pod that prefers n moves to other, since n is
 // cordoned), it comes back on the new version in slot b, its Kubernetes
 // node Ready and uncordoned: a new pod b is scheduled to it and answers
 // (reachB).
-func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, reachB func(when string)) {
+func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, next *Image, reachB func(when string)) {
 	t.Helper()
-	next := nextImage(t)
-	running := func(app string) string {
-		return k.run(t, ctx, "get", "pods", "-l", "app="+app, "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}")
-	}
+	// Where the mover's running pods are.
+	moverNodes := []string{"get", "pods", "-l", "app=mover", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}"}
 	k.apply(t, ctx, moverPreferring(n.ID()))
 	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/mover", "--timeout=10m"); err != nil {
 		t.Fatal(err)
 	}
-	if got := running("mover"); got != n.ID() {
+	if got := k.run(t, ctx, moverNodes...); got != n.ID() {
 		t.Fatalf("the mover pod runs on %q, not on %s, which it prefers", got, n.Name)
 	}
 	cmd := []string{"update", "-config", c.OwnerDir(), n.ID(), "-activate", "-version", next.Manifest.Version, "-kube-server", c.KubernetesAPIEndpoint(other)}
@@ -421,8 +419,7 @@ func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 	if got := k.run(t, ctx, "get", "pods", "-l", "app=b", "-o", "name"); strings.TrimSpace(got) != "" {
 		t.Errorf("pod b was not evicted by the drain: %q", got)
 	}
-	k.until(t, ctx, 5*time.Minute, "the mover pod runs on "+other.Name, func(out string) bool { return out == other.ID() },
-		"get", "pods", "-l", "app=mover", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}")
+	k.until(t, ctx, 5*time.Minute, "the mover pod runs on "+other.Name, func(out string) bool { return out == other.ID() }, moverNodes...)
 	k.apply(t, ctx, podOn("b", n.ID()))
 	reachB("after the update")
 }
