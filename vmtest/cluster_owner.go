@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"path/filepath"
 	"regexp"
 
 	"plinth.dev/plinth/platform/pki"
@@ -82,4 +83,20 @@ func (c *Cluster) updateOwnerLocked() error {
 		c.client.SetNodeEndpoint(id, ep)
 	}
 	return c.cfg.Save()
+}
+
+// OwnerCommands are the shell commands (one line each) that reach c as
+// its owner with plinthctl and kubectl called as given: what `plinthctl
+// launch` prints, and TestKubernetesTwoNodes runs as printed. They set
+// PLINTH_CONFIG to the owner configuration, list the nodes and, for a
+// Kubernetes cluster, write a kubeconfig for the first node's forwarded
+// API server (waiting for it to serve) and list the Kubernetes nodes.
+func (c *Cluster) OwnerCommands(plinthctl, kubectl string) []string {
+	cmds := []string{"export PLINTH_CONFIG=" + c.OwnerDir(), plinthctl + " nodes list"}
+	if nodes := c.Nodes(); c.opts.Kubernetes && len(nodes) > 0 {
+		kc := filepath.Join(c.opts.Dir, "kubeconfig")
+		cmds = append(cmds, fmt.Sprintf("%s kubeconfig -server https://%s -wait 5m -o %s && %s --kubeconfig %s get nodes",
+			plinthctl, c.KubernetesAPIEndpoint(nodes[0]), kc, kubectl, kc))
+	}
+	return cmds
 }

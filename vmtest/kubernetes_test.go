@@ -19,6 +19,27 @@ import (
 	"plinth.dev/plinth/roleserver/kubernetes"
 )
 
+// runPrinted runs shell command lines as a user pastes them (in dir, ""
+// for the test's), stopping at the first that fails, and returns their
+// output.
+func runPrinted(t *testing.T, ctx context.Context, dir string, lines []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", strings.Join(lines, "\n"))
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	shown := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(shown) > 20 {
+		shown = append([]string{fmt.Sprintf("(%d lines before)", len(shown)-20)}, shown[len(shown)-20:]...)
+	}
+	t.Logf("ran as printed:\n  %s\n%s", strings.Join(lines, "\n  "), strings.Join(shown, "\n"))
+	if err != nil {
+		t.Fatalf("the printed commands failed: %v", err)
+	}
+	return string(out)
+}
+
 // kubectl runs the kubectl built from the nodes' Kubernetes version
 // (PLINTH_KUBECTL, built by the Makefile) with a kubeconfig.
 type kubectl struct {
@@ -216,9 +237,14 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	first := c.Nodes()[0]
 	ctl := buildPlinthctl(t)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	ctl.run(t, "kubeconfig", "-config", c.OwnerDir(), "-server", "https://"+c.KubernetesAPIEndpoint(first), "-o", kubeconfig)
-	k := newKubectl(t, kubeconfig)
+	// The kubeconfig is what the commands plinthctl launch prints for
+	// this cluster write, run as printed.
+	k := newKubectl(t, filepath.Join(dir, "kubeconfig"))
+	// (plinthctl nodes list names both nodes; kubectl get nodes succeeds,
+	// though the kubelets may not have registered yet.)
+	if out := runPrinted(t, ctx, "", c.OwnerCommands(string(ctl), k.bin)); !strings.Contains(out, first.ID()) || !strings.Contains(out, second.ID()) {
+		t.Fatalf("the commands plinthctl launch prints do not list both nodes:\n%s", out)
+	}
 	ready := func(n *ClusterNode, want bool, timeout time.Duration) {
 		t.Helper()
 		k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },

@@ -13,23 +13,23 @@ import (
 const ParametersFwCfg = parameters.FwCfgName
 
 // BootstrapParameters returns parameters for a node bootstrapping a new
-// cluster with a fresh owner key and a required TPM that may seal new
-// keys on an unmeasured (direct kernel) boot. The node runs no
-// Kubernetes (most tests are about something else, and Kubernetes under
-// TCG costs a minute of CPU): WithKubernetes turns it on.
+// cluster with a fresh owner key: the production default
+// (parameters.NewBootstrap) with two changes for the harness. The node
+// may seal new keys on an unmeasured boot (most tests boot with QEMU's
+// -kernel, which firmware does not measure; a disk boot through OVMF
+// clears this), and it runs no Kubernetes (most tests are about something
+// else, and Kubernetes under TCG costs a minute of CPU): WithKubernetes
+// gives it back.
 func BootstrapParameters() *nodepb.Parameters {
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		panic(err)
 	}
-	return &nodepb.Parameters{
-		Cluster: &nodepb.Parameters_Bootstrap{Bootstrap: &nodepb.Bootstrap{OwnerPublicKey: pub,
-			NoKubernetesController: true, NoKubernetesWorker: true}},
-		// Most tests boot with QEMU's -kernel, which firmware does not
-		// measure (a disk boot through OVMF clears this).
-		Tpm:     &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_REQUIRED, AllowUnmeasuredBoot: true},
-		Storage: &nodepb.NodeStorage{Security: nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED, Filesystem: nodepb.NodeStorage_FILESYSTEM_EXT4},
-	}
+	p := parameters.NewBootstrap(pub)
+	b := p.GetBootstrap()
+	b.NoKubernetesController, b.NoKubernetesWorker = true, true
+	p.Tpm.AllowUnmeasuredBoot = true
+	return p
 }
 
 // WithKubernetes makes bootstrap parameters start the first node as a

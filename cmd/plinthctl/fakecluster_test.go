@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,6 +56,15 @@ type fakeCluster struct {
 	k8sValidity time.Duration
 	apiServers  []string
 	k8sIssued   int
+
+	// GetNodes: the nodes it lists (one with every role unless a test
+	// changes them).
+	nodes []*clusterpb.Node
+	// An API server at apiServers[0] with a certificate of k8sCA whose
+	// /readyz answers 200 while apiReady; listening is false once
+	// stopAPI closed it.
+	api      *httptest.Server
+	apiReady bool
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
@@ -75,7 +89,13 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		t.Fatal(err)
 	}
 	f := &fakeCluster{ca: ca, node: node, ownerKey: ownerKey, infoCA: ca, ticket: []byte("first ticket"),
-		k8sCA: k8sCA, k8sValidity: time.Hour, apiServers: []string{"10.42.0.11:6443", "10.42.0.12:6443"}}
+		k8sCA: k8sCA, k8sValidity: time.Hour, apiReady: true,
+		nodes: []*clusterpb.Node{{Id: "plinth-0123456789abcdef", State: clusterpb.NodeState_NODE_STATE_UP, Roles: &clusterpb.NodeRoles{
+			ConsensusMember:      &clusterpb.NodeRoles_ConsensusMember{},
+			KubernetesController: &clusterpb.NodeRoles_KubernetesController{},
+			KubernetesWorker:     &clusterpb.NodeRoles_KubernetesWorker{}}}}}
+	f.startAPI(t)
+	f.apiServers = []string{f.api.Listener.Addr().String(), "10.42.0.12:6443"}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +107,61 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	return f
+}
+
+// startAPI starts the fake API server: TLS with a serving certificate of
+// the Kubernetes CA for kubernetes.default.svc, client certificates of it
+// required; /readyz answers 200 while apiReady, else 500.
+func (f *fakeCluster) startAPI(t *testing.T) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(1000), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		DNSNames:  []string{"kubernetes.default.svc"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, f.k8sCA.Certificate, key.Public(), f.k8sCA.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := x509.NewCertPool()
+	clients.AddCert(f.k8sCA.Certificate)
+	f.api = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		ready := f.apiReady
+		f.mu.Unlock()
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+		} else if !ready {
+			http.Error(w, "[-]poststarthook/rbac/bootstrap-roles failed: not finished", http.StatusInternalServerError)
+		}
+	}))
+	f.api.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients}
+	f.api.StartTLS()
+	t.Cleanup(f.api.Close)
+}
+
+func (f *fakeCluster) setAPIReady(ready bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.apiReady = ready
+}
+
+// GetNodes lists f.nodes.
+func (f *fakeCluster) GetNodes(_ *clusterpb.GetNodesRequest, s grpc.ServerStreamingServer[clusterpb.Node]) error {
+	if err := f.isOwner(s.Context()); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	nodes := f.nodes
+	f.mu.Unlock()
+	for _, n := range nodes {
+		if err := s.Send(n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ownerDir is a configuration directory holding only the owner key, as

@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/owner"
 )
 
 func init() {
@@ -32,10 +36,17 @@ func init() {
 // loopback port, or another of its addresses. The user holds no key: the
 // credential plugin gets a one-hour certificate when kubectl needs one.
 // Writing the kubeconfig also fetches the first (and caches it).
+//
+// The kubeconfig is written only for a cluster that has a Kubernetes
+// controller; then plinthctl asks the API server's /readyz whether it
+// serves, so that a user is told "not serving yet" instead of meeting a
+// reset connection in kubectl. -wait waits for it (a node starting
+// Kubernetes under TCG takes a minute or two).
 type kubeconfigCmd struct {
 	config string
 	server string
 	out    string
+	wait   time.Duration
 }
 
 // kubeTLSServerName is what kubectl checks the API server's certificate
@@ -100,6 +111,7 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	configFlagVar(fs, &c.config)
 	fs.StringVar(&c.server, "server", "", "the API server's `URL` (default: https:// the first controller's address, port 6443), e.g. a forwarded https://127.0.0.1:PORT")
 	fs.StringVar(&c.out, "o", "", "write the kubeconfig to `file` (replaced whole, mode 0600) instead of standard output")
+	fs.DurationVar(&c.wait, "wait", 0, "wait up to `duration` for the API server to serve (default: check once, and fail if it does not serve yet)")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
@@ -112,21 +124,25 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
+	self, err := credentialPlugin()
 	if err != nil {
-		return fmt.Errorf("finding plinthctl itself for the credential plugin: %w", err)
+		return err
 	}
 	cl, err := dialOwner(dir)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	_, kc, err := newKubeCredential(ctx, cl, dir)
+	if err := hasController(cctx, cl); err != nil {
+		return err
+	}
+	issued, err := newKubeCredential(cctx, cl, dir)
 	if err != nil {
 		return err
 	}
+	kc := issued.kc
 	server := c.server
 	if server == "" {
 		if len(kc.APIServers) == 0 {
@@ -160,12 +176,84 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	}
 	b = append(b, '\n')
 	if c.out == "" {
-		_, err = stdout.Write(b)
+		if _, err = stdout.Write(b); err != nil {
+			return err
+		}
+	} else if err := atomicfile.Write(c.out, b, 0o600); err != nil {
 		return err
 	}
-	if err := atomicfile.Write(c.out, b, 0o600); err != nil {
+	u, _ := url.Parse(server)
+	if err := waitServing(ctx, owner.NewKubeAPI(kc, issued.key, u.Host), c.wait, stderr); err != nil {
+		if c.out != "" {
+			return fmt.Errorf("wrote %s, but %w", c.out, err)
+		}
 		return err
 	}
-	fmt.Fprintf(stderr, "plinthctl: wrote %s (server %s); try: KUBECONFIG=%s kubectl get nodes\n", c.out, server, c.out)
+	if c.out != "" {
+		fmt.Fprintf(stderr, "plinthctl: wrote %s (server %s, serving); try: kubectl --kubeconfig %s get nodes\n", c.out, server, c.out)
+	}
 	return nil
+}
+
+// credentialPlugin is the plinthctl the kubeconfig names as kubectl's
+// credential plugin: this executable, unless `go run` built it into a
+// directory that goes away when it exits.
+func credentialPlugin() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding plinthctl itself for the credential plugin: %w", err)
+	}
+	// go run links into $TMPDIR/go-build…/b001/exe/ and removes it after.
+	if strings.Contains(self, string(filepath.Separator)+"go-build") && filepath.Base(filepath.Dir(self)) == "exe" {
+		return "", fmt.Errorf("plinthctl runs from a temporary `go run` build (%s), which the kubeconfig could not name as kubectl's credential plugin: build it (make tools: out/bin/plinthctl) and run that", self)
+	}
+	return self, nil
+}
+
+// errNoController is returned by kubeconfig for a cluster without a
+// Kubernetes controller: an API server is never going to answer.
+var errNoController = errors.New("this cluster has no node with the KubernetesController role, so nothing serves the Kubernetes API: give one that role with plinthctl roles add NODE kubernetes-controller kubernetes-worker")
+
+// hasController checks that some node of the cluster has the
+// KubernetesController role.
+func hasController(ctx context.Context, cl *owner.Client) error {
+	nodes, err := cl.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.GetRoles().GetKubernetesController() != nil {
+			return nil
+		}
+	}
+	return errNoController
+}
+
+// kubeWaitProgress is how often -wait says it is still waiting.
+const kubeWaitProgress = 20 * time.Second
+
+// waitServing checks that api serves, for up to wait, saying every
+// kubeWaitProgress that it waits.
+func waitServing(ctx context.Context, api *owner.KubeAPI, wait time.Duration, stderr io.Writer) error {
+	server := api.Server
+	start := time.Now()
+	next := start.Add(kubeWaitProgress)
+	for {
+		err := api.Ready(ctx)
+		if !errors.Is(err, owner.ErrAPINotServing) {
+			return err
+		}
+		if time.Since(start) >= wait {
+			return fmt.Errorf("%w: the node is still starting Kubernetes (under TCG its API server serves a minute or two after power-on); kubectl works once it does, or run this with -wait 5m", err)
+		}
+		if time.Now().After(next) {
+			fmt.Fprintf(stderr, "plinthctl: waiting for the API server at %s (%s): the node is still starting Kubernetes\n", server, time.Since(start).Round(time.Second))
+			next = next.Add(kubeWaitProgress)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

@@ -8,9 +8,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/owner"
 )
 
 // The test binary stands in for plinthctl when client-go runs the
@@ -70,7 +73,7 @@ func TestKubeconfig(t *testing.T) {
 	}
 	// The first API server the cluster names; the Kubernetes CA, not
 	// the cluster CA; a name every API server certificate has.
-	if cl.Server != "https://10.42.0.11:6443" || string(cl.CertificateAuthorityData) != string(pki.CertificatePEM(f.k8sCA.Certificate)) ||
+	if cl.Server != "https://"+f.apiServers[0] || string(cl.CertificateAuthorityData) != string(pki.CertificatePEM(f.k8sCA.Certificate)) ||
 		cl.TLSServerName != "kubernetes.default.svc" {
 		t.Errorf("cluster: server %q, tls-server-name %q, CA %q", cl.Server, cl.TLSServerName, cl.CertificateAuthorityData)
 	}
@@ -95,12 +98,14 @@ func TestKubeconfig(t *testing.T) {
 		t.Errorf("%d credentials issued, want 1", n)
 	}
 
-	// -server wins; without -o the kubeconfig goes to stdout.
-	stdout, _, err := runVerb("kubeconfig", "-config", dir, "-server", "https://127.0.0.1:16443")
+	// -server wins; without -o the kubeconfig goes to stdout. The API
+	// server is asked whether it serves: a forwarded port of it does.
+	fwd := forward(t, f.api.Listener.Addr().String())
+	stdout, _, err := runVerb("kubeconfig", "-config", dir, "-server", "https://"+fwd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := readKubeconfig(t, []byte(stdout)).Clusters[0].Cluster; s.Server != "https://127.0.0.1:16443" || s.TLSServerName != "kubernetes.default.svc" {
+	if s := readKubeconfig(t, []byte(stdout)).Clusters[0].Cluster; s.Server != "https://"+fwd || s.TLSServerName != "kubernetes.default.svc" {
 		t.Errorf("-server: %+v", s)
 	}
 	if _, _, err := runVerb("kubeconfig", "-config", dir, "-server", "http://127.0.0.1:16443"); err == nil {
@@ -113,6 +118,120 @@ func TestKubeconfig(t *testing.T) {
 	if _, _, err := runVerb("kubeconfig", "-config", dir); err == nil || !strings.Contains(err.Error(), "-server") {
 		t.Errorf("without API servers: %v", err)
 	}
+}
+
+// TestKubeconfigNotServing: a kubeconfig for an API server that does not
+// serve yet is written, and plinthctl says the server is not serving
+// instead of leaving kubectl to meet a reset connection; -wait waits for
+// it. A cluster without a controller gets no kubeconfig at all.
+func TestKubeconfigNotServing(t *testing.T) {
+	f := newFakeCluster(t)
+	dir := f.owned(t)
+	out := filepath.Join(t.TempDir(), "kubeconfig")
+
+	// Not ready: /readyz answers 500.
+	f.setAPIReady(false)
+	_, _, err := runVerb("kubeconfig", "-config", dir, "-o", out)
+	if err == nil || !errors.Is(err, owner.ErrAPINotServing) || !strings.Contains(err.Error(), "the API server is not serving yet") ||
+		!strings.Contains(err.Error(), "the node is still starting Kubernetes") || !strings.Contains(err.Error(), "wrote "+out) {
+		t.Errorf("kubeconfig against an API server that is not ready: %v", err)
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Errorf("the kubeconfig was not written: %v", err)
+	}
+	// Nothing listens (QEMU's forward of a guest port nothing listens
+	// on resets the connection: a listener that closes each one).
+	for name, server := range map[string]string{"closed port": closedPort(t), "reset": resetter(t)} {
+		_, _, err := runVerb("kubeconfig", "-config", dir, "-server", "https://"+server, "-o", out)
+		if !errors.Is(err, owner.ErrAPINotServing) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// -wait: it serves a little later.
+	time.AfterFunc(3*time.Second, func() { f.setAPIReady(true) })
+	_, stderr, err := runVerb("kubeconfig", "-config", dir, "-o", out, "-wait", "1m")
+	if err != nil || !strings.Contains(stderr, "serving") {
+		t.Errorf("kubeconfig -wait: %v\n%s", err, stderr)
+	}
+
+	// No node is a controller: nothing will ever serve.
+	os.Remove(out)
+	f.mu.Lock()
+	f.nodes[0].Roles.KubernetesController = nil
+	f.mu.Unlock()
+	_, _, err = runVerb("kubeconfig", "-config", dir, "-o", out)
+	if !errors.Is(err, errNoController) || !strings.Contains(err.Error(), "plinthctl roles add NODE kubernetes-controller kubernetes-worker") {
+		t.Errorf("kubeconfig without a controller: %v", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a kubeconfig was written for a cluster without a controller")
+	}
+}
+
+// forward is a TCP proxy to addr on a port of its own.
+func forward(t *testing.T, addr string) string {
+	t.Helper()
+	return listen(t, proxyTo(addr))
+}
+
+// proxyTo serves a connection by copying it to and from addr.
+func proxyTo(addr string) func(net.Conn) {
+	return func(c net.Conn) {
+		defer c.Close()
+		up, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		go io.Copy(up, c)
+		io.Copy(c, up)
+	}
+}
+
+// resetter accepts connections and closes them at once.
+func resetter(t *testing.T) string {
+	t.Helper()
+	return listen(t, func(c net.Conn) { c.Close() })
+}
+
+func listen(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	addr, err := listenOn(t, "127.0.0.1:0", serve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// listenOn serves each connection to addr with serve until the test ends.
+func listenOn(t *testing.T, addr string, serve func(net.Conn)) (string, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return lis.Addr().String(), nil
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
 }
 
 // parseCredential checks the plugin's output as client-go would use it.

@@ -92,9 +92,11 @@ func (c *kubeCredentialCmd) run(ctx context.Context, args []string, stdout, stde
 		defer cl.Close()
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
-		if cred, _, err = newKubeCredential(ctx, cl, c.config); err != nil {
+		issued, err := newKubeCredential(ctx, cl, c.config)
+		if err != nil {
 			return err
 		}
+		cred = issued.exec
 	}
 	b, err := json.MarshalIndent(cred, "", "  ")
 	if err != nil {
@@ -104,20 +106,28 @@ func (c *kubeCredentialCmd) run(ctx context.Context, args []string, stdout, stde
 	return err
 }
 
+// issuedCredential is a credential newKubeCredential had issued: as
+// kubectl gets it, as the cluster answered, and its key.
+type issuedCredential struct {
+	exec *execCredential
+	kc   *owner.KubernetesCredentials
+	key  *ecdsa.PrivateKey
+}
+
 // newKubeCredential generates a key, has the cluster certify it and
 // caches the result in dir.
-func newKubeCredential(ctx context.Context, cl *owner.Client, dir string) (*execCredential, *owner.KubernetesCredentials, error) {
+func newKubeCredential(ctx context.Context, cl *owner.Client, dir string) (*issuedCredential, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	kc, err := cl.KubernetesCredentials(ctx, key.Public())
 	if err != nil {
-		return nil, nil, fmt.Errorf("asking the cluster for Kubernetes credentials: %w", err)
+		return nil, fmt.Errorf("asking the cluster for Kubernetes credentials: %w", err)
 	}
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cred := &execCredential{
 		APIVersion: execCredentialAPIVersion,
@@ -131,11 +141,11 @@ func newKubeCredential(ctx context.Context, cl *owner.Client, dir string) (*exec
 	}
 	b, err := json.Marshal(cred)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// A failed cache write costs only a new certificate next time.
 	_ = atomicfile.Write(filepath.Join(dir, kubeCredentialFile), b, 0o600)
-	return cred, kc, nil
+	return &issuedCredential{exec: cred, kc: kc, key: key}, nil
 }
 
 // cachedKubeCredential returns the cached credential if it is whole and

@@ -74,9 +74,10 @@ func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer)
 			filepath.Join(n.Dir, "boot*", "console.log"))
 	}
 	tw.Flush()
-	fmt.Fprintf(stderr, "\nplinthctl: the cluster is up. In another shell:\n  export PLINTH_CONFIG=%s\n  plinthctl nodes list\n", cl.OwnerDir())
-	if !c.noKubernetes {
-		fmt.Fprintf(stderr, "  plinthctl kubeconfig -server https://%s -o kubeconfig && kubectl --kubeconfig kubeconfig get nodes\n", cl.KubernetesAPIEndpoint(cl.Nodes()[0]))
+	fmt.Fprintf(stderr, "\nplinthctl: the cluster is up. In another shell:\n")
+	self := selfCommand()
+	for _, cmd := range cl.OwnerCommands(self, projectKubectl(self)) {
+		fmt.Fprintf(stderr, "  %s\n", cmd)
 	}
 	fmt.Fprintf(stderr, "Ctrl-C powers the nodes off.\n")
 

@@ -2,21 +2,23 @@ package main
 
 import (
 	"context"
-	"errors"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/owner"
+	"plinth.dev/plinth/roleserver/parameters"
 	"plinth.dev/plinth/vmtest"
 )
 
@@ -65,13 +67,9 @@ func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := os.MkdirAll(filepath.Join(c.state, "tpm"), 0o755); err != nil {
 		return err
 	}
-	if c.params == "" {
-		c.params = filepath.Join(c.state, "parameters.pb")
-		if _, err := os.Stat(c.params); os.IsNotExist(err) {
-			if err := firstRunParameters(stderr, c.params, c.ownerDir); err != nil {
-				return err
-			}
-		}
+	params, err := c.nodeParameters(stderr)
+	if err != nil {
+		return err
 	}
 	o := img.NodeOptions("node").WithParameters(c.params)
 	o.WorkDir = c.state
@@ -87,7 +85,11 @@ func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Write
 
 	fmt.Fprintf(stderr, "plinthctl: booting %s (kernel %s, %s acceleration); console log in %s; Ctrl-C powers the node off\n",
 		img.Manifest.Board, img.Manifest.KernelVersion, accel(), filepath.Join(c.state, "console.log"))
-	printNextSteps(stderr, c.ownerDir, c.curatorPort, c.mgmtPort, c.apiPort)
+	g := runGuide{self: selfCommand(), state: c.state, ownerDir: c.ownerDir, params: params, paramsFile: c.params,
+		curatorPort: c.curatorPort, mgmtPort: c.mgmtPort, apiPort: c.apiPort, kvm: vmtest.KVMAvailable()}
+	g.kubectl = projectKubectl(g.self)
+	g.owner, g.ownerErr = owner.LoadConfig(c.ownerDir)
+	g.write(stderr)
 	for {
 		rebooted, err := bootOnce(ctx, stderr, o)
 		if err != nil || !rebooted || ctx.Err() != nil {
@@ -97,6 +99,30 @@ func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Write
 		// is a new QEMU with the same disk and TPM.
 		fmt.Fprintln(stderr, "plinthctl: the node rebooted; starting it again")
 	}
+}
+
+// nodeParameters returns the node's parameters document: -params, else
+// STATE/parameters.pb, written on the first run (firstRunParameters). An
+// existing node's document is read, never rewritten: its disk and TPM
+// were set up with it.
+func (c *runCmd) nodeParameters(stderr io.Writer) (*nodepb.Parameters, error) {
+	if c.params == "" {
+		c.params = filepath.Join(c.state, "parameters.pb")
+		if _, err := os.Stat(c.params); os.IsNotExist(err) {
+			if err := firstRunParameters(stderr, c.params, c.ownerDir); err != nil {
+				return nil, err
+			}
+		}
+	}
+	raw, err := os.ReadFile(c.params)
+	if err != nil {
+		return nil, err
+	}
+	p, err := parameters.Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (the node would refuse it too; nothing was started)", c.params, err)
+	}
+	return p, nil
 }
 
 // rebootLine is what init prints last before a reboot (vmtest's too).
@@ -138,59 +164,66 @@ func bootOnce(ctx context.Context, stderr io.Writer, o vmtest.NodeOptions) (bool
 	return false, n.Wait(context.Background())
 }
 
-// firstRunParameters writes bootstrap parameters with a fresh owner key
-// and saves the key in ownerDir, refusing to replace an existing key.
+// firstRunParameters writes the parameters of a node that founds a new
+// cluster with a fresh owner key, and saves the key in ownerDir, refusing
+// to replace an existing key. They are a node's defaults
+// (parameters.NewBootstrap: consensus member, Kubernetes controller and
+// worker) plus the one thing a QEMU -kernel boot needs: firmware does not
+// measure that kernel, so the node may seal its first keys on an
+// unmeasured boot (plinthctl params -bootstrap leaves this off, as real
+// machines boot measured).
 func firstRunParameters(stderr io.Writer, paramsFile, ownerDir string) error {
 	if _, err := os.Stat(filepath.Join(ownerDir, owner.KeyFile)); err == nil {
 		return fmt.Errorf("%s already holds an owner key (of an earlier node?): move it away or pass -owner-dir", ownerDir)
 	}
-	p, key := vmtest.BootstrapParametersWithOwner()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	raw, err := parameters.Encode(runParameters(pub))
+	if err != nil {
+		return err
+	}
 	if err := (&owner.Config{Dir: ownerDir, Key: key}).Save(); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "plinthctl: first run: writing bootstrap parameters to %s, owner key to %s\n",
 		paramsFile, filepath.Join(ownerDir, owner.KeyFile))
-	if _, err := vmtest.WriteParameters(paramsFile, p); err != nil {
+	if err := atomicfile.Write(paramsFile, raw, 0o644); err != nil {
 		os.Remove(filepath.Join(ownerDir, owner.KeyFile))
 		return err
 	}
 	return nil
 }
 
-// printNextSteps tells how to take ownership of the node, or how to reach
-// it once that is done.
-func printNextSteps(stderr io.Writer, ownerDir string, curatorPort, mgmtPort, apiPort int) {
-	self := "plinthctl"
-	if strings.Contains(os.Args[0], "go-build") {
-		self = "go run ./cmd/plinthctl"
-	} else if strings.Contains(os.Args[0], "/") {
-		self = os.Args[0]
-	}
-	cfg, err := owner.LoadConfig(ownerDir)
+// runParameters are the first run's parameters for owner.
+func runParameters(owner ed25519.PublicKey) *nodepb.Parameters {
+	p := parameters.NewBootstrap(owner)
+	p.Tpm.AllowUnmeasuredBoot = true
+	return p
+}
+
+// selfCommand is how the user calls this plinthctl: as typed if it was
+// called by a path (make run's out/bin/plinthctl), "go run
+// ./cmd/plinthctl" under go run, else by its name on PATH.
+func selfCommand() string {
 	switch {
-	case errors.Is(err, os.ErrNotExist) || (err == nil && cfg.Key == nil):
-		fmt.Fprintf(stderr, "plinthctl: no owner key in %s (the node's parameters were not made by a first plinthctl run): take ownership with their key (takeownership -owner-key FILE), or start afresh with an empty -state\n", ownerDir)
-		return
-	case err != nil:
-		fmt.Fprintf(stderr, "plinthctl: %v\n", err)
-		return
-	case curatorPort == 0:
-		return
+	case strings.Contains(os.Args[0], "go-build"):
+		return "go run ./cmd/plinthctl"
+	case strings.Contains(os.Args[0], "/"):
+		return os.Args[0]
 	}
-	config := " -config " + ownerDir
-	if cfg.Credentials == nil {
-		mgmt := ""
-		if mgmtPort != 0 {
-			mgmt = " -mgmt-endpoint " + net.JoinHostPort("127.0.0.1", strconv.Itoa(mgmtPort))
+	return "plinthctl"
+}
+
+// projectKubectl is the kubectl built from the nodes' Kubernetes version
+// next to plinthctl (make builds both into out/bin), else kubectl on PATH.
+func projectKubectl(self string) string {
+	if strings.Contains(self, "/") && !strings.Contains(self, " ") {
+		k := filepath.Join(filepath.Dir(self), "kubectl")
+		if _, err := os.Stat(k); err == nil {
+			return k
 		}
-		fmt.Fprintf(stderr, "plinthctl: once the console shows \"cluster bootstrapped\", in another shell:\n  %s takeownership%s -endpoint %s%s\n",
-			self, config, net.JoinHostPort("127.0.0.1", strconv.Itoa(curatorPort)), mgmt)
-	} else {
-		fmt.Fprintf(stderr, "plinthctl: you own this node (%s); in another shell:\n", ownerDir)
 	}
-	fmt.Fprintf(stderr, "  %s nodes list%s\n  %s logs%s NODE\n", self, config, self, config)
-	if apiPort != 0 {
-		fmt.Fprintf(stderr, "  %s kubeconfig%s -server https://%s -o kubeconfig && kubectl --kubeconfig kubeconfig get nodes\n",
-			self, config, net.JoinHostPort("127.0.0.1", strconv.Itoa(apiPort)))
-	}
+	return "kubectl"
 }

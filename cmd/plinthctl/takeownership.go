@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -11,9 +12,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/owner"
 )
 
@@ -37,6 +44,7 @@ type takeOwnershipCmd struct {
 	mgmtEndpoint  string
 	force         bool
 	caFingerprint string
+	wait          time.Duration
 }
 
 func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -48,6 +56,7 @@ func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.
 	fs.StringVar(&c.mgmtEndpoint, "mgmt-endpoint", "", "`host:port` where the bootstrap node's NodeManagement is reached (e.g. the 127.0.0.1 port plinthctl run forwards), recorded for it in the endpoints file")
 	fs.BoolVar(&c.force, "force", false, "replace an existing owner certificate in the configuration dir")
 	fs.StringVar(&c.caFingerprint, "ca-fingerprint", "", "the cluster CA's SHA-256 fingerprint (`hex`, colons optional; the bootstrap node logs it as ca-sha256=): refuse any other CA instead of trusting it on first use")
+	fs.DurationVar(&c.wait, "wait", 2*time.Minute, "keep trying for up to `duration` while the curator does not answer yet (a node still booting)")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
@@ -91,9 +100,7 @@ func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.
 	if cfg.Credentials != nil && !c.force {
 		return fmt.Errorf("%s already holds an owner certificate; use another -config or -force", dir)
 	}
-	tctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	creds, info, err := owner.TakeOwnership(tctx, c.endpoints[0], key, opts...)
+	creds, info, err := c.takeOwnership(ctx, key, opts, stderr)
 	if err != nil {
 		return err
 	}
@@ -151,4 +158,29 @@ func allLoopback(endpoints []string) bool {
 		}
 	}
 	return len(endpoints) > 0
+}
+
+// takeOwnership calls owner.TakeOwnership on the first endpoint, again
+// every few seconds while the curator is unavailable (nothing listens at
+// the node's forwarded port yet), for up to c.wait.
+func (c *takeOwnershipCmd) takeOwnership(ctx context.Context, key ed25519.PrivateKey, opts []owner.TakeOwnershipOption, stderr io.Writer) (*identity.Credentials, *clusterpb.GetClusterInfoResponse, error) {
+	deadline := time.Now().Add(c.wait)
+	said := false
+	for {
+		tctx, cancel := context.WithTimeout(ctx, callTimeout)
+		creds, info, err := owner.TakeOwnership(tctx, c.endpoints[0], key, opts...)
+		cancel()
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			return creds, info, err
+		}
+		if !said {
+			fmt.Fprintf(stderr, "plinthctl: the curator at %s does not answer yet (is the node still booting?); trying again for up to %v\n", c.endpoints[0], time.Until(deadline).Round(time.Second))
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/owner"
@@ -62,5 +66,28 @@ func TestTakeOwnershipFingerprint(t *testing.T) {
 	}
 	if _, err := owner.LoadConfig(filepath.Clean(dir2)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestTakeOwnershipWaitsForCurator: takeownership pasted while the node
+// still boots (its forwarded port resets every connection, then nothing
+// listens) keeps trying and succeeds once the curator answers; -wait
+// bounds it.
+func TestTakeOwnershipWaitsForCurator(t *testing.T) {
+	f := newFakeCluster(t)
+	dir := f.ownerDir(t)
+	ep := closedPort(t)
+	time.AfterFunc(3*time.Second, func() {
+		if _, err := listenOn(t, ep, proxyTo(f.addr)); err != nil {
+			t.Error(err)
+		}
+	})
+	_, stderr, err := runVerb("takeownership", "-config", dir, "-endpoint", ep, "-wait", "1m")
+	if err != nil || !strings.Contains(stderr, "does not answer yet") || !strings.Contains(stderr, "you own the cluster") {
+		t.Fatalf("takeownership while the curator comes up: %v\n%s", err, stderr)
+	}
+	start := time.Now()
+	if _, _, err := runVerb("takeownership", "-config", f.ownerDir(t), "-endpoint", resetter(t), "-wait", "3s"); status.Code(err) != codes.Unavailable || time.Since(start) < 3*time.Second {
+		t.Errorf("takeownership -wait 3s against a port that resets: %v after %v", err, time.Since(start))
 	}
 }

@@ -3,6 +3,7 @@ package owner
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -47,13 +49,56 @@ func (c *Client) KubeAPI(ctx context.Context, server string) (*KubeAPI, error) {
 		}
 		server = kc.APIServers[0]
 	}
+	return NewKubeAPI(kc, key, server), nil
+}
+
+// NewKubeAPI is a client of the API server at server (host:port) with
+// the credentials kc issued for key.
+func NewKubeAPI(kc *KubernetesCredentials, key crypto.Signer, server string) *KubeAPI {
 	roots := x509.NewCertPool()
 	roots.AddCert(kc.CA)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: roots, ServerName: kubeServerName, MinVersion: tls.VersionTLS12,
 		Certificates: []tls.Certificate{{Certificate: [][]byte{kc.Certificate.Raw}, PrivateKey: key, Leaf: kc.Certificate}},
 	}}
-	return &KubeAPI{Server: "https://" + server, HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+	return &KubeAPI{Server: "https://" + server, HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// ErrAPINotServing is what Ready returns (wrapped) for an API server
+// that does not serve yet: nothing answers at its address, the
+// connection is reset (a forwarded port whose node listens on nothing
+// yet), or /readyz says it is not ready.
+var ErrAPINotServing = errors.New("the API server is not serving yet")
+
+// Ready asks the API server's /readyz whether it serves requests. It
+// returns nil when it does, an error wrapping ErrAPINotServing when it
+// does not (yet), and any other error (a refused certificate, a name that
+// does not resolve) as it is.
+func (k *KubeAPI) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.Server+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := k.HTTP.Do(req)
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (%s: %v)", ErrAPINotServing, k.Server, err)
+	case err != nil:
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return nil
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("kubernetes: %s/readyz: %s: %s", k.Server, resp.Status, bytes.TrimSpace(body))
+	default:
+		return fmt.Errorf("%w (%s/readyz: %s)", ErrAPINotServing, k.Server, resp.Status)
+	}
 }
 
 // do sends a request with a JSON body (nil: none) and decodes a JSON
