@@ -13,6 +13,7 @@
 //	     "     + vmlinuz + … plinth.slot=a|b + /init and modules only ──► plinth-a.efi, plinth-b.efi
 //	GPT: ESP (FAT32: slot a's UKI) + slot a (system.img) + slot b ──► disk.img (flash: write-disk)
 //	predicted PCR 11 and Authenticode digest of each UKI ──► manifest.json
+//	release key (-sign-key) ──► /etc/plinth/release.pub in the system image; manifest.sig
 //
 // Every step is deterministic (sorted entries, fixed timestamps, owners and
 // modes, content-derived salt), so the same inputs give the same bytes.
@@ -21,6 +22,7 @@ package image
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -50,6 +52,14 @@ type Config struct {
 	OutDir string
 	// Version names this build in the image (default "dev").
 	Version string
+	// Release is the build's release number: nodes install an image only
+	// if its release is not older than the one they run. 0: unreleased.
+	Release uint64
+	// SignKey is the release key that signs the manifest (SignatureFile)
+	// and whose public key the system image carries
+	// (layout.ReleaseKeyPath). nil: the image is unsigned, and no node
+	// installs it as an update.
+	SignKey ed25519.PrivateKey
 	// CACertificates is a PEM bundle for the system image (default: the
 	// build host's /etc/ssl/certs/ca-certificates.crt when it exists).
 	CACertificates string
@@ -78,6 +88,8 @@ const (
 type Manifest struct {
 	Board               string     `json:"board"`
 	Version             string     `json:"version"`
+	Release             uint64     `json:"release"`               // Config.Release: orders images
+	ReleaseKey          string     `json:"release_key,omitempty"` // hex ed25519 public key of the signer (SignatureFile); "" unsigned
 	KernelPackage       string     `json:"kernel_package"`
 	KernelPackageSHA256 string     `json:"kernel_package_sha256"`
 	KernelVersion       string     `json:"kernel_version"`
@@ -147,7 +159,7 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 	}
 	defer os.RemoveAll(tmp)
 	p := newProgress(c.Progress, 8)
-	m := &Manifest{Board: b.board.Name, Version: b.version, KernelPackage: b.board.KernelPackage,
+	m := &Manifest{Board: b.board.Name, Version: b.version, Release: c.Release, KernelPackage: b.board.KernelPackage,
 		Artefacts: map[string]Artefact{}, SystemFiles: map[string]Artefact{}}
 
 	err = p.step("read kernel package "+filepath.Base(c.KernelPackage), func() (string, error) {
@@ -333,11 +345,13 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 			}
 			m.Artefacts[name] = a
 		}
-		js, err := json.MarshalIndent(m, "", "  ")
-		if err != nil {
+		if err := WriteManifest(c.OutDir, m, c.SignKey); err != nil {
 			return "", err
 		}
-		return filepath.Join(c.OutDir, ManifestFile), writeFileAtomic(filepath.Join(c.OutDir, ManifestFile), append(js, '\n'))
+		if c.SignKey == nil {
+			return filepath.Join(c.OutDir, ManifestFile) + ", unsigned", nil
+		}
+		return fmt.Sprintf("%s, release %d signed by %s", filepath.Join(c.OutDir, ManifestFile), m.Release, m.ReleaseKey[:16]), nil
 	})
 	if err != nil {
 		return nil, err

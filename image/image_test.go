@@ -2,6 +2,8 @@ package image
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -94,8 +96,9 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	out := t.TempDir()
 	bins, content := standInBinaries(t)
 	var progress strings.Builder
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	m, err := Build(context.Background(), Config{Board: b, KernelPackage: deb, Init: initBin, Binaries: bins, OutDir: out, Version: "test", Progress: &progress,
-		NetbootArgs: []string{testNetbootArg}})
+		NetbootArgs: []string{testNetbootArg}, Release: 41, SignKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +164,7 @@ func TestBuildContentsAndManifest(t *testing.T) {
 		t.Errorf("early modules %v", m.EarlyModules)
 	}
 	checkKubernetesContents(t, m, filepath.Join(out, SystemFile), content)
+	checkSigned(t, out, m, pub, 41)
 	k, _ := testKernel(t)
 	checkUKIs(t, out, m, k.Image)
 	checkDisk(t, out, m)

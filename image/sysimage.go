@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -35,28 +36,30 @@ type sysFile struct {
 var systemDirs = []string{
 	"dev", "proc", "sys", "run", "tmp", "data", "ephemeral", "etc", "etc/ssl/certs",
 	"lib/modules", "usr/bin", "usr/lib", "var",
-	// The kubelet keeps some state at fixed paths below /var/lib/kubelet
-	// whatever its --root-dir (device plugins, pod resources): the
-	// Kubernetes worker mounts its directory on /data here.
-	"var/lib", "var/lib/kubelet",
-	// CNI's result cache (containerd's CNI library has it there, fixed):
-	// the worker mounts a directory of its tmpfs here.
-	"var/lib/cni",
+	// The Kubernetes worker's mounts (layout.KubeletDir, CNICacheDir).
+	"var/lib", strings.TrimPrefix(layout.KubeletDir, "/"), strings.TrimPrefix(layout.CNICacheDir, "/"),
 }
 
 func systemTree(b *buildState) ([]sysFile, error) {
 	files := []sysFile{
-		{Path: "etc/os-release", Mode: 0o644, Data: []byte(fmt.Sprintf(
-			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\nPLINTH_BOARD=%s\n", b.board.Name, b.version, b.board.Name))},
-		// Written by the network service at run time.
-		{Path: "etc/resolv.conf", Symlink: "../run/resolv.conf"},
-		// Written by the Kubernetes worker (the kubelet wants one).
-		{Path: "etc/machine-id", Symlink: "../run/machine-id"},
-		{Path: "etc/hosts", Symlink: "../run/hosts"},
-		{Path: "etc/hostname", Symlink: "../run/hostname"},
-		{Path: "etc/mtab", Symlink: "../proc/self/mounts"},
-		{Path: "var/run", Symlink: "../run"},
-		{Path: "var/log", Symlink: "../ephemeral/log"},
+		// PLINTH_RELEASE: the release an update may not go below
+		// (platform/update.CheckRelease).
+		{Path: strings.TrimPrefix(layout.OSReleasePath, "/"), Mode: 0o644, Data: []byte(fmt.Sprintf(
+			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\nPLINTH_BOARD=%s\nPLINTH_RELEASE=%d\n", b.board.Name, b.version, b.board.Name, b.Release))},
+	}
+	// The key that signed this image: the bootstrap node makes it the
+	// cluster's release key unless its parameters name one.
+	if b.SignKey != nil {
+		files = append(files, sysFile{Path: strings.TrimPrefix(layout.ReleaseKeyPath, "/"), Mode: 0o644, Data: releaseKeyFile(b.SignKey.Public().(ed25519.PublicKey))})
+	}
+	// Files that change at run time, and directories elsewhere: relative
+	// links, so they resolve in the staging tree as on the node.
+	for _, l := range layout.SystemLinks {
+		rel, err := filepath.Rel(filepath.Dir(l.Path), l.Target)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, sysFile{Path: strings.TrimPrefix(l.Path, "/"), Symlink: rel})
 	}
 	if b.caCerts != nil {
 		files = append(files, sysFile{Path: "etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Data: b.caCerts})

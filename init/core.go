@@ -483,7 +483,7 @@ func verifySystemImage(l *slog.Logger, r *sysimage.Result, p verity.Params) <-ch
 }
 
 func switchRoot() (string, error) {
-	if err := mount.SwitchRoot("/newroot", []string{"/dev", "/proc", "/sys", "/run"}); err != nil {
+	if err := mount.SwitchRoot("/newroot", layout.MovedMounts); err != nil {
 		return "", err
 	}
 	// Container runtimes and kubelet rely on mount propagation from /.
@@ -491,7 +491,7 @@ func switchRoot() (string, error) {
 		return "", fmt.Errorf("making / shared: %w", err)
 	}
 	if err := mount.All([]mount.Mount{
-		{Source: "tmp", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
+		{Source: "tmp", Target: layout.TmpMount, FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 		{Source: "ephemeral", Target: "/ephemeral", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
 	}); err != nil {
 		return "", err

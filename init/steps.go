@@ -18,6 +18,7 @@ import (
 	"plinth.dev/plinth/platform/blockdev"
 	"plinth.dev/plinth/platform/bootdisk"
 	"plinth.dev/plinth/platform/kmod"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/network"
 	datadisk "plinth.dev/plinth/platform/storage"
@@ -31,9 +32,8 @@ import (
 // The boot steps between the system image and the supervisor: parameters,
 // TPM, data disk, local storage. Each returns a line for the console.
 
-// espMount is where the boot disk's ESP is mounted, read-only, while the
-// node parameters are read from it.
-const espMount = "/run/plinth/esp"
+// espMount is where the boot disk's ESP is mounted (layout.ESPMount).
+const espMount = layout.ESPMount
 
 // readParameters reads the node parameters from fw_cfg, the boot disk's
 // ESP (if the node booted from a disk) or the command line, in that order.

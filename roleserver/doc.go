@@ -65,7 +65,8 @@
 //	                                  addresses, status                curator), hostsFile, cluster key;
 //	                                                                   bootstrap: Credentials, Roles, rolesFile
 //	nodemgmt      workerNodeMgmt      Credentials, LogTree, status,    NodeManagement API, Power
-//	                                  Runnables
+//	                                  Runnables, CuratorConnection
+//	                                  (Update: the release keys)
 //	rolefetch     workerRoleFetch     node, CuratorConnection          Roles, rolesFile (→ problems),
 //	                                                                   cluster key
 //	statuspush    workerStatusPush    node, CuratorConnection,         the node's status at the curator

@@ -17,7 +17,7 @@ import (
 
 // Updater is the node's A/B update (update.Node, set up by init).
 type Updater interface {
-	Begin(manifest []byte) (*update.Session, error)
+	Begin(req update.Request) (*update.Session, error)
 	Activate(version string) (update.Pending, error)
 	Cancel(version string) (update.Pending, error)
 	Status() update.Snapshot
@@ -67,12 +67,29 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 	if start.GetStage() && start.GetReboot() {
 		return status.Error(codes.InvalidArgument, "a staged update waits for ActivateUpdate: stage and reboot exclude each other")
 	}
-	sess, err := m.w.updates.Begin(start.GetManifest())
+	caller := "unknown"
+	if p := rpc.PeerFrom(srv.Context()); p != nil {
+		caller = p.Kind.String()
+	}
+	if m.w.updates.Status().Slot == "" {
+		// Before asking the curator: a network-booted node says so
+		// whatever the cluster's keys.
+		return status.Error(updateCode(update.ErrNoSlots), update.ErrNoSlots.Error())
+	}
+	keys, err := m.releaseKeys(srv.Context())
 	if err != nil {
+		return err
+	}
+	sess, err := m.w.updates.Begin(update.Request{Manifest: start.GetManifest(), Signature: start.GetManifestSignature(),
+		ReleaseKeys: keys, AllowDowngrade: start.GetAllowDowngrade()})
+	if err != nil {
+		if errors.Is(err, update.ErrRejected) {
+			m.log.Warn("update refused", "caller", caller, "err", err)
+		}
 		return status.Error(updateCode(err), err.Error())
 	}
 	defer sess.Close()
-	m.log.Warn("update requested through NodeManagement", "caller", rpc.PeerFrom(srv.Context()).Kind.String(), "version", sess.Version(), "slot", sess.Slot())
+	m.log.Warn("update requested through NodeManagement", "caller", caller, "version", sess.Version(), "slot", sess.Slot(), "allow_downgrade", start.GetAllowDowngrade())
 	if err := srv.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Accepted{Accepted: &clusterpb.UpdateAccepted{
 		Slot: sess.Slot(), Artefacts: sess.Artefacts()}}}); err != nil {
 		return err
@@ -98,6 +115,32 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 		return status.Error(updateCode(err), err.Error())
 	}
 	return srv.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Done{Done: m.activated(sess.Slot(), sess.Version(), start.GetReboot())}})
+}
+
+// releaseKeysTimeout bounds reading the cluster's release keys.
+const releaseKeysTimeout = 30 * time.Second
+
+// releaseKeys reads the cluster's release keys from the curator
+// (Management.GetClusterInfo, which a node may call: READ_CLUSTER_STATUS).
+// Read for every update rather than kept: a key the owner removed from
+// the policy signs nothing from then on. Without a curator connection (or
+// an answer) the update is refused as unavailable: the node cannot tell
+// a signed image from an unsigned one.
+func (m *nodeManagement) releaseKeys(ctx context.Context) ([][]byte, error) {
+	var conn *CuratorConnection
+	if m.w.curator != nil {
+		conn = get(m.w.curator)
+	}
+	if conn == nil {
+		return nil, status.Error(codes.Unavailable, "this node has no connection to the curator yet: it cannot read the cluster's release keys to check the image")
+	}
+	ctx, cancel := context.WithTimeout(ctx, releaseKeysTimeout)
+	defer cancel()
+	info, err := clusterpb.NewManagementClient(conn.Conn).GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "reading the cluster's release keys from the curator: %v", err)
+	}
+	return info.GetConfiguration().GetReleaseKeys(), nil
 }
 
 // ActivateUpdate: see node_management.proto.

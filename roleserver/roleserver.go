@@ -355,6 +355,7 @@ func (s *Service) Run(ctx context.Context) error {
 		{"nodemgmt", (&workerNodeMgmt{
 			credentials: &s.Credentials, listen: s.listenAddress(s.nodeMgmtPort()),
 			logTree: s.LogTree, status: s.status, runnables: s.Runnables, power: s.Power, updates: s.Updates,
+			curator: &s.CuratorConnection,
 		}).run},
 		{"rolefetch", (&workerRoleFetch{
 			node: &s.node, curator: &s.CuratorConnection,

@@ -13,6 +13,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/curator"
 	"plinth.dev/plinth/roleserver/kubernetes"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
@@ -66,8 +67,32 @@ func (w *workerKubernetes) controllerRunnable(nodeID string, addr net.IP, st *co
 	if w.runController != nil {
 		return w.runController(nodeID, addr, st)
 	}
-	c := &kubernetes.Controller{Root: w.root, NodeID: nodeID, Address: addr, Consensus: st, Status: w.status}
-	return c.Run
+	// The control plane follows the cluster policy in the node's own
+	// etcd member (a controller is a consensus member).
+	policy := &memory.Value[*clusterpb.ClusterConfiguration]{}
+	return func(ctx context.Context) error {
+		// The member may have restarted since the last run: its clients
+		// are in-process and end with it.
+		if !st.Running() {
+			var err error
+			if st, err = w.consensus(ctx); err != nil {
+				return err
+			}
+		}
+		c := &kubernetes.Controller{Root: w.root, NodeID: nodeID, Address: addr, Consensus: st, Status: w.status, Policy: policy}
+		kv, err := st.CuratorClient()
+		if err != nil {
+			return err
+		}
+		defer kv.Close()
+		if err := supervisor.Run(ctx, "policy", func(ctx context.Context) error {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			return curator.WatchConfiguration(ctx, kv, policy.Set)
+		}); err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
 }
 
 func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *CuratorConnection) (supervisor.Runnable, reportStopped) {
@@ -203,6 +228,7 @@ func certifyWorker(ctx context.Context, conn *CuratorConnection, keys kubernetes
 		{&out.KubeletClient, kw.GetKubeletClientCertificate(), "kubelet client"},
 		{&out.KubeletServer, kw.GetKubeletServerCertificate(), "kubelet server"},
 		{&out.Proxy, kw.GetProxyCertificate(), "kube-proxy"},
+		{&out.ServingCA, kw.GetKubeletServingCaCertificate(), "kubelet serving CA"},
 	} {
 		cert, err := x509.ParseCertificate(c.der)
 		if err != nil {
@@ -210,10 +236,13 @@ func certifyWorker(ctx context.Context, conn *CuratorConnection, keys kubernetes
 		}
 		*c.dst = cert
 	}
-	for _, c := range []*x509.Certificate{out.KubeletClient, out.KubeletServer, out.Proxy} {
+	for _, c := range []*x509.Certificate{out.KubeletClient, out.Proxy} {
 		if err := c.CheckSignatureFrom(out.CA); err != nil {
 			return nil, fmt.Errorf("certificate %q from the curator is not from its Kubernetes CA: %w", c.Subject.CommonName, err)
 		}
+	}
+	if err := out.KubeletServer.CheckSignatureFrom(out.ServingCA); err != nil {
+		return nil, fmt.Errorf("the kubelet's serving certificate from the curator is not from its kubelet serving CA: %w", err)
 	}
 	return out, nil
 }

@@ -22,8 +22,8 @@ import (
 // workerNodeMgmt serves NodeManagement (Logs, Status, Reboot, PowerOff,
 // Update: nodemgmt_update.go) with this node's credentials.
 //
-// It consumes the credentials, the node's log tree, its status and the
-// supervisor's runnables; it produces nothing but the API, and the calls
+// It consumes the credentials, the node's log tree, its status, the
+// supervisor's runnables and (for Update) the curator connection; it produces nothing but the API, and the calls
 // of power.
 type workerNodeMgmt struct {
 	// inputs
@@ -41,6 +41,9 @@ type workerNodeMgmt struct {
 	power func(reboot bool)
 	// updates installs A/B updates (nil: Update fails).
 	updates Updater
+	// curator is the connection Update reads the cluster's release keys
+	// through (nil, or no connection yet: Update fails).
+	curator *memory.Value[*CuratorConnection]
 }
 
 func (w *workerNodeMgmt) run(ctx context.Context) error {

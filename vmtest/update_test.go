@@ -3,9 +3,10 @@ package vmtest
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/platform/pki"
 )
 
 // nextImage is the image `make image-next` built: the test image's
@@ -43,7 +45,10 @@ func nextImage(t *testing.T) *Image {
 // cut while it writes the new one (the update reported as interrupted).
 // Y staged (`-stage`: written, checked, sealed for, not booted) stays
 // staged across a power cut (slot a boots as before), refuses a second
-// update and is cancelled (`-cancel`). The node is then updated
+// update and is cancelled (`-cancel`). Y without its manifest.sig, and
+// Y with a signature of a key the cluster does not trust, are refused by
+// the node before anything is sent, slot b and the status untouched. The
+// node is then updated
 // with `plinthctl update` from version X to Y: Y's UKI is written (slot b
 // holds Y's system image since the staged update) and the node's keys
 // sealed to b's predicted PCRs as well, the
@@ -133,6 +138,11 @@ func TestUpdate(t *testing.T) {
 	if sw := rec.GetStatus().GetSoftware(); !strings.Contains(sw.GetLastFailed().GetReason(), "interrupted") {
 		t.Fatalf("after cancelling: software %v (want nothing pending, the interrupted update still the last failure)", sw)
 	}
+
+	// Y unsigned, and Y signed by a key the cluster does not trust, are
+	// refused before anything is sent. Slot b is untouched: X → Y below
+	// finds Y's system image in it still.
+	refusedUpdates(t, ctx, c, n, ctl, y, dir)
 
 	// X → Y. Slot b holds Y's system image since the staged update: only
 	// the UKI is sent, and the slot is read back as always.
@@ -237,6 +247,102 @@ func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *Clust
 	}
 }
 
+// refusedUpdates: copies of img without manifest.sig, and with a
+// manifest.sig of another key, are refused by the node (its cluster's
+// release key is the one make signs with, from the bootstrap image):
+// plinthctl update fails saying why, the node logs the refusal, nothing
+// was written (no "writing" line this boot) and its update status is
+// as before. The copies link img's artefacts: only manifest.sig differs.
+func refusedUpdates(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, ctl plinthctl, img *Image, dir string) {
+	t.Helper()
+	before := nodeRecord(t, ctx, c, n.ID()).GetStatus().GetSoftware()
+	manifest, err := os.ReadFile(filepath.Join(img.Dir, image.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		name string
+		sig  []byte // nil: no manifest.sig
+		want string
+	}{
+		{"unsigned", nil, "the image is not signed (no manifest.sig)"},
+		{"other-key", ed25519.Sign(otherKey, manifest), "the image's signature does not verify against any of the cluster's 1 release key"},
+	} {
+		copyDir := imageCopy(t, img, filepath.Join(dir, "refused-"+r.name), r.sig)
+		out, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", copyDir).CombinedOutput()
+		t.Logf("plinthctl update (%s):\n%s", r.name, out)
+		if err == nil || !strings.Contains(string(out), "node "+n.ID()+" refused the image of version "+img.Manifest.Version+": ") || !strings.Contains(string(out), r.want) {
+			t.Fatalf("an update to a %s copy of %s: %v, want the node's refusal saying %q", r.name, img.Manifest.Version, err, r.want)
+		}
+		if strings.Contains(string(out), "sending ") {
+			t.Errorf("the %s image's artefacts were sent", r.name)
+		}
+		mustLine(t, ctx, n.VM(), `W root\.roleserver\.nodemgmt: update refused .*`+regexp.QuoteMeta(r.want))
+	}
+	assertNoLine(t, n.VM(), `update: writing the system image to slot b`)
+	after := nodeRecord(t, ctx, c, n.ID()).GetStatus().GetSoftware()
+	if after.GetSlot() != before.GetSlot() || after.GetPending() != nil || after.GetLastFailed().GetReason() != before.GetLastFailed().GetReason() {
+		t.Fatalf("the refused updates changed the node's update status: %v, before %v", after, before)
+	}
+}
+
+// imageCopy makes dir an image directory with img's artefacts (symbolic
+// links: ~700 MiB are not copied) and manifest, and sig as its
+// manifest.sig (none if nil).
+func imageCopy(t *testing.T, img *Image, dir string, sig []byte) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(img.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == image.SignatureFile {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(img.Dir, e.Name()), filepath.Join(dir, e.Name())); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if sig != nil {
+		if err := os.WriteFile(filepath.Join(dir, image.SignatureFile), sig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// devReleaseKey is the release key make signs the test images with
+// (PLINTH_RELEASE_KEY, else out/release.key): the clusters the tests
+// bootstrap trust it (the bootstrap image's key), so an image a test
+// makes is signed with it too.
+func devReleaseKey(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	file := os.Getenv("PLINTH_RELEASE_KEY")
+	if file == "" {
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		file = filepath.Join(root, "out", "release.key")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (make image makes the development release key)", err)
+	}
+	k, err := pki.ParsePrivateKeyPEM(b)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return k
+}
+
 // nodeRecord waits until node id is HEALTHY and returns its record.
 func nodeRecord(t *testing.T, ctx context.Context, c *Cluster, id string) *clusterpb.Node {
 	t.Helper()
@@ -268,7 +374,9 @@ func consoleOf(t *testing.T, n *ClusterNode, k int) string {
 // carry plinth.halt=halt, as version "halting". With halt "hang" the
 // core stops before the data disk (a hang: the watchdog resets the
 // machine); any other value fails that boot step (the trial reboots by
-// itself). Only the manifest, system image and UKI an update sends.
+// itself). Only the manifest, system image and UKI an update sends; the
+// manifest signed with the development release key as the next image's
+// release (the nodes run it when they get this one: not a downgrade).
 func haltingImage(t *testing.T, img *Image, dir, halt string) string {
 	t.Helper()
 	dir = filepath.Join(dir, "halting")
@@ -284,6 +392,7 @@ func haltingImage(t *testing.T, img *Image, dir, halt string) string {
 	}
 	m := *img.Manifest
 	m.Version = "halting"
+	m.Release = nextImage(t).Manifest.Release
 	m.Artefacts = map[string]image.Artefact{image.SystemFile: img.Manifest.Artefacts[image.SystemFile]}
 	data, err := os.ReadFile(filepath.Join(dir, uki))
 	if err != nil {
@@ -291,11 +400,7 @@ func haltingImage(t *testing.T, img *Image, dir, halt string) string {
 	}
 	sum := sha256.Sum256(data)
 	m.Artefacts[uki] = image.Artefact{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
-	js, err := json.MarshalIndent(&m, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, image.ManifestFile), js, 0o644); err != nil {
+	if err := image.WriteManifest(dir, &m, devReleaseKey(t)); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -99,6 +99,9 @@ const (
 	// Install a new system image and UKI on a node (NodeManagement.Update).
 	// Owner only: the image decides everything the node runs.
 	Permission_UPDATE_NODE_SOFTWARE Permission = 13
+	// Change the cluster policy: what workloads may do, which keys sign
+	// the images nodes install. Owner only.
+	Permission_UPDATE_CLUSTER_POLICY Permission = 14
 )
 
 // Enum value maps for Permission.
@@ -118,6 +121,7 @@ var (
 		11: "ROTATE_REGISTER_TICKET",
 		12: "KUBERNETES_ADMIN",
 		13: "UPDATE_NODE_SOFTWARE",
+		14: "UPDATE_CLUSTER_POLICY",
 	}
 	Permission_value = map[string]int32{
 		"PERMISSION_UNSPECIFIED": 0,
@@ -134,6 +138,7 @@ var (
 		"ROTATE_REGISTER_TICKET": 11,
 		"KUBERNETES_ADMIN":       12,
 		"UPDATE_NODE_SOFTWARE":   13,
+		"UPDATE_CLUSTER_POLICY":  14,
 	}
 )
 
@@ -268,7 +273,7 @@ var File_cluster_v1_authorization_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_authorization_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\xa5\x03\n" +
+	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\xc7\x03\n" +
 	"\n" +
 	"Permission\x12\x1a\n" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x1e\n" +
@@ -286,7 +291,8 @@ const file_cluster_v1_authorization_proto_rawDesc = "" +
 	"\x1a\x05\x92\xb5\x18\x01\x03\x12!\n" +
 	"\x16ROTATE_REGISTER_TICKET\x10\v\x1a\x05\x92\xb5\x18\x01\x01\x12\x1b\n" +
 	"\x10KUBERNETES_ADMIN\x10\f\x1a\x05\x92\xb5\x18\x01\x01\x12\x1f\n" +
-	"\x14UPDATE_NODE_SOFTWARE\x10\r\x1a\x05\x92\xb5\x18\x01\x01*q\n" +
+	"\x14UPDATE_NODE_SOFTWARE\x10\r\x1a\x05\x92\xb5\x18\x01\x01\x12 \n" +
+	"\x15UPDATE_CLUSTER_POLICY\x10\x0e\x1a\x05\x92\xb5\x18\x01\x01*q\n" +
 	"\n" +
 	"CallerKind\x12\x1b\n" +
 	"\x17CALLER_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +

@@ -413,8 +413,23 @@ type ClusterConfiguration struct {
 	// The weakest data-partition protection a member may use. Unspecified
 	// means no constraint.
 	MinimumStorageSecurity StorageSecurity `protobuf:"varint,2,opt,name=minimum_storage_security,json=minimumStorageSecurity,proto3,enum=plinth.cluster.v1.StorageSecurity" json:"minimum_storage_security,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// What workloads may do to the nodes they run on: the Kubernetes API
+	// servers' admission. Unset: Plinth's defaults.
+	Kubernetes *KubernetesPolicy `protobuf:"bytes,3,opt,name=kubernetes,proto3" json:"kubernetes,omitempty"`
+	// The ed25519 public keys (32 raw bytes each) whose signatures on an
+	// image's manifest let nodes install it (NodeManagement.Update). A node
+	// refuses an image no key signed; set at bootstrap (the key that signed
+	// the bootstrap node's own image, or the initial policy's), changed by
+	// the owner (Management.UpdateClusterPolicy).
+	ReleaseKeys [][]byte `protobuf:"bytes,4,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
+	// The epoch of the owner's Kubernetes credentials: the certificates
+	// IssueKubernetesCredentials issues carry group plinth:owner:<epoch>,
+	// and only the current epoch's group is bound to cluster-admin, so
+	// bumping it (Management.RevokeKubernetesCredentials) revokes every
+	// certificate issued before at once.
+	KubernetesOwnerEpoch uint64 `protobuf:"varint,5,opt,name=kubernetes_owner_epoch,json=kubernetesOwnerEpoch,proto3" json:"kubernetes_owner_epoch,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ClusterConfiguration) Reset() {
@@ -461,6 +476,88 @@ func (x *ClusterConfiguration) GetMinimumStorageSecurity() StorageSecurity {
 	return StorageSecurity_STORAGE_SECURITY_UNSPECIFIED
 }
 
+func (x *ClusterConfiguration) GetKubernetes() *KubernetesPolicy {
+	if x != nil {
+		return x.Kubernetes
+	}
+	return nil
+}
+
+func (x *ClusterConfiguration) GetReleaseKeys() [][]byte {
+	if x != nil {
+		return x.ReleaseKeys
+	}
+	return nil
+}
+
+func (x *ClusterConfiguration) GetKubernetesOwnerEpoch() uint64 {
+	if x != nil {
+		return x.KubernetesOwnerEpoch
+	}
+	return 0
+}
+
+// KubernetesPolicy is the owner's say in what workloads may do. The zero
+// value is Plinth's default.
+type KubernetesPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Pod Security level enforced in namespaces without a
+	// pod-security.kubernetes.io/enforce label: "baseline" (the default,
+	// also for ""), "restricted" or "privileged". privileged is node root:
+	// a privileged container sees the node's devices.
+	PodSecurityLevel string `protobuf:"bytes,1,opt,name=pod_security_level,json=podSecurityLevel,proto3" json:"pod_security_level,omitempty"`
+	// Host paths that pods and PersistentVolumes may use although they lie
+	// under the node's state (absolute and clean; a path below one is
+	// allowed too). Default: none.
+	AllowedHostPaths []string `protobuf:"bytes,2,rep,name=allowed_host_paths,json=allowedHostPaths,proto3" json:"allowed_host_paths,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *KubernetesPolicy) Reset() {
+	*x = KubernetesPolicy{}
+	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KubernetesPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KubernetesPolicy) ProtoMessage() {}
+
+func (x *KubernetesPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KubernetesPolicy.ProtoReflect.Descriptor instead.
+func (*KubernetesPolicy) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KubernetesPolicy) GetPodSecurityLevel() string {
+	if x != nil {
+		return x.PodSecurityLevel
+	}
+	return ""
+}
+
+func (x *KubernetesPolicy) GetAllowedHostPaths() []string {
+	if x != nil {
+		return x.AllowedHostPaths
+	}
+	return nil
+}
+
 // NodeRoles is what a node runs beyond the base system. Each role is a
 // message whose presence turns the role on: an unset field means "not this
 // role", and a role can carry the data needed to take it up without a
@@ -476,7 +573,7 @@ type NodeRoles struct {
 
 func (x *NodeRoles) Reset() {
 	*x = NodeRoles{}
-	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	mi := &file_cluster_v1_common_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +585,7 @@ func (x *NodeRoles) String() string {
 func (*NodeRoles) ProtoMessage() {}
 
 func (x *NodeRoles) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	mi := &file_cluster_v1_common_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +598,7 @@ func (x *NodeRoles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles.ProtoReflect.Descriptor instead.
 func (*NodeRoles) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *NodeRoles) GetConsensusMember() *NodeRoles_ConsensusMember {
@@ -557,7 +654,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +666,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +679,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeStatus) GetAddresses() []string {
@@ -645,7 +742,7 @@ type NodeSoftware struct {
 
 func (x *NodeSoftware) Reset() {
 	*x = NodeSoftware{}
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +754,7 @@ func (x *NodeSoftware) String() string {
 func (*NodeSoftware) ProtoMessage() {}
 
 func (x *NodeSoftware) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +767,7 @@ func (x *NodeSoftware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSoftware.ProtoReflect.Descriptor instead.
 func (*NodeSoftware) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NodeSoftware) GetSlot() string {
@@ -717,7 +814,7 @@ type PendingUpdate struct {
 
 func (x *PendingUpdate) Reset() {
 	*x = PendingUpdate{}
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +826,7 @@ func (x *PendingUpdate) String() string {
 func (*PendingUpdate) ProtoMessage() {}
 
 func (x *PendingUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +839,7 @@ func (x *PendingUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingUpdate.ProtoReflect.Descriptor instead.
 func (*PendingUpdate) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PendingUpdate) GetVersion() string {
@@ -778,7 +875,7 @@ type FailedUpdate struct {
 
 func (x *FailedUpdate) Reset() {
 	*x = FailedUpdate{}
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +887,7 @@ func (x *FailedUpdate) String() string {
 func (*FailedUpdate) ProtoMessage() {}
 
 func (x *FailedUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +900,7 @@ func (x *FailedUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedUpdate.ProtoReflect.Descriptor instead.
 func (*FailedUpdate) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FailedUpdate) GetVersion() string {
@@ -849,7 +946,7 @@ type NodeProblem struct {
 
 func (x *NodeProblem) Reset() {
 	*x = NodeProblem{}
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +958,7 @@ func (x *NodeProblem) String() string {
 func (*NodeProblem) ProtoMessage() {}
 
 func (x *NodeProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +971,7 @@ func (x *NodeProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeProblem.ProtoReflect.Descriptor instead.
 func (*NodeProblem) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeProblem) GetComponent() string {
@@ -933,13 +1030,19 @@ type Node struct {
 	// the curator adds pending members one after the other by itself. roles
 	// gets consensus_member once the member is added.
 	ConsensusMemberPending bool `protobuf:"varint,10,opt,name=consensus_member_pending,json=consensusMemberPending,proto3" json:"consensus_member_pending,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The addresses the curator itself saw the node at: the source address
+	// of the node's authenticated UpdateNodeStatus calls (for the curator's
+	// own node, which calls itself over loopback, that node's interface
+	// addresses). Unlike status.addresses they are not the node's claim:
+	// the kubelet's serving certificate names these alone.
+	ObservedAddresses []string `protobuf:"bytes,11,rep,name=observed_addresses,json=observedAddresses,proto3" json:"observed_addresses,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1054,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1067,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Node) GetId() string {
@@ -1037,6 +1140,13 @@ func (x *Node) GetConsensusMemberPending() bool {
 	return false
 }
 
+func (x *Node) GetObservedAddresses() []string {
+	if x != nil {
+		return x.ObservedAddresses
+	}
+	return nil
+}
+
 // DirectoryNode is one curator endpoint in a ClusterDirectory.
 type DirectoryNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1054,7 +1164,7 @@ type DirectoryNode struct {
 
 func (x *DirectoryNode) Reset() {
 	*x = DirectoryNode{}
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1176,7 @@ func (x *DirectoryNode) String() string {
 func (*DirectoryNode) ProtoMessage() {}
 
 func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1189,7 @@ func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryNode.ProtoReflect.Descriptor instead.
 func (*DirectoryNode) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DirectoryNode) GetId() string {
@@ -1116,7 +1226,7 @@ type ClusterDirectory struct {
 
 func (x *ClusterDirectory) Reset() {
 	*x = ClusterDirectory{}
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1238,7 @@ func (x *ClusterDirectory) String() string {
 func (*ClusterDirectory) ProtoMessage() {}
 
 func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1251,7 @@ func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterDirectory) GetNodes() []*DirectoryNode {
@@ -1176,7 +1286,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1298,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1311,7 @@ func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_ConsensusMember.ProtoReflect.Descriptor instead.
 func (*NodeRoles_ConsensusMember) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1, 0}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 0}
 }
 
 func (x *NodeRoles_ConsensusMember) GetCaCertificate() []byte {
@@ -1243,7 +1353,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_cluster_v1_common_proto_msgTypes[11]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1365,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[11]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1378,7 @@ func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_KubernetesController.ProtoReflect.Descriptor instead.
 func (*NodeRoles_KubernetesController) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1, 1}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 1}
 }
 
 // KubernetesWorker: run containerd and the kubelet. Empty for the same
@@ -1281,7 +1391,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_cluster_v1_common_proto_msgTypes[12]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1403,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[12]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1416,7 @@ func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_KubernetesWorker.ProtoReflect.Descriptor instead.
 func (*NodeRoles_KubernetesWorker) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1, 2}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 2}
 }
 
 // An existing member of the etcd cluster.
@@ -1323,7 +1433,7 @@ type NodeRoles_ConsensusMember_Peer struct {
 
 func (x *NodeRoles_ConsensusMember_Peer) Reset() {
 	*x = NodeRoles_ConsensusMember_Peer{}
-	mi := &file_cluster_v1_common_proto_msgTypes[13]
+	mi := &file_cluster_v1_common_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1445,7 @@ func (x *NodeRoles_ConsensusMember_Peer) String() string {
 func (*NodeRoles_ConsensusMember_Peer) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[13]
+	mi := &file_cluster_v1_common_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1458,7 @@ func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_ConsensusMember_Peer.ProtoReflect.Descriptor instead.
 func (*NodeRoles_ConsensusMember_Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1, 0, 0}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 0, 0}
 }
 
 func (x *NodeRoles_ConsensusMember_Peer) GetName() string {
@@ -1369,10 +1479,18 @@ var File_cluster_v1_common_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_common_proto_rawDesc = "" +
 	"\n" +
-	"\x17cluster/v1/common.proto\x12\x11plinth.cluster.v1\"\xab\x01\n" +
+	"\x17cluster/v1/common.proto\x12\x11plinth.cluster.v1\"\xc9\x02\n" +
 	"\x14ClusterConfiguration\x125\n" +
 	"\x17allow_nodes_without_tpm\x18\x01 \x01(\bR\x14allowNodesWithoutTpm\x12\\\n" +
-	"\x18minimum_storage_security\x18\x02 \x01(\x0e2\".plinth.cluster.v1.StorageSecurityR\x16minimumStorageSecurity\"\xd2\x04\n" +
+	"\x18minimum_storage_security\x18\x02 \x01(\x0e2\".plinth.cluster.v1.StorageSecurityR\x16minimumStorageSecurity\x12C\n" +
+	"\n" +
+	"kubernetes\x18\x03 \x01(\v2#.plinth.cluster.v1.KubernetesPolicyR\n" +
+	"kubernetes\x12!\n" +
+	"\frelease_keys\x18\x04 \x03(\fR\vreleaseKeys\x124\n" +
+	"\x16kubernetes_owner_epoch\x18\x05 \x01(\x04R\x14kubernetesOwnerEpoch\"n\n" +
+	"\x10KubernetesPolicy\x12,\n" +
+	"\x12pod_security_level\x18\x01 \x01(\tR\x10podSecurityLevel\x12,\n" +
+	"\x12allowed_host_paths\x18\x02 \x03(\tR\x10allowedHostPaths\"\xd2\x04\n" +
 	"\tNodeRoles\x12W\n" +
 	"\x10consensus_member\x18\x01 \x01(\v2,.plinth.cluster.v1.NodeRoles.ConsensusMemberR\x0fconsensusMember\x12f\n" +
 	"\x15kubernetes_controller\x18\x02 \x01(\v21.plinth.cluster.v1.NodeRoles.KubernetesControllerR\x14kubernetesController\x12Z\n" +
@@ -1415,7 +1533,7 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\vNodeProblem\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
-	"\x10since_unix_nanos\x18\x03 \x01(\x03R\x0esinceUnixNanos\"\x99\x04\n" +
+	"\x10since_unix_nanos\x18\x03 \x01(\x03R\x0esinceUnixNanos\"\xc8\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1428,7 +1546,8 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"\ttpm_usage\x18\b \x01(\x0e2\x1f.plinth.cluster.v1.NodeTPMUsageR\btpmUsage\x12Y\n" +
 	"\x14consensus_membership\x18\t \x01(\x0e2&.plinth.cluster.v1.ConsensusMembershipR\x13consensusMembership\x128\n" +
 	"\x18consensus_member_pending\x18\n" +
-	" \x01(\bR\x16consensusMemberPending\"\\\n" +
+	" \x01(\bR\x16consensusMemberPending\x12-\n" +
+	"\x12observed_addresses\x18\v \x03(\tR\x11observedAddresses\"\\\n" +
 	"\rDirectoryNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1484,7 +1603,7 @@ func file_cluster_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_cluster_v1_common_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: plinth.cluster.v1.NodeState
 	(NodeHealth)(0),                        // 1: plinth.cluster.v1.NodeHealth
@@ -1493,42 +1612,44 @@ var file_cluster_v1_common_proto_goTypes = []any{
 	(ConsensusMembership)(0),               // 4: plinth.cluster.v1.ConsensusMembership
 	(ErrorReason)(0),                       // 5: plinth.cluster.v1.ErrorReason
 	(*ClusterConfiguration)(nil),           // 6: plinth.cluster.v1.ClusterConfiguration
-	(*NodeRoles)(nil),                      // 7: plinth.cluster.v1.NodeRoles
-	(*NodeStatus)(nil),                     // 8: plinth.cluster.v1.NodeStatus
-	(*NodeSoftware)(nil),                   // 9: plinth.cluster.v1.NodeSoftware
-	(*PendingUpdate)(nil),                  // 10: plinth.cluster.v1.PendingUpdate
-	(*FailedUpdate)(nil),                   // 11: plinth.cluster.v1.FailedUpdate
-	(*NodeProblem)(nil),                    // 12: plinth.cluster.v1.NodeProblem
-	(*Node)(nil),                           // 13: plinth.cluster.v1.Node
-	(*DirectoryNode)(nil),                  // 14: plinth.cluster.v1.DirectoryNode
-	(*ClusterDirectory)(nil),               // 15: plinth.cluster.v1.ClusterDirectory
-	(*NodeRoles_ConsensusMember)(nil),      // 16: plinth.cluster.v1.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 17: plinth.cluster.v1.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 18: plinth.cluster.v1.NodeRoles.KubernetesWorker
-	(*NodeRoles_ConsensusMember_Peer)(nil), // 19: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	(*KubernetesPolicy)(nil),               // 7: plinth.cluster.v1.KubernetesPolicy
+	(*NodeRoles)(nil),                      // 8: plinth.cluster.v1.NodeRoles
+	(*NodeStatus)(nil),                     // 9: plinth.cluster.v1.NodeStatus
+	(*NodeSoftware)(nil),                   // 10: plinth.cluster.v1.NodeSoftware
+	(*PendingUpdate)(nil),                  // 11: plinth.cluster.v1.PendingUpdate
+	(*FailedUpdate)(nil),                   // 12: plinth.cluster.v1.FailedUpdate
+	(*NodeProblem)(nil),                    // 13: plinth.cluster.v1.NodeProblem
+	(*Node)(nil),                           // 14: plinth.cluster.v1.Node
+	(*DirectoryNode)(nil),                  // 15: plinth.cluster.v1.DirectoryNode
+	(*ClusterDirectory)(nil),               // 16: plinth.cluster.v1.ClusterDirectory
+	(*NodeRoles_ConsensusMember)(nil),      // 17: plinth.cluster.v1.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 18: plinth.cluster.v1.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 19: plinth.cluster.v1.NodeRoles.KubernetesWorker
+	(*NodeRoles_ConsensusMember_Peer)(nil), // 20: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
 }
 var file_cluster_v1_common_proto_depIdxs = []int32{
 	3,  // 0: plinth.cluster.v1.ClusterConfiguration.minimum_storage_security:type_name -> plinth.cluster.v1.StorageSecurity
-	16, // 1: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
-	17, // 2: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
-	18, // 3: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
-	12, // 4: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
-	9,  // 5: plinth.cluster.v1.NodeStatus.software:type_name -> plinth.cluster.v1.NodeSoftware
-	10, // 6: plinth.cluster.v1.NodeSoftware.pending:type_name -> plinth.cluster.v1.PendingUpdate
-	11, // 7: plinth.cluster.v1.NodeSoftware.last_failed:type_name -> plinth.cluster.v1.FailedUpdate
-	0,  // 8: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
-	7,  // 9: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
-	8,  // 10: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
-	1,  // 11: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
-	2,  // 12: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	4,  // 13: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
-	14, // 14: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
-	19, // 15: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 1: plinth.cluster.v1.ClusterConfiguration.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
+	17, // 2: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
+	18, // 3: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
+	19, // 4: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
+	13, // 5: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
+	10, // 6: plinth.cluster.v1.NodeStatus.software:type_name -> plinth.cluster.v1.NodeSoftware
+	11, // 7: plinth.cluster.v1.NodeSoftware.pending:type_name -> plinth.cluster.v1.PendingUpdate
+	12, // 8: plinth.cluster.v1.NodeSoftware.last_failed:type_name -> plinth.cluster.v1.FailedUpdate
+	0,  // 9: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
+	8,  // 10: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
+	9,  // 11: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
+	1,  // 12: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
+	2,  // 13: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
+	4,  // 14: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
+	15, // 15: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
+	20, // 16: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_common_proto_init() }
@@ -1542,7 +1663,7 @@ func file_cluster_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_common_proto_rawDesc), len(file_cluster_v1_common_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1210,8 +1210,8 @@ func (x *IssueCertificateRequest_KubernetesWorker) GetProxyPublicKey() []byte {
 type IssueCertificateResponse_KubernetesWorker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Kubernetes CA certificate, DER, so the kubelet can verify the
-	// API server. Both certificates below are from it and expire after
-	// 30 days: the node asks again before then.
+	// API server. The client certificates below are from it; all expire
+	// after 30 days: the node asks again before then.
 	IdentityCaCertificate []byte `protobuf:"bytes,1,opt,name=identity_ca_certificate,json=identityCaCertificate,proto3" json:"identity_ca_certificate,omitempty"`
 	// Certificate for kubelet_client_public_key, DER.
 	KubeletClientCertificate []byte `protobuf:"bytes,2,opt,name=kubelet_client_certificate,json=kubeletClientCertificate,proto3" json:"kubelet_client_certificate,omitempty"`
@@ -1219,8 +1219,14 @@ type IssueCertificateResponse_KubernetesWorker struct {
 	KubeletServerCertificate []byte `protobuf:"bytes,3,opt,name=kubelet_server_certificate,json=kubeletServerCertificate,proto3" json:"kubelet_server_certificate,omitempty"`
 	// Certificate for proxy_public_key, DER.
 	ProxyCertificate []byte `protobuf:"bytes,4,opt,name=proxy_certificate,json=proxyCertificate,proto3" json:"proxy_certificate,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The CA of kubelet serving certificates, DER: it signed
+	// kubelet_server_certificate. Separate from the Kubernetes CA, which
+	// signs the API servers' certificates, so that a kubelet's serving
+	// certificate can never pass for an API server's; the API servers
+	// check kubelets against this one alone.
+	KubeletServingCaCertificate []byte `protobuf:"bytes,5,opt,name=kubelet_serving_ca_certificate,json=kubeletServingCaCertificate,proto3" json:"kubelet_serving_ca_certificate,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *IssueCertificateResponse_KubernetesWorker) Reset() {
@@ -1281,6 +1287,13 @@ func (x *IssueCertificateResponse_KubernetesWorker) GetProxyCertificate() []byte
 	return nil
 }
 
+func (x *IssueCertificateResponse_KubernetesWorker) GetKubeletServingCaCertificate() []byte {
+	if x != nil {
+		return x.KubeletServingCaCertificate
+	}
+	return nil
+}
+
 var File_cluster_v1_curator_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_curator_proto_rawDesc = "" +
@@ -1337,14 +1350,15 @@ const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\x19kubelet_client_public_key\x18\x01 \x01(\fR\x16kubeletClientPublicKey\x129\n" +
 	"\x19kubelet_server_public_key\x18\x02 \x01(\fR\x16kubeletServerPublicKey\x12(\n" +
 	"\x10proxy_public_key\x18\x03 \x01(\fR\x0eproxyPublicKeyB\x06\n" +
-	"\x04kind\"\x85\x03\n" +
+	"\x04kind\"\xca\x03\n" +
 	"\x18IssueCertificateResponse\x12k\n" +
-	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xf3\x01\n" +
+	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xb8\x02\n" +
 	"\x10KubernetesWorker\x126\n" +
 	"\x17identity_ca_certificate\x18\x01 \x01(\fR\x15identityCaCertificate\x12<\n" +
 	"\x1akubelet_client_certificate\x18\x02 \x01(\fR\x18kubeletClientCertificate\x12<\n" +
 	"\x1akubelet_server_certificate\x18\x03 \x01(\fR\x18kubeletServerCertificate\x12+\n" +
-	"\x11proxy_certificate\x18\x04 \x01(\fR\x10proxyCertificateB\x06\n" +
+	"\x11proxy_certificate\x18\x04 \x01(\fR\x10proxyCertificate\x12C\n" +
+	"\x1ekubelet_serving_ca_certificate\x18\x05 \x01(\fR\x1bkubeletServingCaCertificateB\x06\n" +
 	"\x04kind\"\x19\n" +
 	"\x17GetCurrentLeaderRequest\"x\n" +
 	"\x18GetCurrentLeaderResponse\x12\x0e\n" +

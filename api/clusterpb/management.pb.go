@@ -27,6 +27,359 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RotateSecretsKeyRequest_Step int32
+
+const (
+	RotateSecretsKeyRequest_STEP_STATUS RotateSecretsKeyRequest_Step = 0
+	// A new key, read-only: every API server can read Secrets written
+	// with it before any writes one.
+	RotateSecretsKeyRequest_STEP_ADD RotateSecretsKeyRequest_Step = 1
+	// The new key writes, the others only read.
+	RotateSecretsKeyRequest_STEP_ACTIVATE RotateSecretsKeyRequest_Step = 2
+	// The read-only keys go (after every Secret was written anew).
+	RotateSecretsKeyRequest_STEP_RETIRE RotateSecretsKeyRequest_Step = 3
+)
+
+// Enum value maps for RotateSecretsKeyRequest_Step.
+var (
+	RotateSecretsKeyRequest_Step_name = map[int32]string{
+		0: "STEP_STATUS",
+		1: "STEP_ADD",
+		2: "STEP_ACTIVATE",
+		3: "STEP_RETIRE",
+	}
+	RotateSecretsKeyRequest_Step_value = map[string]int32{
+		"STEP_STATUS":   0,
+		"STEP_ADD":      1,
+		"STEP_ACTIVATE": 2,
+		"STEP_RETIRE":   3,
+	}
+)
+
+func (x RotateSecretsKeyRequest_Step) Enum() *RotateSecretsKeyRequest_Step {
+	p := new(RotateSecretsKeyRequest_Step)
+	*p = x
+	return p
+}
+
+func (x RotateSecretsKeyRequest_Step) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RotateSecretsKeyRequest_Step) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_v1_management_proto_enumTypes[0].Descriptor()
+}
+
+func (RotateSecretsKeyRequest_Step) Type() protoreflect.EnumType {
+	return &file_cluster_v1_management_proto_enumTypes[0]
+}
+
+func (x RotateSecretsKeyRequest_Step) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RotateSecretsKeyRequest_Step.Descriptor instead.
+func (RotateSecretsKeyRequest_Step) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{0, 0}
+}
+
+type RotateSecretsKeyRequest struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Step          RotateSecretsKeyRequest_Step `protobuf:"varint,1,opt,name=step,proto3,enum=plinth.cluster.v1.RotateSecretsKeyRequest_Step" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateSecretsKeyRequest) Reset() {
+	*x = RotateSecretsKeyRequest{}
+	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateSecretsKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateSecretsKeyRequest) ProtoMessage() {}
+
+func (x *RotateSecretsKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateSecretsKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateSecretsKeyRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RotateSecretsKeyRequest) GetStep() RotateSecretsKeyRequest_Step {
+	if x != nil {
+		return x.Step
+	}
+	return RotateSecretsKeyRequest_STEP_STATUS
+}
+
+type RotateSecretsKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Goes up with every step taken.
+	Generation uint64                          `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Keys       []*RotateSecretsKeyResponse_Key `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The generation each UP controller's API server runs with, by node ID
+	// (0: not known yet).
+	Controllers   map[string]uint64 `protobuf:"bytes,3,rep,name=controllers,proto3" json:"controllers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateSecretsKeyResponse) Reset() {
+	*x = RotateSecretsKeyResponse{}
+	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateSecretsKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateSecretsKeyResponse) ProtoMessage() {}
+
+func (x *RotateSecretsKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateSecretsKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateSecretsKeyResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RotateSecretsKeyResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RotateSecretsKeyResponse) GetKeys() []*RotateSecretsKeyResponse_Key {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *RotateSecretsKeyResponse) GetControllers() map[string]uint64 {
+	if x != nil {
+		return x.Controllers
+	}
+	return nil
+}
+
+type RevokeKubernetesCredentialsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKubernetesCredentialsRequest) Reset() {
+	*x = RevokeKubernetesCredentialsRequest{}
+	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKubernetesCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKubernetesCredentialsRequest) ProtoMessage() {}
+
+func (x *RevokeKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKubernetesCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*RevokeKubernetesCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{2}
+}
+
+type RevokeKubernetesCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new epoch.
+	Epoch         uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKubernetesCredentialsResponse) Reset() {
+	*x = RevokeKubernetesCredentialsResponse{}
+	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKubernetesCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKubernetesCredentialsResponse) ProtoMessage() {}
+
+func (x *RevokeKubernetesCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKubernetesCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*RevokeKubernetesCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RevokeKubernetesCredentialsResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type UpdateClusterPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new Kubernetes policy, replacing the old one whole; unset leaves
+	// it as it is.
+	Kubernetes *KubernetesPolicy `protobuf:"bytes,1,opt,name=kubernetes,proto3" json:"kubernetes,omitempty"`
+	// Release keys (ed25519, 32 raw bytes) to add and to remove. Removing
+	// the last key is refused: nodes could never be updated again.
+	AddReleaseKeys    [][]byte `protobuf:"bytes,2,rep,name=add_release_keys,json=addReleaseKeys,proto3" json:"add_release_keys,omitempty"`
+	RemoveReleaseKeys [][]byte `protobuf:"bytes,3,rep,name=remove_release_keys,json=removeReleaseKeys,proto3" json:"remove_release_keys,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *UpdateClusterPolicyRequest) Reset() {
+	*x = UpdateClusterPolicyRequest{}
+	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateClusterPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateClusterPolicyRequest) ProtoMessage() {}
+
+func (x *UpdateClusterPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateClusterPolicyRequest.ProtoReflect.Descriptor instead.
+func (*UpdateClusterPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateClusterPolicyRequest) GetKubernetes() *KubernetesPolicy {
+	if x != nil {
+		return x.Kubernetes
+	}
+	return nil
+}
+
+func (x *UpdateClusterPolicyRequest) GetAddReleaseKeys() [][]byte {
+	if x != nil {
+		return x.AddReleaseKeys
+	}
+	return nil
+}
+
+func (x *UpdateClusterPolicyRequest) GetRemoveReleaseKeys() [][]byte {
+	if x != nil {
+		return x.RemoveReleaseKeys
+	}
+	return nil
+}
+
+type UpdateClusterPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The policy as it is now.
+	Configuration *ClusterConfiguration `protobuf:"bytes,1,opt,name=configuration,proto3" json:"configuration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateClusterPolicyResponse) Reset() {
+	*x = UpdateClusterPolicyResponse{}
+	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateClusterPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateClusterPolicyResponse) ProtoMessage() {}
+
+func (x *UpdateClusterPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateClusterPolicyResponse.ProtoReflect.Descriptor instead.
+func (*UpdateClusterPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateClusterPolicyResponse) GetConfiguration() *ClusterConfiguration {
+	if x != nil {
+		return x.Configuration
+	}
+	return nil
+}
+
 type GetRegisterTicketRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -35,7 +388,7 @@ type GetRegisterTicketRequest struct {
 
 func (x *GetRegisterTicketRequest) Reset() {
 	*x = GetRegisterTicketRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	mi := &file_cluster_v1_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +400,7 @@ func (x *GetRegisterTicketRequest) String() string {
 func (*GetRegisterTicketRequest) ProtoMessage() {}
 
 func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	mi := &file_cluster_v1_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +413,7 @@ func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{6}
 }
 
 type GetRegisterTicketResponse struct {
@@ -74,7 +427,7 @@ type GetRegisterTicketResponse struct {
 
 func (x *GetRegisterTicketResponse) Reset() {
 	*x = GetRegisterTicketResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	mi := &file_cluster_v1_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -86,7 +439,7 @@ func (x *GetRegisterTicketResponse) String() string {
 func (*GetRegisterTicketResponse) ProtoMessage() {}
 
 func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	mi := &file_cluster_v1_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -99,7 +452,7 @@ func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRegisterTicketResponse) GetTicket() []byte {
@@ -117,7 +470,7 @@ type RotateRegisterTicketRequest struct {
 
 func (x *RotateRegisterTicketRequest) Reset() {
 	*x = RotateRegisterTicketRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +482,7 @@ func (x *RotateRegisterTicketRequest) String() string {
 func (*RotateRegisterTicketRequest) ProtoMessage() {}
 
 func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +495,7 @@ func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{2}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{8}
 }
 
 type RotateRegisterTicketResponse struct {
@@ -155,7 +508,7 @@ type RotateRegisterTicketResponse struct {
 
 func (x *RotateRegisterTicketResponse) Reset() {
 	*x = RotateRegisterTicketResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +520,7 @@ func (x *RotateRegisterTicketResponse) String() string {
 func (*RotateRegisterTicketResponse) ProtoMessage() {}
 
 func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +533,7 @@ func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RotateRegisterTicketResponse) GetTicket() []byte {
@@ -198,7 +551,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +563,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +576,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{10}
 }
 
 type GetClusterInfoResponse struct {
@@ -245,7 +598,7 @@ type GetClusterInfoResponse struct {
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +610,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +623,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetClusterInfoResponse) GetDirectory() *ClusterDirectory {
@@ -314,7 +667,7 @@ type GetNodesRequest struct {
 
 func (x *GetNodesRequest) Reset() {
 	*x = GetNodesRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +679,7 @@ func (x *GetNodesRequest) String() string {
 func (*GetNodesRequest) ProtoMessage() {}
 
 func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +692,7 @@ func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetNodesRequest) GetFilter() string {
@@ -361,7 +714,7 @@ type ApproveNodeRequest struct {
 
 func (x *ApproveNodeRequest) Reset() {
 	*x = ApproveNodeRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +726,7 @@ func (x *ApproveNodeRequest) String() string {
 func (*ApproveNodeRequest) ProtoMessage() {}
 
 func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +739,7 @@ func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
 func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApproveNodeRequest) GetPublicKey() []byte {
@@ -404,7 +757,7 @@ type ApproveNodeResponse struct {
 
 func (x *ApproveNodeResponse) Reset() {
 	*x = ApproveNodeResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +769,7 @@ func (x *ApproveNodeResponse) String() string {
 func (*ApproveNodeResponse) ProtoMessage() {}
 
 func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +782,7 @@ func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
 func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14}
 }
 
 type UpdateNodeRolesRequest struct {
@@ -454,7 +807,7 @@ type UpdateNodeRolesRequest struct {
 
 func (x *UpdateNodeRolesRequest) Reset() {
 	*x = UpdateNodeRolesRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +819,7 @@ func (x *UpdateNodeRolesRequest) String() string {
 func (*UpdateNodeRolesRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +832,7 @@ func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateNodeRolesRequest) GetNode() isUpdateNodeRolesRequest_Node {
@@ -552,7 +905,7 @@ type UpdateNodeRolesResponse struct {
 
 func (x *UpdateNodeRolesResponse) Reset() {
 	*x = UpdateNodeRolesResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +917,7 @@ func (x *UpdateNodeRolesResponse) String() string {
 func (*UpdateNodeRolesResponse) ProtoMessage() {}
 
 func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +930,7 @@ func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{10}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16}
 }
 
 type DecommissionNodeRequest struct {
@@ -590,7 +943,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +955,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +968,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DecommissionNodeRequest) GetId() string {
@@ -633,7 +986,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +998,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +1011,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{18}
 }
 
 type IssueKubernetesCredentialsRequest struct {
@@ -673,7 +1026,7 @@ type IssueKubernetesCredentialsRequest struct {
 
 func (x *IssueKubernetesCredentialsRequest) Reset() {
 	*x = IssueKubernetesCredentialsRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +1038,7 @@ func (x *IssueKubernetesCredentialsRequest) String() string {
 func (*IssueKubernetesCredentialsRequest) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +1051,7 @@ func (x *IssueKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use IssueKubernetesCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IssueKubernetesCredentialsRequest) GetPublicKey() []byte {
@@ -726,7 +1079,7 @@ type IssueKubernetesCredentialsResponse struct {
 
 func (x *IssueKubernetesCredentialsResponse) Reset() {
 	*x = IssueKubernetesCredentialsResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +1091,7 @@ func (x *IssueKubernetesCredentialsResponse) String() string {
 func (*IssueKubernetesCredentialsResponse) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +1104,7 @@ func (x *IssueKubernetesCredentialsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use IssueKubernetesCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IssueKubernetesCredentialsResponse) GetCaCertificate() []byte {
@@ -795,7 +1148,7 @@ type EscrowFromClient struct {
 
 func (x *EscrowFromClient) Reset() {
 	*x = EscrowFromClient{}
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +1160,7 @@ func (x *EscrowFromClient) String() string {
 func (*EscrowFromClient) ProtoMessage() {}
 
 func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +1173,7 @@ func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EscrowFromClient) GetMessage() isEscrowFromClient_Message {
@@ -877,7 +1230,7 @@ type EscrowFromServer struct {
 
 func (x *EscrowFromServer) Reset() {
 	*x = EscrowFromServer{}
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1242,7 @@ func (x *EscrowFromServer) String() string {
 func (*EscrowFromServer) ProtoMessage() {}
 
 func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1255,7 @@ func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EscrowFromServer) GetMessage() isEscrowFromServer_Message {
@@ -946,6 +1299,58 @@ func (*EscrowFromServer_NeededProofs_) isEscrowFromServer_Message() {}
 
 func (*EscrowFromServer_Fulfilled_) isEscrowFromServer_Message() {}
 
+type RotateSecretsKeyResponse_Key struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Write         bool                   `protobuf:"varint,2,opt,name=write,proto3" json:"write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateSecretsKeyResponse_Key) Reset() {
+	*x = RotateSecretsKeyResponse_Key{}
+	mi := &file_cluster_v1_management_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateSecretsKeyResponse_Key) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateSecretsKeyResponse_Key) ProtoMessage() {}
+
+func (x *RotateSecretsKeyResponse_Key) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateSecretsKeyResponse_Key.ProtoReflect.Descriptor instead.
+func (*RotateSecretsKeyResponse_Key) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{1, 0}
+}
+
+func (x *RotateSecretsKeyResponse_Key) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RotateSecretsKeyResponse_Key) GetWrite() bool {
+	if x != nil {
+		return x.Write
+	}
+	return false
+}
+
 // The first message from the client.
 type EscrowFromClient_Parameters struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -963,7 +1368,7 @@ type EscrowFromClient_Parameters struct {
 
 func (x *EscrowFromClient_Parameters) Reset() {
 	*x = EscrowFromClient_Parameters{}
-	mi := &file_cluster_v1_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_management_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1380,7 @@ func (x *EscrowFromClient_Parameters) String() string {
 func (*EscrowFromClient_Parameters) ProtoMessage() {}
 
 func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_management_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1393,7 @@ func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Parameters.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Parameters) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{21, 0}
 }
 
 func (x *EscrowFromClient_Parameters) GetRequestedIdentityName() string {
@@ -1016,7 +1421,7 @@ type EscrowFromClient_Proof struct {
 
 func (x *EscrowFromClient_Proof) Reset() {
 	*x = EscrowFromClient_Proof{}
-	mi := &file_cluster_v1_management_proto_msgTypes[18]
+	mi := &file_cluster_v1_management_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1433,7 @@ func (x *EscrowFromClient_Proof) String() string {
 func (*EscrowFromClient_Proof) ProtoMessage() {}
 
 func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[18]
+	mi := &file_cluster_v1_management_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1446,7 @@ func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Proof.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Proof) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{21, 1}
 }
 
 func (x *EscrowFromClient_Proof) GetSignature() []byte {
@@ -1063,7 +1468,7 @@ type EscrowFromServer_NeededProofs struct {
 
 func (x *EscrowFromServer_NeededProofs) Reset() {
 	*x = EscrowFromServer_NeededProofs{}
-	mi := &file_cluster_v1_management_proto_msgTypes[19]
+	mi := &file_cluster_v1_management_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1480,7 @@ func (x *EscrowFromServer_NeededProofs) String() string {
 func (*EscrowFromServer_NeededProofs) ProtoMessage() {}
 
 func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[19]
+	mi := &file_cluster_v1_management_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1493,7 @@ func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_NeededProofs.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_NeededProofs) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{22, 0}
 }
 
 func (x *EscrowFromServer_NeededProofs) GetNonce() []byte {
@@ -1110,7 +1515,7 @@ type EscrowFromServer_Fulfilled struct {
 
 func (x *EscrowFromServer_Fulfilled) Reset() {
 	*x = EscrowFromServer_Fulfilled{}
-	mi := &file_cluster_v1_management_proto_msgTypes[20]
+	mi := &file_cluster_v1_management_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1527,7 @@ func (x *EscrowFromServer_Fulfilled) String() string {
 func (*EscrowFromServer_Fulfilled) ProtoMessage() {}
 
 func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[20]
+	mi := &file_cluster_v1_management_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1540,7 @@ func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_Fulfilled.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_Fulfilled) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{22, 1}
 }
 
 func (x *EscrowFromServer_Fulfilled) GetOwnerCertificate() []byte {
@@ -1149,7 +1554,37 @@ var File_cluster_v1_management_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_management_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcluster/v1/management.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"\x1a\n" +
+	"\x1bcluster/v1/management.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"\xa9\x01\n" +
+	"\x17RotateSecretsKeyRequest\x12C\n" +
+	"\x04step\x18\x01 \x01(\x0e2/.plinth.cluster.v1.RotateSecretsKeyRequest.StepR\x04step\"I\n" +
+	"\x04Step\x12\x0f\n" +
+	"\vSTEP_STATUS\x10\x00\x12\f\n" +
+	"\bSTEP_ADD\x10\x01\x12\x11\n" +
+	"\rSTEP_ACTIVATE\x10\x02\x12\x0f\n" +
+	"\vSTEP_RETIRE\x10\x03\"\xd0\x02\n" +
+	"\x18RotateSecretsKeyResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12C\n" +
+	"\x04keys\x18\x02 \x03(\v2/.plinth.cluster.v1.RotateSecretsKeyResponse.KeyR\x04keys\x12^\n" +
+	"\vcontrollers\x18\x03 \x03(\v2<.plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntryR\vcontrollers\x1a/\n" +
+	"\x03Key\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05write\x18\x02 \x01(\bR\x05write\x1a>\n" +
+	"\x10ControllersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"$\n" +
+	"\"RevokeKubernetesCredentialsRequest\";\n" +
+	"#RevokeKubernetesCredentialsResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xbb\x01\n" +
+	"\x1aUpdateClusterPolicyRequest\x12C\n" +
+	"\n" +
+	"kubernetes\x18\x01 \x01(\v2#.plinth.cluster.v1.KubernetesPolicyR\n" +
+	"kubernetes\x12(\n" +
+	"\x10add_release_keys\x18\x02 \x03(\fR\x0eaddReleaseKeys\x12.\n" +
+	"\x13remove_release_keys\x18\x03 \x03(\fR\x11removeReleaseKeys\"l\n" +
+	"\x1bUpdateClusterPolicyResponse\x12M\n" +
+	"\rconfiguration\x18\x01 \x01(\v2'.plinth.cluster.v1.ClusterConfigurationR\rconfiguration\"\x1a\n" +
 	"\x18GetRegisterTicketRequest\"3\n" +
 	"\x19GetRegisterTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\fR\x06ticket\"\x1d\n" +
@@ -1212,7 +1647,8 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x05nonce\x18\x01 \x01(\fR\x05nonce\x1a8\n" +
 	"\tFulfilled\x12+\n" +
 	"\x11owner_certificate\x18\x01 \x01(\fR\x10ownerCertificateB\t\n" +
-	"\amessage2\x98\a\n" +
+	"\amessage2\x9c\n" +
+	"\n" +
 	"\n" +
 	"Management\x12t\n" +
 	"\x11GetRegisterTicket\x12+.plinth.cluster.v1.GetRegisterTicketRequest\x1a,.plinth.cluster.v1.GetRegisterTicketResponse\"\x04\x88\xb5\x18\x01\x12}\n" +
@@ -1222,7 +1658,10 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\vApproveNode\x12%.plinth.cluster.v1.ApproveNodeRequest\x1a&.plinth.cluster.v1.ApproveNodeResponse\"\x04\x88\xb5\x18\x04\x12n\n" +
 	"\x0fUpdateNodeRoles\x12).plinth.cluster.v1.UpdateNodeRolesRequest\x1a*.plinth.cluster.v1.UpdateNodeRolesResponse\"\x04\x88\xb5\x18\x03\x12q\n" +
 	"\x10DecommissionNode\x12*.plinth.cluster.v1.DecommissionNodeRequest\x1a+.plinth.cluster.v1.DecommissionNodeResponse\"\x04\x88\xb5\x18\x05\x12\x8f\x01\n" +
-	"\x1aIssueKubernetesCredentials\x124.plinth.cluster.v1.IssueKubernetesCredentialsRequest\x1a5.plinth.cluster.v1.IssueKubernetesCredentialsResponse\"\x04\x88\xb5\x18\f2c\n" +
+	"\x1aIssueKubernetesCredentials\x124.plinth.cluster.v1.IssueKubernetesCredentialsRequest\x1a5.plinth.cluster.v1.IssueKubernetesCredentialsResponse\"\x04\x88\xb5\x18\f\x12\x92\x01\n" +
+	"\x1bRevokeKubernetesCredentials\x125.plinth.cluster.v1.RevokeKubernetesCredentialsRequest\x1a6.plinth.cluster.v1.RevokeKubernetesCredentialsResponse\"\x04\x88\xb5\x18\f\x12z\n" +
+	"\x13UpdateClusterPolicy\x12-.plinth.cluster.v1.UpdateClusterPolicyRequest\x1a..plinth.cluster.v1.UpdateClusterPolicyResponse\"\x04\x88\xb5\x18\x0e\x12q\n" +
+	"\x10RotateSecretsKey\x12*.plinth.cluster.v1.RotateSecretsKeyRequest\x1a+.plinth.cluster.v1.RotateSecretsKeyResponse\"\x04\x88\xb5\x18\f2c\n" +
 	"\x03AAA\x12\\\n" +
 	"\x06Escrow\x12#.plinth.cluster.v1.EscrowFromClient\x1a#.plinth.cluster.v1.EscrowFromServer\"\x04\x88\xb5\x18\n" +
 	"(\x010\x01B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
@@ -1239,63 +1678,85 @@ func file_cluster_v1_management_proto_rawDescGZIP() []byte {
 	return file_cluster_v1_management_proto_rawDescData
 }
 
-var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_cluster_v1_management_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_cluster_v1_management_proto_goTypes = []any{
-	(*GetRegisterTicketRequest)(nil),           // 0: plinth.cluster.v1.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil),          // 1: plinth.cluster.v1.GetRegisterTicketResponse
-	(*RotateRegisterTicketRequest)(nil),        // 2: plinth.cluster.v1.RotateRegisterTicketRequest
-	(*RotateRegisterTicketResponse)(nil),       // 3: plinth.cluster.v1.RotateRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),              // 4: plinth.cluster.v1.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),             // 5: plinth.cluster.v1.GetClusterInfoResponse
-	(*GetNodesRequest)(nil),                    // 6: plinth.cluster.v1.GetNodesRequest
-	(*ApproveNodeRequest)(nil),                 // 7: plinth.cluster.v1.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),                // 8: plinth.cluster.v1.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),             // 9: plinth.cluster.v1.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),            // 10: plinth.cluster.v1.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),            // 11: plinth.cluster.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),           // 12: plinth.cluster.v1.DecommissionNodeResponse
-	(*IssueKubernetesCredentialsRequest)(nil),  // 13: plinth.cluster.v1.IssueKubernetesCredentialsRequest
-	(*IssueKubernetesCredentialsResponse)(nil), // 14: plinth.cluster.v1.IssueKubernetesCredentialsResponse
-	(*EscrowFromClient)(nil),                   // 15: plinth.cluster.v1.EscrowFromClient
-	(*EscrowFromServer)(nil),                   // 16: plinth.cluster.v1.EscrowFromServer
-	(*EscrowFromClient_Parameters)(nil),        // 17: plinth.cluster.v1.EscrowFromClient.Parameters
-	(*EscrowFromClient_Proof)(nil),             // 18: plinth.cluster.v1.EscrowFromClient.Proof
-	(*EscrowFromServer_NeededProofs)(nil),      // 19: plinth.cluster.v1.EscrowFromServer.NeededProofs
-	(*EscrowFromServer_Fulfilled)(nil),         // 20: plinth.cluster.v1.EscrowFromServer.Fulfilled
-	(*ClusterDirectory)(nil),                   // 21: plinth.cluster.v1.ClusterDirectory
-	(*ClusterConfiguration)(nil),               // 22: plinth.cluster.v1.ClusterConfiguration
-	(*Node)(nil),                               // 23: plinth.cluster.v1.Node
+	(RotateSecretsKeyRequest_Step)(0),           // 0: plinth.cluster.v1.RotateSecretsKeyRequest.Step
+	(*RotateSecretsKeyRequest)(nil),             // 1: plinth.cluster.v1.RotateSecretsKeyRequest
+	(*RotateSecretsKeyResponse)(nil),            // 2: plinth.cluster.v1.RotateSecretsKeyResponse
+	(*RevokeKubernetesCredentialsRequest)(nil),  // 3: plinth.cluster.v1.RevokeKubernetesCredentialsRequest
+	(*RevokeKubernetesCredentialsResponse)(nil), // 4: plinth.cluster.v1.RevokeKubernetesCredentialsResponse
+	(*UpdateClusterPolicyRequest)(nil),          // 5: plinth.cluster.v1.UpdateClusterPolicyRequest
+	(*UpdateClusterPolicyResponse)(nil),         // 6: plinth.cluster.v1.UpdateClusterPolicyResponse
+	(*GetRegisterTicketRequest)(nil),            // 7: plinth.cluster.v1.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),           // 8: plinth.cluster.v1.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),         // 9: plinth.cluster.v1.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),        // 10: plinth.cluster.v1.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),               // 11: plinth.cluster.v1.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),              // 12: plinth.cluster.v1.GetClusterInfoResponse
+	(*GetNodesRequest)(nil),                     // 13: plinth.cluster.v1.GetNodesRequest
+	(*ApproveNodeRequest)(nil),                  // 14: plinth.cluster.v1.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),                 // 15: plinth.cluster.v1.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),              // 16: plinth.cluster.v1.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),             // 17: plinth.cluster.v1.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),             // 18: plinth.cluster.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),            // 19: plinth.cluster.v1.DecommissionNodeResponse
+	(*IssueKubernetesCredentialsRequest)(nil),   // 20: plinth.cluster.v1.IssueKubernetesCredentialsRequest
+	(*IssueKubernetesCredentialsResponse)(nil),  // 21: plinth.cluster.v1.IssueKubernetesCredentialsResponse
+	(*EscrowFromClient)(nil),                    // 22: plinth.cluster.v1.EscrowFromClient
+	(*EscrowFromServer)(nil),                    // 23: plinth.cluster.v1.EscrowFromServer
+	(*RotateSecretsKeyResponse_Key)(nil),        // 24: plinth.cluster.v1.RotateSecretsKeyResponse.Key
+	nil,                                         // 25: plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntry
+	(*EscrowFromClient_Parameters)(nil),         // 26: plinth.cluster.v1.EscrowFromClient.Parameters
+	(*EscrowFromClient_Proof)(nil),              // 27: plinth.cluster.v1.EscrowFromClient.Proof
+	(*EscrowFromServer_NeededProofs)(nil),       // 28: plinth.cluster.v1.EscrowFromServer.NeededProofs
+	(*EscrowFromServer_Fulfilled)(nil),          // 29: plinth.cluster.v1.EscrowFromServer.Fulfilled
+	(*KubernetesPolicy)(nil),                    // 30: plinth.cluster.v1.KubernetesPolicy
+	(*ClusterConfiguration)(nil),                // 31: plinth.cluster.v1.ClusterConfiguration
+	(*ClusterDirectory)(nil),                    // 32: plinth.cluster.v1.ClusterDirectory
+	(*Node)(nil),                                // 33: plinth.cluster.v1.Node
 }
 var file_cluster_v1_management_proto_depIdxs = []int32{
-	21, // 0: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
-	22, // 1: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	17, // 2: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
-	18, // 3: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
-	19, // 4: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
-	20, // 5: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
-	0,  // 6: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
-	2,  // 7: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
-	4,  // 8: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
-	6,  // 9: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
-	7,  // 10: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
-	9,  // 11: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
-	11, // 12: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
-	13, // 13: plinth.cluster.v1.Management.IssueKubernetesCredentials:input_type -> plinth.cluster.v1.IssueKubernetesCredentialsRequest
-	15, // 14: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
-	1,  // 15: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
-	3,  // 16: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
-	5,  // 17: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
-	23, // 18: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
-	8,  // 19: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
-	10, // 20: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
-	12, // 21: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
-	14, // 22: plinth.cluster.v1.Management.IssueKubernetesCredentials:output_type -> plinth.cluster.v1.IssueKubernetesCredentialsResponse
-	16, // 23: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	0,  // 0: plinth.cluster.v1.RotateSecretsKeyRequest.step:type_name -> plinth.cluster.v1.RotateSecretsKeyRequest.Step
+	24, // 1: plinth.cluster.v1.RotateSecretsKeyResponse.keys:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.Key
+	25, // 2: plinth.cluster.v1.RotateSecretsKeyResponse.controllers:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntry
+	30, // 3: plinth.cluster.v1.UpdateClusterPolicyRequest.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
+	31, // 4: plinth.cluster.v1.UpdateClusterPolicyResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	32, // 5: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
+	31, // 6: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	26, // 7: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
+	27, // 8: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
+	28, // 9: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
+	29, // 10: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
+	7,  // 11: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
+	9,  // 12: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
+	11, // 13: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
+	13, // 14: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
+	14, // 15: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
+	16, // 16: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
+	18, // 17: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
+	20, // 18: plinth.cluster.v1.Management.IssueKubernetesCredentials:input_type -> plinth.cluster.v1.IssueKubernetesCredentialsRequest
+	3,  // 19: plinth.cluster.v1.Management.RevokeKubernetesCredentials:input_type -> plinth.cluster.v1.RevokeKubernetesCredentialsRequest
+	5,  // 20: plinth.cluster.v1.Management.UpdateClusterPolicy:input_type -> plinth.cluster.v1.UpdateClusterPolicyRequest
+	1,  // 21: plinth.cluster.v1.Management.RotateSecretsKey:input_type -> plinth.cluster.v1.RotateSecretsKeyRequest
+	22, // 22: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
+	8,  // 23: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
+	10, // 24: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
+	12, // 25: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
+	33, // 26: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
+	15, // 27: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
+	17, // 28: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
+	19, // 29: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
+	21, // 30: plinth.cluster.v1.Management.IssueKubernetesCredentials:output_type -> plinth.cluster.v1.IssueKubernetesCredentialsResponse
+	4,  // 31: plinth.cluster.v1.Management.RevokeKubernetesCredentials:output_type -> plinth.cluster.v1.RevokeKubernetesCredentialsResponse
+	6,  // 32: plinth.cluster.v1.Management.UpdateClusterPolicy:output_type -> plinth.cluster.v1.UpdateClusterPolicyResponse
+	2,  // 33: plinth.cluster.v1.Management.RotateSecretsKey:output_type -> plinth.cluster.v1.RotateSecretsKeyResponse
+	23, // 34: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
+	23, // [23:35] is the sub-list for method output_type
+	11, // [11:23] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_management_proto_init() }
@@ -1305,15 +1766,15 @@ func file_cluster_v1_management_proto_init() {
 	}
 	file_cluster_v1_authorization_proto_init()
 	file_cluster_v1_common_proto_init()
-	file_cluster_v1_management_proto_msgTypes[9].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[15].OneofWrappers = []any{
 		(*UpdateNodeRolesRequest_Id)(nil),
 		(*UpdateNodeRolesRequest_PublicKey)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[15].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[21].OneofWrappers = []any{
 		(*EscrowFromClient_Parameters_)(nil),
 		(*EscrowFromClient_Proof_)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[16].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[22].OneofWrappers = []any{
 		(*EscrowFromServer_NeededProofs_)(nil),
 		(*EscrowFromServer_Fulfilled_)(nil),
 	}
@@ -1322,13 +1783,14 @@ func file_cluster_v1_management_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_management_proto_rawDesc), len(file_cluster_v1_management_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   21,
+			NumEnums:      1,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_cluster_v1_management_proto_goTypes,
 		DependencyIndexes: file_cluster_v1_management_proto_depIdxs,
+		EnumInfos:         file_cluster_v1_management_proto_enumTypes,
 		MessageInfos:      file_cluster_v1_management_proto_msgTypes,
 	}.Build()
 	File_cluster_v1_management_proto = out.File

@@ -25,14 +25,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Management_GetRegisterTicket_FullMethodName          = "/plinth.cluster.v1.Management/GetRegisterTicket"
-	Management_RotateRegisterTicket_FullMethodName       = "/plinth.cluster.v1.Management/RotateRegisterTicket"
-	Management_GetClusterInfo_FullMethodName             = "/plinth.cluster.v1.Management/GetClusterInfo"
-	Management_GetNodes_FullMethodName                   = "/plinth.cluster.v1.Management/GetNodes"
-	Management_ApproveNode_FullMethodName                = "/plinth.cluster.v1.Management/ApproveNode"
-	Management_UpdateNodeRoles_FullMethodName            = "/plinth.cluster.v1.Management/UpdateNodeRoles"
-	Management_DecommissionNode_FullMethodName           = "/plinth.cluster.v1.Management/DecommissionNode"
-	Management_IssueKubernetesCredentials_FullMethodName = "/plinth.cluster.v1.Management/IssueKubernetesCredentials"
+	Management_GetRegisterTicket_FullMethodName           = "/plinth.cluster.v1.Management/GetRegisterTicket"
+	Management_RotateRegisterTicket_FullMethodName        = "/plinth.cluster.v1.Management/RotateRegisterTicket"
+	Management_GetClusterInfo_FullMethodName              = "/plinth.cluster.v1.Management/GetClusterInfo"
+	Management_GetNodes_FullMethodName                    = "/plinth.cluster.v1.Management/GetNodes"
+	Management_ApproveNode_FullMethodName                 = "/plinth.cluster.v1.Management/ApproveNode"
+	Management_UpdateNodeRoles_FullMethodName             = "/plinth.cluster.v1.Management/UpdateNodeRoles"
+	Management_DecommissionNode_FullMethodName            = "/plinth.cluster.v1.Management/DecommissionNode"
+	Management_IssueKubernetesCredentials_FullMethodName  = "/plinth.cluster.v1.Management/IssueKubernetesCredentials"
+	Management_RevokeKubernetesCredentials_FullMethodName = "/plinth.cluster.v1.Management/RevokeKubernetesCredentials"
+	Management_UpdateClusterPolicy_FullMethodName         = "/plinth.cluster.v1.Management/UpdateClusterPolicy"
+	Management_RotateSecretsKey_FullMethodName            = "/plinth.cluster.v1.Management/RotateSecretsKey"
 )
 
 // ManagementClient is the client API for Management service.
@@ -71,10 +74,27 @@ type ManagementClient interface {
 	DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error)
 	// IssueKubernetesCredentials certifies the caller's key for the
 	// Kubernetes API: a client certificate from the Kubernetes CA for user
-	// "plinth-owner:owner" in group system:masters, valid for one hour, so
-	// that nothing long-lived sits in the owner's kubeconfig (Kubernetes
-	// cannot revoke a certificate). Served by every curator.
+	// "plinth-owner:<serial>" (each one its own name in the audit log) in
+	// group plinth:owner:<epoch>, which the controllers bind to
+	// cluster-admin (not system:masters, which nothing can revoke), valid
+	// for one hour, so that nothing long-lived sits in the owner's
+	// kubeconfig. Served by every curator.
 	IssueKubernetesCredentials(ctx context.Context, in *IssueKubernetesCredentialsRequest, opts ...grpc.CallOption) (*IssueKubernetesCredentialsResponse, error)
+	// RevokeKubernetesCredentials bumps the owner's Kubernetes credential
+	// epoch (ClusterConfiguration.kubernetes_owner_epoch): every
+	// certificate IssueKubernetesCredentials issued before stops working as
+	// soon as the controllers rebind cluster-admin to the new epoch's group.
+	RevokeKubernetesCredentials(ctx context.Context, in *RevokeKubernetesCredentialsRequest, opts ...grpc.CallOption) (*RevokeKubernetesCredentialsResponse, error)
+	// UpdateClusterPolicy changes the cluster policy: what workloads may
+	// do (the API servers restart with it) and which keys sign the images
+	// nodes install.
+	UpdateClusterPolicy(ctx context.Context, in *UpdateClusterPolicyRequest, opts ...grpc.CallOption) (*UpdateClusterPolicyResponse, error)
+	// RotateSecretsKey takes one step of the rotation of the key Secrets
+	// are encrypted with inside etcd (STATUS takes none) and says where
+	// every controller is. A step is taken once however often it is asked
+	// for; the owner's tool waits for every controller to run with one
+	// step before it asks for the next (plinthctl secrets-key rotate).
+	RotateSecretsKey(ctx context.Context, in *RotateSecretsKeyRequest, opts ...grpc.CallOption) (*RotateSecretsKeyResponse, error)
 }
 
 type managementClient struct {
@@ -174,6 +194,36 @@ func (c *managementClient) IssueKubernetesCredentials(ctx context.Context, in *I
 	return out, nil
 }
 
+func (c *managementClient) RevokeKubernetesCredentials(ctx context.Context, in *RevokeKubernetesCredentialsRequest, opts ...grpc.CallOption) (*RevokeKubernetesCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeKubernetesCredentialsResponse)
+	err := c.cc.Invoke(ctx, Management_RevokeKubernetesCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) UpdateClusterPolicy(ctx context.Context, in *UpdateClusterPolicyRequest, opts ...grpc.CallOption) (*UpdateClusterPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateClusterPolicyResponse)
+	err := c.cc.Invoke(ctx, Management_UpdateClusterPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) RotateSecretsKey(ctx context.Context, in *RotateSecretsKeyRequest, opts ...grpc.CallOption) (*RotateSecretsKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateSecretsKeyResponse)
+	err := c.cc.Invoke(ctx, Management_RotateSecretsKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -210,10 +260,27 @@ type ManagementServer interface {
 	DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error)
 	// IssueKubernetesCredentials certifies the caller's key for the
 	// Kubernetes API: a client certificate from the Kubernetes CA for user
-	// "plinth-owner:owner" in group system:masters, valid for one hour, so
-	// that nothing long-lived sits in the owner's kubeconfig (Kubernetes
-	// cannot revoke a certificate). Served by every curator.
+	// "plinth-owner:<serial>" (each one its own name in the audit log) in
+	// group plinth:owner:<epoch>, which the controllers bind to
+	// cluster-admin (not system:masters, which nothing can revoke), valid
+	// for one hour, so that nothing long-lived sits in the owner's
+	// kubeconfig. Served by every curator.
 	IssueKubernetesCredentials(context.Context, *IssueKubernetesCredentialsRequest) (*IssueKubernetesCredentialsResponse, error)
+	// RevokeKubernetesCredentials bumps the owner's Kubernetes credential
+	// epoch (ClusterConfiguration.kubernetes_owner_epoch): every
+	// certificate IssueKubernetesCredentials issued before stops working as
+	// soon as the controllers rebind cluster-admin to the new epoch's group.
+	RevokeKubernetesCredentials(context.Context, *RevokeKubernetesCredentialsRequest) (*RevokeKubernetesCredentialsResponse, error)
+	// UpdateClusterPolicy changes the cluster policy: what workloads may
+	// do (the API servers restart with it) and which keys sign the images
+	// nodes install.
+	UpdateClusterPolicy(context.Context, *UpdateClusterPolicyRequest) (*UpdateClusterPolicyResponse, error)
+	// RotateSecretsKey takes one step of the rotation of the key Secrets
+	// are encrypted with inside etcd (STATUS takes none) and says where
+	// every controller is. A step is taken once however often it is asked
+	// for; the owner's tool waits for every controller to run with one
+	// step before it asks for the next (plinthctl secrets-key rotate).
+	RotateSecretsKey(context.Context, *RotateSecretsKeyRequest) (*RotateSecretsKeyResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -247,6 +314,15 @@ func (UnimplementedManagementServer) DecommissionNode(context.Context, *Decommis
 }
 func (UnimplementedManagementServer) IssueKubernetesCredentials(context.Context, *IssueKubernetesCredentialsRequest) (*IssueKubernetesCredentialsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueKubernetesCredentials not implemented")
+}
+func (UnimplementedManagementServer) RevokeKubernetesCredentials(context.Context, *RevokeKubernetesCredentialsRequest) (*RevokeKubernetesCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeKubernetesCredentials not implemented")
+}
+func (UnimplementedManagementServer) UpdateClusterPolicy(context.Context, *UpdateClusterPolicyRequest) (*UpdateClusterPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateClusterPolicy not implemented")
+}
+func (UnimplementedManagementServer) RotateSecretsKey(context.Context, *RotateSecretsKeyRequest) (*RotateSecretsKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateSecretsKey not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -406,6 +482,60 @@ func _Management_IssueKubernetesCredentials_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_RevokeKubernetesCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeKubernetesCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).RevokeKubernetesCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_RevokeKubernetesCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).RevokeKubernetesCredentials(ctx, req.(*RevokeKubernetesCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_UpdateClusterPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateClusterPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).UpdateClusterPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_UpdateClusterPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).UpdateClusterPolicy(ctx, req.(*UpdateClusterPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_RotateSecretsKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateSecretsKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).RotateSecretsKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_RotateSecretsKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).RotateSecretsKey(ctx, req.(*RotateSecretsKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -440,6 +570,18 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IssueKubernetesCredentials",
 			Handler:    _Management_IssueKubernetesCredentials_Handler,
+		},
+		{
+			MethodName: "RevokeKubernetesCredentials",
+			Handler:    _Management_RevokeKubernetesCredentials_Handler,
+		},
+		{
+			MethodName: "UpdateClusterPolicy",
+			Handler:    _Management_UpdateClusterPolicy_Handler,
+		},
+		{
+			MethodName: "RotateSecretsKey",
+			Handler:    _Management_RotateSecretsKey_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -117,9 +117,21 @@ type UpdateStart struct {
 	// Stage the update: write, check and seal, but leave the firmware's
 	// boot target alone; ActivateUpdate boots it later, CancelUpdate drops
 	// it, and reboots meanwhile run the old slot. Excludes reboot.
-	Stage         bool `protobuf:"varint,3,opt,name=stage,proto3" json:"stage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stage bool `protobuf:"varint,3,opt,name=stage,proto3" json:"stage,omitempty"`
+	// manifest.sig of the image directory: the ed25519 signature (64 raw
+	// bytes) over the exact bytes of manifest. The node installs the image
+	// only if it verifies against one of the cluster's release keys
+	// (ClusterConfiguration.release_keys); empty: the image is unsigned,
+	// and refused.
+	ManifestSignature []byte `protobuf:"bytes,4,opt,name=manifest_signature,json=manifestSignature,proto3" json:"manifest_signature,omitempty"`
+	// Install the image although its release (the manifest's "release") is
+	// older than the one the node runs: an owner's decision for emergencies,
+	// logged by the node. Without it such a downgrade is refused (a signed
+	// old image with a known hole must not be reinstalled by whoever can
+	// reach the owner's tool or a node's update call).
+	AllowDowngrade bool `protobuf:"varint,5,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateStart) Reset() {
@@ -169,6 +181,20 @@ func (x *UpdateStart) GetReboot() bool {
 func (x *UpdateStart) GetStage() bool {
 	if x != nil {
 		return x.Stage
+	}
+	return false
+}
+
+func (x *UpdateStart) GetManifestSignature() []byte {
+	if x != nil {
+		return x.ManifestSignature
+	}
+	return nil
+}
+
+func (x *UpdateStart) GetAllowDowngrade() bool {
+	if x != nil {
+		return x.AllowDowngrade
 	}
 	return false
 }
@@ -1257,11 +1283,13 @@ const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\rUpdateRequest\x126\n" +
 	"\x05start\x18\x01 \x01(\v2\x1e.plinth.cluster.v1.UpdateStartH\x00R\x05start\x123\n" +
 	"\x04data\x18\x02 \x01(\v2\x1d.plinth.cluster.v1.UpdateDataH\x00R\x04dataB\x06\n" +
-	"\x04kind\"W\n" +
+	"\x04kind\"\xaf\x01\n" +
 	"\vUpdateStart\x12\x1a\n" +
 	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x16\n" +
 	"\x06reboot\x18\x02 \x01(\bR\x06reboot\x12\x14\n" +
-	"\x05stage\x18\x03 \x01(\bR\x05stage\" \n" +
+	"\x05stage\x18\x03 \x01(\bR\x05stage\x12-\n" +
+	"\x12manifest_signature\x18\x04 \x01(\fR\x11manifestSignature\x12'\n" +
+	"\x0fallow_downgrade\x18\x05 \x01(\bR\x0eallowDowngrade\" \n" +
 	"\n" +
 	"UpdateData\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\xcf\x01\n" +

@@ -56,9 +56,12 @@ type NodeManagementClient interface {
 	// and that UKI as UpdateData chunks, in this order, exactly as large as
 	// the manifest says, and closes its side. The node answers with
 	// UpdateProgress while it writes and checks, and UpdateDone at the end.
-	// Anything that does not match the manifest, or a manifest for another
-	// board, fails the call before the new slot can be booted; the running
-	// slot is never written. A second update while one is running or
+	// An image whose manifest_signature does not verify against one of the
+	// cluster's release keys, or whose release is older than the running
+	// image's (without allow_downgrade), is refused with INVALID_ARGUMENT
+	// before anything is written. Anything that does not match the
+	// manifest, or a manifest for another board, fails the call before the
+	// new slot can be booted; the running slot is never written. A second update while one is running or
 	// pending (staged included) fails with FAILED_PRECONDITION.
 	Update(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UpdateRequest, UpdateResponse], error)
 	// ActivateUpdate makes the node boot its staged update (UpdateStart
@@ -188,9 +191,12 @@ type NodeManagementServer interface {
 	// and that UKI as UpdateData chunks, in this order, exactly as large as
 	// the manifest says, and closes its side. The node answers with
 	// UpdateProgress while it writes and checks, and UpdateDone at the end.
-	// Anything that does not match the manifest, or a manifest for another
-	// board, fails the call before the new slot can be booted; the running
-	// slot is never written. A second update while one is running or
+	// An image whose manifest_signature does not verify against one of the
+	// cluster's release keys, or whose release is older than the running
+	// image's (without allow_downgrade), is refused with INVALID_ARGUMENT
+	// before anything is written. Anything that does not match the
+	// manifest, or a manifest for another board, fails the call before the
+	// new slot can be booted; the running slot is never written. A second update while one is running or
 	// pending (staged included) fails with FAILED_PRECONDITION.
 	Update(grpc.BidiStreamingServer[UpdateRequest, UpdateResponse]) error
 	// ActivateUpdate makes the node boot its staged update (UpdateStart

@@ -409,8 +409,18 @@ type ClusterPolicy struct {
 	// The minimum protection of every node's data partition. Unspecified means
 	// the cluster does not constrain it beyond each node's own setting.
 	StorageSecurity StorageSecurity `protobuf:"varint,2,opt,name=storage_security,json=storageSecurity,proto3,enum=plinth.node.v1.StorageSecurity" json:"storage_security,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The Pod Security level enforced in namespaces that do not name one
+	// (plinth.cluster.v1.KubernetesPolicy.pod_security_level; "" is
+	// baseline).
+	PodSecurityLevel string `protobuf:"bytes,3,opt,name=pod_security_level,json=podSecurityLevel,proto3" json:"pod_security_level,omitempty"`
+	// Host paths below the node's state that pods may use anyway
+	// (plinth.cluster.v1.KubernetesPolicy.allowed_host_paths).
+	AllowedHostPaths []string `protobuf:"bytes,4,rep,name=allowed_host_paths,json=allowedHostPaths,proto3" json:"allowed_host_paths,omitempty"`
+	// ed25519 public keys (32 raw bytes) that sign the images nodes may
+	// install; empty: the key that signed the bootstrap node's own image.
+	ReleaseKeys   [][]byte `protobuf:"bytes,5,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterPolicy) Reset() {
@@ -455,6 +465,27 @@ func (x *ClusterPolicy) GetStorageSecurity() StorageSecurity {
 		return x.StorageSecurity
 	}
 	return StorageSecurity_STORAGE_SECURITY_UNSPECIFIED
+}
+
+func (x *ClusterPolicy) GetPodSecurityLevel() string {
+	if x != nil {
+		return x.PodSecurityLevel
+	}
+	return ""
+}
+
+func (x *ClusterPolicy) GetAllowedHostPaths() []string {
+	if x != nil {
+		return x.AllowedHostPaths
+	}
+	return nil
+}
+
+func (x *ClusterPolicy) GetReleaseKeys() [][]byte {
+	if x != nil {
+		return x.ReleaseKeys
+	}
+	return nil
 }
 
 // Register joins this node to an existing cluster. The node contacts a
@@ -822,10 +853,13 @@ const file_node_v1_parameters_proto_rawDesc = "" +
 	"\x10owner_public_key\x18\x01 \x01(\fR\x0eownerPublicKey\x12D\n" +
 	"\x0einitial_policy\x18\x02 \x01(\v2\x1d.plinth.node.v1.ClusterPolicyR\rinitialPolicy\x128\n" +
 	"\x18no_kubernetes_controller\x18\x03 \x01(\bR\x16noKubernetesController\x120\n" +
-	"\x14no_kubernetes_worker\x18\x04 \x01(\bR\x12noKubernetesWorker\"\x92\x01\n" +
+	"\x14no_kubernetes_worker\x18\x04 \x01(\bR\x12noKubernetesWorker\"\x91\x02\n" +
 	"\rClusterPolicy\x125\n" +
 	"\x17allow_nodes_without_tpm\x18\x01 \x01(\bR\x14allowNodesWithoutTpm\x12J\n" +
-	"\x10storage_security\x18\x02 \x01(\x0e2\x1f.plinth.node.v1.StorageSecurityR\x0fstorageSecurity\"\x96\x01\n" +
+	"\x10storage_security\x18\x02 \x01(\x0e2\x1f.plinth.node.v1.StorageSecurityR\x0fstorageSecurity\x12,\n" +
+	"\x12pod_security_level\x18\x03 \x01(\tR\x10podSecurityLevel\x12,\n" +
+	"\x12allowed_host_paths\x18\x04 \x03(\tR\x10allowedHostPaths\x12!\n" +
+	"\frelease_keys\x18\x05 \x03(\fR\vreleaseKeys\"\x96\x01\n" +
 	"\bRegister\x124\n" +
 	"\x16cluster_ca_certificate\x18\x01 \x01(\fR\x14clusterCaCertificate\x12'\n" +
 	"\x0fregister_ticket\x18\x02 \x01(\fR\x0eregisterTicket\x12+\n" +

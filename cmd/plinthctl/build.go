@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +17,10 @@ func init() {
 }
 
 // buildCmd is `plinthctl build`: the image builder (package image) for
-// one board.
+// one board. With -sign-key and -release it signs the image as release N
+// (manifest.sig; the system image carries the key and the number):
+// nodes install only images one of their cluster's release keys signed,
+// and none older than what they run.
 type buildCmd struct {
 	board         string
 	kernelPackage string
@@ -26,6 +30,8 @@ type buildCmd struct {
 	out           string
 	version       string
 	params        string
+	signKey       string
+	release       uint64
 }
 
 func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -38,7 +44,19 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&c.out, "out", "out/image/"+board.Default, "output directory")
 	fs.StringVar(&c.version, "version", "dev", "version recorded in the image")
 	fs.StringVar(&c.params, "params", "", "a cluster's register parameters (plinthctl params -register), put into the network-boot UKI's measured command line: one plinth.efi for every node that boots it")
+	fs.StringVar(&c.signKey, "sign-key", "", "release key `file` (plinthctl release-key -o FILE) that signs the image: nodes install only images their cluster's release keys signed")
+	fs.Uint64Var(&c.release, "release", 0, "release `number` of the image, required with -sign-key: nodes refuse an update to an older release (0: unreleased)")
 	fs.Parse(args)
+	var key ed25519.PrivateKey
+	if c.signKey != "" {
+		if !flagSet(fs, "release") {
+			return fmt.Errorf("-sign-key needs -release N: the number that orders this image among the signed ones (nodes refuse older ones)")
+		}
+		var err error
+		if key, err = readReleaseKey(c.signKey); err != nil {
+			return fmt.Errorf("-sign-key: %w", err)
+		}
+	}
 	var netboot []string
 	if c.params != "" {
 		arg, err := netbootParameters(c.params)
@@ -62,11 +80,17 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 			return err
 		}
 	}
-	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, Binaries: image.BinariesIn(c.bin), OutDir: c.out, Version: c.version, Progress: stdout, NetbootArgs: netboot})
+	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, Binaries: image.BinariesIn(c.bin), OutDir: c.out, Version: c.version, Progress: stdout, NetbootArgs: netboot,
+		Release: c.release, SignKey: key})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "image for %s in %s\n  kernel %s\n  verity root hash %s\n", m.Board, c.out, m.KernelVersion, m.Verity.RootHash)
+	if key != nil {
+		fmt.Fprintf(stdout, "  release %d, signed by release key %s\n", m.Release, m.ReleaseKey)
+	} else {
+		fmt.Fprintf(stdout, "  unsigned: no node installs it as an update (-sign-key)\n")
+	}
 	for _, name := range []string{image.KernelFile, image.InitramfsFile, image.SystemFile} {
 		a := m.Artefacts[name]
 		fmt.Fprintf(stdout, "  %-14s %8.1f MiB  sha256 %s\n", name, float64(a.Size)/(1<<20), a.SHA256[:16])

@@ -130,7 +130,9 @@ func (f *fakeCluster) startAPI(t *testing.T) {
 		f.mu.Lock()
 		ready := f.apiReady
 		f.mu.Unlock()
-		if r.URL.Path != "/readyz" {
+		if r.URL.Path == "/api/v1/namespaces/default" {
+			w.Write([]byte(`{"kind":"Namespace"}`))
+		} else if r.URL.Path != "/readyz" {
 			http.NotFound(w, r)
 		} else if !ready {
 			http.Error(w, "[-]poststarthook/rbac/bootstrap-roles failed: not finished", http.StatusInternalServerError)

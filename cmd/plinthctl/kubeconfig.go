@@ -42,11 +42,17 @@ func init() {
 // serves, so that a user is told "not serving yet" instead of meeting a
 // reset connection in kubectl. -wait waits for it (a node starting
 // Kubernetes under TCG takes a minute or two).
+//
+// -revoke-all ends every Kubernetes certificate the owner was issued so
+// far (the cluster moves the owner's credential epoch; cluster-admin is
+// bound to the new epoch's group alone) and drops the cached one; the
+// kubeconfigs written before keep working, with new certificates.
 type kubeconfigCmd struct {
-	config string
-	server string
-	out    string
-	wait   time.Duration
+	config    string
+	server    string
+	out       string
+	wait      time.Duration
+	revokeAll bool
 }
 
 // kubeTLSServerName is what kubectl checks the API server's certificate
@@ -112,8 +118,12 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	fs.StringVar(&c.server, "server", "", "the API server's `URL` (default: https:// the first controller's address, port 6443), e.g. a forwarded https://127.0.0.1:PORT")
 	fs.StringVar(&c.out, "o", "", "write the kubeconfig to `file` (replaced whole, mode 0600) instead of standard output")
 	fs.DurationVar(&c.wait, "wait", 0, "wait up to `duration` for the API server to serve (default: check once, and fail if it does not serve yet)")
+	fs.BoolVar(&c.revokeAll, "revoke-all", false, "revoke every Kubernetes certificate issued to the owner so far (a stolen one among them), and write nothing")
 	if err := noArgs(fs, args); err != nil {
 		return err
+	}
+	if c.revokeAll {
+		return c.revoke(ctx, stderr)
 	}
 	if c.server != "" {
 		if u, err := url.Parse(c.server); err != nil || u.Scheme != "https" || u.Host == "" {
@@ -192,6 +202,25 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	if c.out != "" {
 		fmt.Fprintf(stderr, "plinthctl: wrote %s (server %s, serving); try: kubectl --kubeconfig %s get nodes\n", c.out, server, c.out)
 	}
+	return nil
+}
+
+// revoke moves the owner's credential epoch and drops the cached
+// credential of the old one.
+func (c *kubeconfigCmd) revoke(ctx context.Context, stderr io.Writer) error {
+	cl, ctx, done, err := ownerCall(ctx, c.config)
+	if err != nil {
+		return err
+	}
+	defer done()
+	epoch, err := cl.RevokeKubernetesCredentials(ctx)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(c.config, kubeCredentialFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	fmt.Fprintf(stderr, "plinthctl: every Kubernetes certificate issued to the owner before is revoked (owner credentials now of epoch %d); kubectl gets a new one when it next runs\n", epoch)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/roleserver/owner"
 	"plinth.dev/plinth/vmtest"
 )
 
@@ -80,6 +81,10 @@ func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer)
 		fmt.Fprintf(stderr, "  %s\n", cmd)
 	}
 	fmt.Fprintf(stderr, "Ctrl-C powers the nodes off.\n")
+	if !c.noKubernetes && c.nodes > 1 {
+		// Pods belong on the workers, not next to etcd and the API server.
+		go taintConsensusMembers(ctx, cl, stderr)
+	}
 
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "\nplinthctl: powering the nodes off")
@@ -121,6 +126,30 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		p.buf = p.buf[i+1:]
 		if err != nil {
 			return len(b), err
+		}
+	}
+}
+
+// taintConsensusMembers puts the control plane taint on the cluster's
+// consensus members (the bootstrap node) once their Kubernetes nodes
+// exist, so that pods go to the other workers.
+func taintConsensusMembers(ctx context.Context, cl *vmtest.Cluster, stderr io.Writer) {
+	n := cl.Nodes()[0]
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		api, err := cl.Client().KubeAPI(actx, cl.KubernetesAPIEndpoint(n))
+		if err == nil {
+			err = api.Taint(actx, n.ID(), true)
+		}
+		cancel()
+		if err == nil {
+			fmt.Fprintf(stderr, "plinthctl: %s (%s, the consensus member) tainted %s:NoSchedule: pods run on the other workers (plinthctl roles untaint %s undoes it)\n",
+				n.Name, n.ID(), owner.ControlPlaneTaint, n.ID())
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
 		}
 	}
 }

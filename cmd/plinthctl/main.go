@@ -1,6 +1,7 @@
 // Command plinthctl builds Plinth images and operates Plinth nodes.
 //
-//	plinthctl build  [-board B] [-kernel-package DEB] -init BIN -bin DIR [-out DIR]
+//	plinthctl build  [-board B] [-kernel-package DEB] -init BIN -bin DIR [-out DIR] [-sign-key KEY -release N]
+//	plinthctl release-key -o FILE                   a release key (FILE, FILE.pub) that signs images
 //	plinthctl run    [-image DIR] [-state DIR]      boot one node in QEMU with swtpm
 //	plinthctl params -o FILE -bootstrap|-register   write node parameters
 //	plinthctl launch [-nodes N] [-dir DIR]          local test cluster (vmtest)

@@ -35,9 +35,12 @@ type updateCmd struct {
 	// kubeServer, host:port, if set) and uncordoned after.
 	drain      bool
 	kubeServer string
+	// allowDowngrade: install an image older than the node's (an
+	// emergency: going back to the last release that worked).
+	allowDowngrade bool
 }
 
-const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-stage | -no-reboot] [-timeout D]\n" +
+const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-stage | -no-reboot] [-allow-downgrade] [-timeout D]\n" +
 	"       plinthctl update NODE (-activate | -cancel) [-version V]"
 
 func (c *updateCmd) flags(fs *flag.FlagSet) {
@@ -52,6 +55,7 @@ func (c *updateCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "how long to wait for a node to come back healthy on the new version")
 	fs.BoolVar(&c.drain, "drain", true, "cordon and drain a Kubernetes worker before it reboots into its update (its pods move to other workers), uncordon it after")
 	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` for -drain (default: the first the cluster names)")
+	fs.BoolVar(&c.allowDowngrade, "allow-downgrade", false, "install the image even if its release is older than the node's (emergencies; the node logs it). It must still be signed by a release key of the cluster")
 }
 
 func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -67,6 +71,8 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 		return errors.New(updateUsage)
 	case finishing && (c.all || c.stage || c.noReboot):
 		return errors.New("-activate and -cancel act on one NODE's installed update")
+	case finishing && c.allowDowngrade:
+		return errors.New("-allow-downgrade goes with -image: the node checks an image's release when it is installed, not when it is activated or cancelled")
 	case c.stage && c.noReboot:
 		return errors.New("-stage and -no-reboot exclude each other: a staged update waits for -activate, the other boots at the next reboot")
 	case c.all && c.noReboot:
@@ -100,6 +106,13 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	img, err := owner.ReadUpdateImage(c.image)
 	if err != nil {
 		return err
+	}
+	if img.Signature == nil {
+		// Sent all the same: the node's policy decides, and says why.
+		fmt.Fprintf(stderr, "plinthctl: %s has no manifest.sig: the image is unsigned (plinthctl build -sign-key signs it)\n", c.image)
+	}
+	if img.AllowDowngrade = c.allowDowngrade; c.allowDowngrade {
+		fmt.Fprintf(stderr, "plinthctl: -allow-downgrade: nodes install release %d even if they run a newer one\n", img.Release)
 	}
 	var ids []string
 	if c.all {
@@ -254,6 +267,11 @@ func (c *updateCmd) install(ctx context.Context, cl *owner.Client, id string, im
 			fmt.Fprintf(out, "  %s\n", p.GetPhase())
 		}
 	})
+	var refused *owner.RefusedError
+	if errors.As(err, &refused) {
+		// It names the node and the node's reason.
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("update of %s: %w", id, err)
 	}

@@ -23,6 +23,7 @@ func TestUpdateFlags(t *testing.T) {
 		{[]string{"node", "-cancel", "-stage"}, "-activate and -cancel act on one NODE's installed update"},
 		{[]string{"node", "-image", "dir", "-stage", "-no-reboot"}, "-stage and -no-reboot exclude each other"},
 		{[]string{"-all", "-image", "dir", "-no-reboot"}, "-stage installs everywhere"},
+		{[]string{"node", "-activate", "-allow-downgrade"}, "-allow-downgrade goes with -image"},
 	} {
 		err := new(updateCmd).run(context.Background(), append([]string{"-config", t.TempDir()}, c.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -7,6 +7,7 @@
 //	testpod pause               sleep until SIGTERM/SIGINT; reap children as PID 1
 //	testpod serve [-port 8080]  HTTP: / answers "hello from <hostname>", /healthz "ok"
 //	testpod print TEXT...       print TEXT and exit 0
+//	testpod cat FILE...         print the files (e.g. /proc/1/status: its Seccomp line)
 //	testpod dns NAME            resolve NAME, print its addresses (non-zero exit on failure)
 //	testpod api                 GET this namespace's pods from the Kubernetes API with
 //	                            the pod's service account (exit 0 only on HTTP 200)
@@ -45,6 +46,7 @@ var commands = map[string]command{
 	}},
 	"serve":    {"serve [-port 8080]", serveCmd},
 	"print":    {"print TEXT...", printCmd},
+	"cat":      {"cat FILE...", catCmd},
 	"dns":      {"dns [-timeout 10s] NAME", dnsCmd},
 	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
 	"selftest": {"selftest", selftestCmd},
@@ -82,6 +84,18 @@ func usage(w io.Writer) int {
 
 func printCmd(args []string, stdout, _ io.Writer) int {
 	fmt.Fprintln(stdout, strings.Join(args, " "))
+	return 0
+}
+
+func catCmd(args []string, stdout, stderr io.Writer) int {
+	for _, name := range args {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			fmt.Fprintln(stderr, "testpod:", err)
+			return 1
+		}
+		stdout.Write(b)
+	}
 	return 0
 }
 

@@ -38,6 +38,14 @@ func TestUsageAndPrint(t *testing.T) {
 	if code, out, _ := runCmd("print", "hello", "world"); code != 0 || out != "hello world\n" {
 		t.Errorf("print: %d %q", code, out)
 	}
+	f := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(f, []byte("Seccomp:\t2\n"), 0o644)
+	if code, out, _ := runCmd("cat", f, f); code != 0 || out != "Seccomp:\t2\nSeccomp:\t2\n" {
+		t.Errorf("cat: %d %q", code, out)
+	}
+	if code, _, errOut := runCmd("cat", f+"-missing"); code != 1 || !strings.Contains(errOut, "no such file") {
+		t.Errorf("cat of a missing file: %d %q", code, errOut)
+	}
 }
 
 func TestPause(t *testing.T) {

@@ -115,3 +115,14 @@ const (
 
 // ESPSlotUKI is the path of slot s's UKI on the ESP.
 func ESPSlotUKI(slot string) string { return "EFI/plinth/" + slot + ".efi" }
+
+// Users the Kubernetes control plane runs as, each its own and
+// unprivileged (the group of the same number): no component reads
+// another's keys, and the confined etcd endpoint serves the API server's
+// user alone. Pods run in containers of their own cgroups, so a container
+// process with one of these numbers is still not taken for the component.
+const (
+	APIServerUser         = 10001
+	ControllerManagerUser = 10002
+	SchedulerUser         = 10003
+)

@@ -4,7 +4,13 @@
 // kept in an in-memory ring buffer that the node's API can serve later.
 //
 //	slog.Logger ──► handler(dn) ──► Tree ──┬──► ring buffer (last N entries) ──► Read / Subscribe
-//	slog.Logger ──► handler(dn) ──┘        └──► sinks (console: Entry.String() lines)
+//	slog.Logger ──► handler(dn) ──┘        ├──► sinks (console: Entry.String() lines)
+//	                                       └──► streams: a DN's own ring (Stream), not on
+//	                                            the console, read by naming it
+//
+// A stream is for a voluminous log that must neither push everything
+// else out of the shared ring nor flood the console: the API server's
+// audit log (one entry per request) is one.
 //
 // The line format is:
 //
@@ -91,13 +97,38 @@ func ParseLine(line string) (Entry, bool) {
 // Tree is the log tree of one node.
 type Tree struct {
 	mu       sync.Mutex
-	ring     []Entry
-	next     int
-	full     bool
+	main     ring
+	streams  map[string]*ring
 	sinks    []*sink
 	subs     map[*subscription]struct{}
 	minLevel slog.Level
 	now      func() time.Time
+}
+
+// ring keeps the last len(entries) entries.
+type ring struct {
+	entries []Entry
+	next    int
+	full    bool
+}
+
+func newRing(capacity int) ring { return ring{entries: make([]Entry, capacity)} }
+
+func (r *ring) add(e Entry) {
+	r.entries[r.next] = e
+	r.next = (r.next + 1) % len(r.entries)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// all is every entry kept, oldest first.
+func (r *ring) all() []Entry {
+	var out []Entry
+	if r.full {
+		out = append(out, r.entries[r.next:]...)
+	}
+	return append(out, r.entries[:r.next]...)
 }
 
 type subscription struct {
@@ -110,7 +141,30 @@ func New(capacity int) *Tree {
 	if capacity <= 0 {
 		capacity = 8192
 	}
-	return &Tree{ring: make([]Entry, capacity), subs: map[*subscription]struct{}{}, minLevel: slog.LevelInfo, now: time.Now}
+	return &Tree{main: newRing(capacity), streams: map[string]*ring{}, subs: map[*subscription]struct{}{}, minLevel: slog.LevelInfo, now: time.Now}
+}
+
+// Stream keeps the entries at or below dn in a ring of their own of
+// capacity entries, apart from the others and off the sinks; Read and
+// Subscribe see them only for a prefix at or below dn. Registering dn
+// again keeps its ring.
+func (t *Tree) Stream(dn string, capacity int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.streams[dn]; !ok && capacity > 0 {
+		r := newRing(capacity)
+		t.streams[dn] = &r
+	}
+}
+
+// streamOf is the stream dn belongs to, or "" and nil; t.mu is held.
+func (t *Tree) streamOf(dn string) (string, *ring) {
+	for s, r := range t.streams {
+		if underDN(dn, s) {
+			return s, r
+		}
+	}
+	return "", nil
 }
 
 // SetLevel sets the lowest level that is recorded (default Info).
@@ -131,19 +185,20 @@ func (t *Tree) Log(e Entry) {
 	if e.Time.IsZero() {
 		e.Time = t.now()
 	}
-	line := []byte(e.String() + "\n")
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.ring[t.next] = e
-	t.next = (t.next + 1) % len(t.ring)
-	if t.next == 0 {
-		t.full = true
-	}
-	for _, s := range t.sinks {
-		s.offer(e, line)
+	stream, r := t.streamOf(e.DN)
+	if r != nil {
+		r.add(e)
+	} else {
+		t.main.add(e)
+		line := []byte(e.String() + "\n")
+		for _, s := range t.sinks {
+			s.offer(e, line)
+		}
 	}
 	for s := range t.subs {
-		if !underDN(e.DN, s.prefix) {
+		if !underDN(e.DN, s.prefix) || (r != nil && !underDN(s.prefix, stream)) {
 			continue
 		}
 		select {
@@ -157,16 +212,17 @@ func underDN(dn, prefix string) bool {
 	return prefix == "" || dn == prefix || strings.HasPrefix(dn, prefix+".")
 }
 
-// Read returns the buffered entries at or below the DN prefix ("" for all),
-// oldest first, at most the last n (n <= 0: all).
+// Read returns the buffered entries at or below the DN prefix ("" for all
+// but the streams'), oldest first, at most the last n (n <= 0: all).
 func (t *Tree) Read(prefix string, n int) []Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var all []Entry
-	if t.full {
-		all = append(all, t.ring[t.next:]...)
+	all := t.main.all()
+	for s, r := range t.streams {
+		if underDN(prefix, s) && prefix != "" {
+			all = r.all()
+		}
 	}
-	all = append(all, t.ring[:t.next]...)
 	var out []Entry
 	for _, e := range all {
 		if underDN(e.DN, prefix) {

@@ -126,3 +126,45 @@ func TestSlowSinkNeverBlocks(t *testing.T) {
 		t.Errorf("filtered console:\n%s", out[max(0, len(out)-500):])
 	}
 }
+
+// TestStream: a stream's entries stay in their own ring, off the
+// console: many of them push nothing else out, and it is read (and
+// subscribed to) only by naming it.
+func TestStream(t *testing.T) {
+	lt := New(4)
+	lt.Stream("root.api.audit", 3)
+	var console bytes.Buffer
+	lt.AddSink(&console, nil)
+	lt.Logger("root.api").Info("serving")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	all, audit := lt.Subscribe(ctx, ""), lt.Subscribe(ctx, "root.api.audit")
+	for i := range 10 {
+		lt.Logger("root.api.audit").Info("event", "n", i)
+	}
+	lt.Logger("root.api").Info("still here")
+	if got := lt.Read("", 0); len(got) != 2 || got[0].Message != "serving" || got[1].Message != "still here" {
+		t.Errorf("Read(\"\") = %v, want the two entries outside the stream", got)
+	}
+	if got := lt.Read("root.api", 0); len(got) != 2 {
+		t.Errorf("Read(root.api) = %v: the stream below it is read only by its name", got)
+	}
+	got := lt.Read("root.api.audit", 0)
+	if len(got) != 3 || got[0].Attrs[0] != "n=7" || got[2].Attrs[0] != "n=9" {
+		t.Errorf("Read(stream) = %v, want its last 3 entries", got)
+	}
+	lt.Stream("root.api.audit", 100) // again: the same ring
+	if got := lt.Read("root.api.audit", 0); len(got) != 3 {
+		t.Errorf("registering the stream again lost its entries: %v", got)
+	}
+	lt.Flush(time.Second)
+	if strings.Contains(console.String(), "event") {
+		t.Errorf("stream entries reached the console:\n%s", console.String())
+	}
+	if e := <-all; e.Message != "still here" {
+		t.Errorf("a subscription to everything got %v first, not the entry outside the stream", e)
+	}
+	if e := <-audit; e.Message != "event" {
+		t.Errorf("a subscription to the stream got %v", e)
+	}
+}

@@ -89,15 +89,19 @@ func CATemplate(commonName string, validity time.Duration) (*x509.Certificate, e
 	}, nil
 }
 
-// LeafWindow fills tmpl's serial (random, 128 bits) and validity: from a
-// backdated now for validity, never beyond the issuing CA's notAfter.
+// LeafWindow fills tmpl's serial (random, 128 bits, unless the caller
+// chose one: a certificate whose name carries its serial) and validity:
+// from a backdated now for validity, never beyond the issuing CA's
+// notAfter.
 func LeafWindow(tmpl *x509.Certificate, validity time.Duration, caNotAfter time.Time) error {
-	serial, err := newSerial()
-	if err != nil {
-		return err
+	if tmpl.SerialNumber == nil {
+		serial, err := newSerial()
+		if err != nil {
+			return err
+		}
+		tmpl.SerialNumber = serial
 	}
 	now := time.Now()
-	tmpl.SerialNumber = serial
 	tmpl.NotBefore = now.Add(-backdate)
 	tmpl.NotAfter = now.Add(validity)
 	if tmpl.NotAfter.After(caNotAfter) {

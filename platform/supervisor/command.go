@@ -34,6 +34,17 @@ type Command struct {
 	// Grace is how long a process gets between SIGTERM and SIGKILL when
 	// its runnable stops (default 10 s).
 	Grace time.Duration
+	// Stdout, if set, names a stream (logtree.Tree.Stream) below the
+	// runnable's DN that the process's standard output goes to, a line
+	// per entry as it is, kept in a ring of StdoutEntries entries of its
+	// own, off the console: for a voluminous machine-read log such as the
+	// API server's audit events. Its standard error stays below
+	// ProcessOutputSuffix.
+	Stdout        string
+	StdoutEntries int
+	// User, if set, is the user and groups the process runs as (an
+	// unprivileged user of its own: nil runs it as the core's, root).
+	User *syscall.Credential
 	// Ready, if set, is polled (every 250 ms) after the start; the
 	// runnable signals healthy once it returns nil. Without it the
 	// runnable is healthy as soon as the process started.
@@ -53,9 +64,12 @@ func RunCommand(ctx context.Context, c Command) error {
 	cmd := exec.CommandContext(ctx, c.Path, c.Args...)
 	cmd.Env, cmd.Dir = c.Env, c.Dir
 	cmd.Stdout, cmd.Stderr = pw, pw
+	if c.Stdout != "" {
+		cmd.Stdout = streamWriter(ctx, c.Stdout, c.StdoutEntries)
+	}
 	// Own process group, so the whole tree can be signalled; and killed
 	// if the core dies without stopping it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: c.User}
 	// ctx's end sends SIGTERM; exec kills after the grace period.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = o.Grace
@@ -110,6 +124,19 @@ func RunCommand(ctx context.Context, c Command) error {
 		return fmt.Errorf("%s: %w", cmd.Path, err)
 	}
 	return nil
+}
+
+// streamWriter is the writer of stream name below the runnable's DN,
+// registered with its own ring of entries (io.Discard outside a
+// supervisor).
+func streamWriter(ctx context.Context, name string, entries int) io.Writer {
+	n, ok := ctx.Value(ctxKey{}).(*node)
+	if !ok {
+		return io.Discard
+	}
+	dn := n.dn + "." + name
+	n.s.lt.Stream(dn, entries)
+	return n.s.lt.Writer(dn, slog.LevelInfo)
 }
 
 // outputLogger is where a runnable's child process's output goes: below

@@ -77,3 +77,43 @@ func TestRunCommand(t *testing.T) {
 		t.Errorf("PID %d in the snapshot after the process ended", got)
 	}
 }
+
+// TestRunCommandUserAndStdoutStream: a process runs as the user it is
+// given, and its standard output can go to a stream of its own (the API
+// server's audit log) while its standard error stays in the runnable's
+// process output.
+func TestRunCommandUserAndStdoutStream(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("needs root (make unit runs as root) to start a process as another user")
+	}
+	lt := logtree.New(1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	s := New(ctx, lt, func(ctx context.Context) error {
+		if err := Run(ctx, "proc", func(ctx context.Context) error {
+			err := RunCommand(ctx, Command{Path: "/bin/sh", Args: []string{"-c", `echo uid=$(id -u) gid=$(id -g); echo to-stderr >&2`},
+				User: &syscall.Credential{Uid: 10001, Gid: 10001, Groups: []uint32{}}, Stdout: "audit", StdoutEntries: 10})
+			done <- err
+			Signal(ctx, SignalDone)
+			return err
+		}); err != nil {
+			return err
+		}
+		Signal(ctx, SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, Options{})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out, audit := lt.Read("root.proc"+logtree.ProcessOutputSuffix, 0), lt.Read("root.proc.audit", 0)
+	if len(audit) != 1 || audit[0].Message != "uid=10001 gid=10001" {
+		t.Errorf("the stdout stream: %v", audit)
+	}
+	if len(out) != 1 || out[0].Message != "to-stderr" {
+		t.Errorf("the process output: %v", out)
+	}
+	cancel()
+	s.Wait()
+}

@@ -23,6 +23,8 @@ import (
 type Manifest struct {
 	Board   string `json:"board"`
 	Version string `json:"version"`
+	// Release orders images (CheckRelease); 0: unreleased.
+	Release uint64 `json:"release"`
 	Verity  struct {
 		RootHash       string `json:"root_hash"`
 		Salt           string `json:"salt"`
@@ -72,10 +74,21 @@ type artefactInfo struct {
 
 // Begin checks a manifest against this node and reserves the update:
 // one at a time, none while another waits for its trial boot or is on
-// trial.
-func (n *Node) Begin(manifest []byte) (*Session, error) {
+// trial. The manifest must be signed by one of the cluster's release
+// keys and not be older than the running release (CheckRelease): its
+// signature is checked before anything else of it is believed.
+func (n *Node) Begin(req Request) (*Session, error) {
 	if n.Boot == nil || n.Running == "" {
 		return nil, ErrNoSlots
+	}
+	manifest := req.Manifest
+	running, err := n.runningRelease()
+	if err != nil {
+		return nil, err
+	}
+	release, err := CheckRelease(manifest, req.Signature, req.ReleaseKeys, running.Release, req.AllowDowngrade)
+	if err != nil {
+		return nil, err
 	}
 	var m Manifest
 	if err := json.Unmarshal(manifest, &m); err != nil {
@@ -88,7 +101,6 @@ func (n *Node) Begin(manifest []byte) (*Session, error) {
 		return nil, fmt.Errorf("%w: the manifest names no version", ErrRejected)
 	}
 	s := &Session{n: n, m: m, slot: Other(n.Running)}
-	var err error
 	if s.sys, err = m.artefact(systemArtefact); err != nil {
 		return nil, err
 	}
@@ -130,7 +142,28 @@ func (n *Node) Begin(manifest []byte) (*Session, error) {
 		return nil, fmt.Errorf("%w: this boot is still on trial", ErrBusy)
 	}
 	n.busy = true
+	if release < running.Release {
+		n.Log.Warn("installing an older release: the owner allowed the downgrade",
+			"release", release, "version", m.Version, "running_release", running.Release, "running_version", running.Version)
+	}
 	return s, nil
+}
+
+// runningRelease reads the running image's os-release (Node.OSRelease).
+// Without one the node runs release 0: nothing it could install is older.
+func (n *Node) runningRelease() (OSRelease, error) {
+	path := n.OSRelease
+	if path == "" {
+		path = layout.OSReleasePath
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return OSRelease{}, nil
+	}
+	if err != nil {
+		return OSRelease{}, fmt.Errorf("update: the running image's release: %w", err)
+	}
+	return ParseOSRelease(data)
 }
 
 func (m *Manifest) artefact(name string) (artefactInfo, error) {

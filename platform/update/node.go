@@ -42,6 +42,11 @@ type Node struct {
 	Board   string
 	Store   efivar.Store
 	Log     *slog.Logger
+	// OSRelease is the running image's os-release, whose PLINTH_RELEASE
+	// is the release an update may not go below (CheckRelease); ""
+	// means layout.OSReleasePath. Read at each Begin: the system image
+	// is mounted only after the Node is made.
+	OSRelease string
 
 	// What the node's keys are sealed to this boot, and what a boot of
 	// the new slot will measure (Predict): this boot's PCR values as

@@ -3,6 +3,8 @@ package update
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -181,37 +183,43 @@ func TestBegin(t *testing.T) {
 		b, _ := json.Marshal(m)
 		return b
 	}
-	n := &Node{Boot: boot, Running: "a", Board: "qemu-x86_64", Store: efivar.Store{Dir: t.TempDir()}, Log: slog.New(slog.DiscardHandler)}
+	n := &Node{Boot: boot, Running: "a", Board: "qemu-x86_64", Store: efivar.Store{Dir: t.TempDir()}, Log: slog.New(slog.DiscardHandler),
+		OSRelease: filepath.Join(t.TempDir(), "no-os-release")}
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	signed := func(m []byte) Request {
+		return Request{Manifest: m, Signature: ed25519.Sign(key, m), ReleaseKeys: [][]byte{pub}}
+	}
 	for _, c := range []struct {
-		name     string
-		node     *Node
-		manifest []byte
-		want     error
+		name string
+		node *Node
+		req  Request
+		want error
 	}{
-		{"network boot", &Node{Log: n.Log}, manifest("qemu-x86_64", 1), ErrNoSlots},
-		{"garbage", n, []byte("{"), ErrRejected},
-		{"other board", n, manifest("generic-x86_64", 1), ErrRejected},
-		{"too large for the slot", n, manifest("qemu-x86_64", slotB.Size()+1), ErrRejected},
+		{"network boot", &Node{Log: n.Log}, signed(manifest("qemu-x86_64", 1)), ErrNoSlots},
+		{"garbage", n, signed([]byte("{")), ErrRejected},
+		{"unsigned", n, Request{Manifest: manifest("qemu-x86_64", 1), ReleaseKeys: [][]byte{pub}}, ErrRejected},
+		{"other board", n, signed(manifest("generic-x86_64", 1)), ErrRejected},
+		{"too large for the slot", n, signed(manifest("qemu-x86_64", slotB.Size()+1)), ErrRejected},
 	} {
-		if _, err := c.node.Begin(c.manifest); !errors.Is(err, c.want) {
+		if _, err := c.node.Begin(c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
-	s, err := n.Begin(manifest("qemu-x86_64", 1<<20))
+	s, err := n.Begin(signed(manifest("qemu-x86_64", 1<<20)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Slot() != "b" || !slices.Equal(s.Artefacts(), []string{"system.img", "plinth-b.efi"}) {
 		t.Errorf("session writes %s from %v", s.Slot(), s.Artefacts())
 	}
-	if _, err := n.Begin(manifest("qemu-x86_64", 1<<20)); !errors.Is(err, ErrBusy) {
+	if _, err := n.Begin(signed(manifest("qemu-x86_64", 1<<20))); !errors.Is(err, ErrBusy) {
 		t.Errorf("second update at once: %v", err)
 	}
 	s.Close()
 	if err := n.setState(State{Pending: &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Begin(manifest("qemu-x86_64", 1<<20)); !errors.Is(err, ErrBusy) {
+	if _, err := n.Begin(signed(manifest("qemu-x86_64", 1<<20))); !errors.Is(err, ErrBusy) {
 		t.Errorf("update while another waits for its trial: %v", err)
 	}
 }

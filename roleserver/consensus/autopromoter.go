@@ -16,7 +16,7 @@ import (
 // It runs on every member but only acts while its member leads: the
 // leader is the one that knows how far each learner got, and one promoter
 // at a time keeps the logs readable.
-func autopromoter(e *embed.Etcd, cl *clientv3.Client, interval time.Duration) supervisor.Runnable {
+func autopromoter(e *embed.Etcd, cl clientv3.Cluster, interval time.Duration) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		log := supervisor.Logger(ctx)
 		supervisor.Signal(ctx, supervisor.SignalHealthy)

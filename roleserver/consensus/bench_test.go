@@ -107,11 +107,11 @@ func BenchmarkPutNamespaced(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cur.Close()
-	warmUp(b, cur, st.cl)
+	warmUp(b, cur, st.be)
 	b.ResetTimer()
 	ns := putLoop(b, cur)
 	b.StopTimer()
-	raw := putLoop(b, st.cl)
+	raw := putLoop(b, st.be)
 	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/op")
 	b.ReportMetric(float64(ns)/float64(raw), "ns/raw-ratio")
 }
@@ -119,7 +119,7 @@ func BenchmarkPutNamespaced(b *testing.B) {
 // BenchmarkPutRaw: one Put through the member's unnamespaced client.
 func BenchmarkPutRaw(b *testing.B) {
 	_, st := benchMember(b, "node-a")
-	warmUp(b, st.cl)
+	warmUp(b, st.be)
 	b.ResetTimer()
-	putLoop(b, st.cl)
+	putLoop(b, st.be)
 }

@@ -9,9 +9,7 @@ import (
 	"os"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/event/memory"
@@ -213,7 +211,7 @@ func (s *Service) Run(ctx context.Context) error {
 			// fork off a new cluster next to the real one.
 			return fmt.Errorf("consensus: peer PKI in %s but no etcd data in %s, and no JoinCluster: refusing to bootstrap a new cluster over a member's leftovers", d.pkiDir(), d.dataDir())
 		}
-		if err := s.bootstrap(ctx, lg, k, d); err != nil {
+		if err := s.bootstrap(ctx, k, d); err != nil {
 			return fmt.Errorf("consensus: bootstrapping a new cluster: %w", err)
 		}
 	}
@@ -237,21 +235,22 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := waitPromoted(ctx, e); err != nil {
 		return err
 	}
-	cl, err := s.newClient(lg)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
+	// Made only once the member is ready and promoted: in-process calls
+	// skip etcd's gRPC interceptors, the ones that refuse a learner's
+	// clients among them. It is closed before etcd (defers run in
+	// reverse).
+	be := newServerBackend(e.Server)
+	defer be.close()
 
-	if err := supervisor.Run(ctx, "autopromoter", autopromoter(e, cl, k.PromoteInterval)); err != nil {
+	if err := supervisor.Run(ctx, "autopromoter", autopromoter(e, be.Cluster, k.PromoteInterval)); err != nil {
 		return err
 	}
-	if err := supervisor.Run(ctx, "crl", d.crlWatcher(cl)); err != nil {
+	if err := supervisor.Run(ctx, "crl", d.crlWatcher(be)); err != nil {
 		return err
 	}
 
-	s.value.Set(&Status{running: true, cl: cl})
-	// Consumers must stop using the client before it is closed.
+	s.value.Set(&Status{running: true, be: be})
+	// Consumers must stop using the backend before it is closed.
 	defer s.value.Set(&Status{})
 	supervisor.Logger(ctx).Info("consensus member running", "member", e.Server.MemberID().String())
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -267,14 +266,36 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // startEtcd turns a panic of etcd's startup (a zap Fatal, see newZapLogger)
-// into an error.
+// into an error, and unlinks the client sockets etcd just created.
+//
+// embed insists on a client listener, but this package's clients are all
+// in-process (backend): a socket file would let anyone who can reach it
+// (a pod with a hostPath, say) read the whole keyspace, the CA key
+// included. A listening socket without a path cannot be connected to.
+// etcd only accepts on it once the member is ready, so a connection made
+// before the unlink waits in the backlog until then; closing that window
+// would need etcd to take a listener made by us.
 func startEtcd(cfg *embed.Config) (e *embed.Etcd, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e, err = nil, fmt.Errorf("etcd panicked while starting: %v", r)
 		}
 	}()
-	return embed.StartEtcd(cfg)
+	e, err = embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range cfg.ListenClientUrls {
+		if u.Scheme != "unix" && u.Scheme != "unixs" {
+			continue
+		}
+		// etcd's own listener address for unix URLs.
+		if err := os.Remove(u.Host + u.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			closeEtcd(e)
+			return nil, fmt.Errorf("unlinking etcd's client socket: %w", err)
+		}
+	}
+	return e, nil
 }
 
 // closeEtcd stops e whether or not it ever became ready: embed.Etcd.Close
@@ -332,18 +353,6 @@ func waitPromoted(ctx context.Context, e *embed.Etcd) error {
 		}
 	}
 	return nil
-}
-
-func (s *Service) newClient(lg *zap.Logger) (*clientv3.Client, error) {
-	cl, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"unix://" + s.config.Ephemeral.ClientSocket.Path()},
-		DialTimeout: 5 * time.Second,
-		Logger:      lg.Named("client"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("consensus: connecting to the local etcd socket: %w", err)
-	}
-	return cl, nil
 }
 
 func describePeers(nodes []ExistingNode) string {

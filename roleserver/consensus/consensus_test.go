@@ -84,7 +84,7 @@ func TestBootstrapNamespaces(t *testing.T) {
 	if v, err := get(ctx, cur, "key"); err != nil || v != "curator" {
 		t.Errorf("kubernetes delete reached the curator's key: %q, %v", v, err)
 	}
-	if v, err := get(ctx, st.cl, curatorPrefix+"key"); err != nil || v != "curator" {
+	if v, err := get(ctx, st.be, curatorPrefix+"key"); err != nil || v != "curator" {
 		t.Errorf("raw %skey = %q, %v", curatorPrefix, v, err)
 	}
 
@@ -120,30 +120,32 @@ func TestBootstrapNamespaces(t *testing.T) {
 		ml.Members[0].PeerURLs[0] != "https://"+a.peerAddr() {
 		t.Errorf("members: %+v", ml.Members)
 	}
-	if fi, err := os.Stat(a.root.Ephemeral.Consensus.ClientSocket.Path()); err != nil || fi.Mode()&os.ModeSocket == 0 {
-		t.Errorf("client socket: %v, %v", fi, err)
+	// Nobody can reach the member from outside the process: its client
+	// socket is unlinked, and dialling its path fails.
+	sock := a.root.Ephemeral.Consensus.ClientSocket.Path()
+	if fi, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("client socket %s: %v, %v; want it gone", sock, fi, err)
+	}
+	if err := dialEtcd(ctx, "unix://"+sock); err == nil {
+		t.Error("a client reached the member through its socket path")
 	}
 	if !a.logged("logger=etcd") {
 		t.Error("no etcd log entries in the log tree")
 	}
 
-	// A fake service around a bare client hands out working clients too.
-	h := TestServiceHandle(t, st.cl)
-	w := h.Watch()
-	fake, err := w.Get(ctx, FilterRunning)
-	w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fakeCur, _ := namespacedClients(t, fake)
-	if v, err := get(ctx, fakeCur, "key"); err != nil || v != "curator" {
-		t.Errorf("TestServiceHandle curator key = %q, %v", v, err)
-	}
-
-	// A restart comes back from disk with the same data.
+	// A restart comes back from disk with the same data. The previous
+	// run's Status is not running any more (its in-process clients are
+	// closed): users must get the new one.
+	old := st
 	a.stop()
 	a.start(nil)
 	st = a.running(time.Minute)
+	if old.Running() {
+		t.Error("the previous run's Status is still running")
+	}
+	if err := old.ServeKubernetes(ctx, filepath.Join(t.TempDir(), "k8s.sock"), os.Getuid()); !errors.Is(err, errNotRunning) {
+		t.Errorf("ServeKubernetes on the previous run's Status: %v", err)
+	}
 	cur, _ = namespacedClients(t, st)
 	if v, err := get(ctx, cur, "key"); err != nil || v != "curator" {
 		t.Errorf("after restart: %q, %v", v, err)

@@ -190,13 +190,13 @@ func syncDir(dir string) error {
 
 // crlWatcher keeps the CRL file etcd checks in step with the CRL in etcd,
 // so that a certificate revoked on any member is refused by every member.
-func (d disk) crlWatcher(cl *clientv3.Client) supervisor.Runnable {
+func (d disk) crlWatcher(be *backend) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		ca, err := d.readCA()
 		if err != nil {
 			return err
 		}
-		resp, err := cl.Get(ctx, keyCRL)
+		resp, err := be.Get(ctx, keyCRL)
 		if err != nil {
 			return fmt.Errorf("reading CRL: %w", err)
 		}
@@ -208,7 +208,9 @@ func (d disk) crlWatcher(cl *clientv3.Client) supervisor.Runnable {
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		// A compacted start revision ends the watch with an error; the
 		// supervisor restarts us and we read the CRL afresh.
-		for wr := range cl.Watch(ctx, keyCRL, clientv3.WithRev(resp.Header.Revision+1)) {
+		w := be.newWatcher()
+		defer w.Close()
+		for wr := range w.Watch(ctx, keyCRL, clientv3.WithRev(resp.Header.Revision+1)) {
 			if err := wr.Err(); err != nil {
 				return fmt.Errorf("watching CRL: %w", err)
 			}

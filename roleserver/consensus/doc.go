@@ -38,7 +38,10 @@
 //	/curator/...    ◄── CuratorClient()     ┐ namespaced (client/v3/namespace),
 //	/kubernetes/... ◄── KubernetesClient()  ┘ neither sees the other's keys
 //
-//	clients ── unix socket Ephemeral.ClientSocket (no TCP client port) ──► etcd
+//	clients ── in-process (backend: v3client and its adapters) ──────────► etcd
+//	           no client port, no socket: embed's client listener is a unix
+//	           socket Ephemeral.ClientSocket whose file is unlinked at once
+//	kube-apiserver ── ServeKubernetes (own socket, one UID, /kubernetes/) ─► etcd
 //	peers   ── TCP peer port, mutual TLS: ed25519 cluster CA + CRL ──────► etcd
 //
 // Peer addresses: a member advertises https://<node ID>:7834 and AddNode

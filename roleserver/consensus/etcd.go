@@ -68,9 +68,10 @@ func (s *Service) baseConfig(lg *zap.Logger, k Tuning, dataDir string) (*embed.C
 	cfg.Logger = "zap"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.Named("etcd"))
 
-	// Clients only ever come through this socket on the node's tmpfs:
-	// etcd's keyspace holds the cluster CA key, it must not be reachable
-	// over the network at all.
+	// etcd's keyspace holds the cluster CA key: no client may reach it
+	// over the network, nor through a socket. Every client is in-process
+	// (backend); embed wants a client listener all the same, so it gets a
+	// unix socket on the node's tmpfs, which startEtcd unlinks at once.
 	sock, err := url.Parse("unix://" + s.config.Ephemeral.ClientSocket.Path())
 	if err != nil {
 		return nil, fmt.Errorf("consensus: client socket URL: %w", err)
@@ -79,6 +80,9 @@ func (s *Service) baseConfig(lg *zap.Logger, k Tuning, dataDir string) (*embed.C
 	cfg.AdvertiseClientUrls = []url.URL{*sock}
 	cfg.ListenClientHttpUrls = nil
 	cfg.ListenMetricsUrls = nil
+	// The gateway would dial that socket itself, and serves nothing
+	// anybody needs.
+	cfg.EnableGRPCGateway = false
 
 	cfg.TickMs = k.TickMs
 	cfg.ElectionMs = k.ElectionMs
@@ -155,7 +159,7 @@ func (s *Service) etcdConfig(lg *zap.Logger, k Tuning, d disk, join *JoinCluster
 // crash half-way leaves that directory behind, which lets the next attempt
 // tell an unfinished bootstrap (start over) from a member that lost its
 // data (refuse).
-func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k Tuning, d disk) error {
+func (s *Service) bootstrap(ctx context.Context, k Tuning, d disk) error {
 	log := supervisor.Logger(ctx)
 	log.Info("no etcd data and no JoinCluster: bootstrapping a new cluster")
 	tmp := d.bootstrapDir()
@@ -201,11 +205,8 @@ func (s *Service) bootstrap(ctx context.Context, lg *zap.Logger, k Tuning, d dis
 	if err := waitReady(ctx, e, k.ReadyTimeout); err != nil {
 		return err
 	}
-	cl, err := s.newClient(lg)
-	if err != nil {
-		return err
-	}
-	closeClient := sync.OnceFunc(func() { cl.Close() })
+	cl := newServerBackend(e.Server)
+	closeClient := sync.OnceFunc(func() { cl.close() })
 	defer closeClient()
 
 	ca, err := pki.NewCA("Plinth consensus CA", 0)

@@ -4,193 +4,167 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"strings"
-	"sync"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/v3/namespace"
-	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+
+	"plinth.dev/plinth/platform/supervisor"
 )
 
 // The Kubernetes API server is a separate process that wants an etcd
-// endpoint. Handing it the member's client socket would hand it the whole
-// keyspace: the curator's keys, the cluster CA key, the unlock keys. So it
-// gets an endpoint of its own that is confined to the /kubernetes/ prefix:
+// endpoint. The member itself has none (its clients are in-process), and
+// the whole keyspace would be too much anyway: the curator's keys, the
+// cluster CA key, the unlock keys. So the API server gets an endpoint of
+// its own, confined to the /kubernetes/ prefix and to one peer UID:
 //
-//	kube-apiserver ──unix socket──► ServeKubernetes (gRPC, in the core)
-//	                                  KV, Watch   namespaced to /kubernetes/ (progress
-//	                                              requests answered: the API server needs them)
-//	                                  Lease       namespaced; revoke, keep-alive and
-//	                                              time-to-live only for leases whose
-//	                                              keys all lie in /kubernetes/
-//	                                  Maintenance Status only (no Snapshot, Defragment,
-//	                                              Alarm, MoveLeader, Hash…)
-//	                                  nothing else (Cluster, Auth, Election, Lock)
-//	                                       │
-//	                                       ▼ a client of the member's own socket
-//	                                     etcd
+//	kube-apiserver (uid peerUID)
+//	   │ unix socket, owned by peerUID, 0600; SO_PEERCRED uid checked
+//	   ▼ on every connection (peerUIDListener)
+//	ServeKubernetes (gRPC, in the core; a handler's panic becomes
+//	   │             codes.Internal, recoverUnary/recoverStream)
+//	   │  KV          namespaced to /kubernetes/ (kubeKV): requests validated
+//	   │              first (no empty or unknown txn op or compare); Compact
+//	   │              refused (the consensus service compacts); a Put's lease
+//	   │              must be one this endpoint may use
+//	   │  Watch       namespaced (watchProxy); progress requests answered (the
+//	   │              API server needs them)
+//	   │  Lease       namespaced (kubeLease); no client-chosen IDs, no listing;
+//	   │              revoke, keep-alive and time-to-live only for leases it
+//	   │              granted or whose keys all lie in /kubernetes/
+//	   │  Maintenance Status only (no Snapshot, Defragment, Alarm, MoveLeader…)
+//	   │  nothing else (Cluster, Auth, Election, Lock)
+//	   ▼ in-process backend (function calls)
+//	 etcd
 //
-// Lease IDs are global in etcd, not keys: without the check, the API
-// server could revoke the curator leader's lease and with it the
-// leadership key.
+// Lease IDs are global in etcd, not keys: without the lease checks, the
+// API server could revoke the curator leader's lease and with it the
+// leadership key, or tie its own keys to it.
 
 // ServeKubernetes serves the /kubernetes/ namespace on a unix socket at
-// path until ctx ends (the socket file is replaced if it exists).
-func (s *Status) ServeKubernetes(ctx context.Context, path string) error {
+// path until ctx ends or the member stops (the socket file is replaced if
+// it exists). Only processes running as peerUID may connect: the socket
+// is chowned to it with mode 0600, and connections from any other UID
+// (root's included) are closed at once.
+func (s *Status) ServeKubernetes(ctx context.Context, path string, peerUID int) error {
 	if !s.Running() {
 		return errNotRunning
 	}
-	cl, err := clientv3.New(clientv3.Config{
-		Endpoints: s.cl.Endpoints(),
-		Context:   ctx,
-		Logger:    zap.NewNop(),
-	})
-	if err != nil {
-		return fmt.Errorf("consensus: client for the Kubernetes endpoint: %w", err)
-	}
-	defer cl.Close()
-	raw := cl.Lease
-	cl.KV = namespace.NewKV(cl.KV, kubernetesPrefix)
-	cl.Lease = namespace.NewLease(cl.Lease, kubernetesPrefix)
+	log := supervisor.Logger(ctx)
+	leases := newKubeLease(s.be.newLease(), kubernetesPrefix)
+	defer leases.close()
 
-	kv, _ := grpcproxy.NewKvProxy(cl)
-	lease, _ := grpcproxy.NewLeaseProxy(ctx, cl)
-	// The API server's etcd client pings every 30 s or so; a server with
-	// gRPC's default policy would send it away for that.
-	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
-	pb.RegisterKVServer(srv, kv)
-	pb.RegisterWatchServer(srv, &watchProxy{cl: cl, prefix: kubernetesPrefix})
-	pb.RegisterLeaseServer(srv, &confinedLease{LeaseServer: lease, raw: raw, prefix: kubernetesPrefix, granted: map[int64]bool{}})
-	pb.RegisterMaintenanceServer(srv, statusOnly{m: grpcproxy.NewMaintenanceProxy(cl)})
+	srv := grpc.NewServer(
+		// The API server's etcd client pings every 30 s or so; a server
+		// with gRPC's default policy would send it away for that.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(recoverUnary(log)),
+		grpc.ChainStreamInterceptor(recoverStream(log)),
+	)
+	pb.RegisterKVServer(srv, &kubeKV{kv: namespace.NewKV(s.be.KV, kubernetesPrefix), leases: leases})
+	pb.RegisterWatchServer(srv, &watchProxy{newWatcher: s.be.newWatcher, prefix: kubernetesPrefix})
+	pb.RegisterLeaseServer(srv, leases)
+	pb.RegisterMaintenanceServer(srv, statusOnly{status: s.be.memberStatus})
 
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	lis, err := net.Listen("unix", path)
+	lis, err := listenUnixFor(path, peerUID, log)
 	if err != nil {
 		return fmt.Errorf("consensus: Kubernetes endpoint: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		lis.Close()
-		return err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	select {
-	case <-ctx.Done():
-		srv.Stop()
-		<-errc
-		return ctx.Err()
-	case err := <-errc:
-		return fmt.Errorf("consensus: Kubernetes endpoint: %w", err)
-	}
-}
-
-// confinedLease lets a client use only leases that carry no key outside
-// the namespace (and leases it granted itself, before a key is attached).
-type confinedLease struct {
-	pb.LeaseServer
-	raw    clientv3.Lease // not namespaced: sees every key of a lease
-	prefix string
-
-	mu      sync.Mutex
-	granted map[int64]bool
-}
-
-var errForeignLease = status.Error(codes.PermissionDenied, "lease belongs to another namespace")
-
-func (l *confinedLease) check(ctx context.Context, id int64) error {
-	l.mu.Lock()
-	mine := l.granted[id]
-	l.mu.Unlock()
-	ttl, err := l.raw.TimeToLive(ctx, clientv3.LeaseID(id), clientv3.WithAttachedKeys())
-	if err != nil {
-		return err
-	}
-	if len(ttl.Keys) == 0 && !mine && ttl.TTL != -1 {
-		// A live lease with no keys that this endpoint did not grant:
-		// someone else's, just granted.
-		return errForeignLease
-	}
-	for _, k := range ttl.Keys {
-		if !strings.HasPrefix(string(k), l.prefix) {
-			return errForeignLease
+	sweep := time.NewTicker(leaseSweepInterval)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-sweep.C:
+			leases.prune()
+		case <-ctx.Done():
+			srv.Stop()
+			<-errc
+			return ctx.Err()
+		case <-s.be.done:
+			srv.Stop()
+			<-errc
+			return errors.New("consensus: Kubernetes endpoint: the member stopped")
+		case err := <-errc:
+			return fmt.Errorf("consensus: Kubernetes endpoint: %w", err)
 		}
 	}
-	return nil
 }
 
-func (l *confinedLease) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	resp, err := l.LeaseServer.LeaseGrant(ctx, r)
-	if err == nil {
-		l.mu.Lock()
-		l.granted[resp.ID] = true
-		l.mu.Unlock()
+// errHandlerPanic is what a client sees of a panic in a handler: the
+// details are in the core's log, not for the client.
+var errHandlerPanic = status.Error(codes.Internal, "internal error in the consensus service's Kubernetes endpoint")
+
+// recoverUnary keeps a panic in a handler (ours, or etcd's code below it)
+// from taking down the core, and with it the node's etcd member: a client
+// must never be able to crash it.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("panic in Kubernetes endpoint handler", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				resp, err = nil, errHandlerPanic
+			}
+		}()
+		return handler(ctx, req)
 	}
-	return resp, err
 }
 
-func (l *confinedLease) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	if err := l.check(ctx, r.ID); err != nil {
-		return nil, err
+// recoverStream is recoverUnary for streams. Goroutines a handler starts
+// are not covered: they must not panic (watchProxy checks its input).
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("panic in Kubernetes endpoint handler", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = errHandlerPanic
+			}
+		}()
+		return handler(srv, ss)
 	}
-	resp, err := l.LeaseServer.LeaseRevoke(ctx, r)
-	if err == nil {
-		l.mu.Lock()
-		delete(l.granted, r.ID)
-		l.mu.Unlock()
-	}
-	return resp, err
-}
-
-func (l *confinedLease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	if err := l.check(ctx, r.ID); err != nil {
-		return nil, err
-	}
-	return l.LeaseServer.LeaseTimeToLive(ctx, r)
-}
-
-func (l *confinedLease) LeaseLeases(context.Context, *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	return nil, status.Error(codes.PermissionDenied, "listing leases would show other namespaces' leases")
-}
-
-func (l *confinedLease) LeaseKeepAlive(srv pb.Lease_LeaseKeepAliveServer) error {
-	return l.LeaseServer.LeaseKeepAlive(&checkedKeepAlive{Lease_LeaseKeepAliveServer: srv, l: l})
-}
-
-// checkedKeepAlive refuses keep-alives of leases the client may not use.
-type checkedKeepAlive struct {
-	pb.Lease_LeaseKeepAliveServer
-	l *confinedLease
-}
-
-func (s *checkedKeepAlive) Recv() (*pb.LeaseKeepAliveRequest, error) {
-	r, err := s.Lease_LeaseKeepAliveServer.Recv()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.l.check(s.Context(), r.ID); err != nil {
-		return nil, err
-	}
-	return r, nil
 }
 
 // statusOnly is the Maintenance service with Status alone: the others
 // would snapshot, defragment or move the whole store.
 type statusOnly struct {
 	pb.UnimplementedMaintenanceServer
-	m pb.MaintenanceServer
+	status func(context.Context) (*pb.StatusResponse, error)
 }
 
-func (s statusOnly) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return s.m.Status(ctx, r)
+func (s statusOnly) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	resp, err := s.status(ctx)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+// grpcError turns an error of the clientv3 API back into the gRPC status
+// etcd itself would have answered. clientv3 turns statuses into
+// rpctypes.EtcdError, which gRPC would send as codes.Unknown; the API
+// server's client maps errors back by code and message (ErrCompacted,
+// ErrFutureRev…), so both must survive.
+func grpcError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return status.Error(ee.Code(), ee.Error())
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Unknown, err.Error())
 }

@@ -17,14 +17,15 @@ import (
 // list waits forever).
 type watchProxy struct {
 	pb.UnimplementedWatchServer
-	cl     *clientv3.Client
-	prefix string
+	// newWatcher returns a Watcher of the stream's own (backend).
+	newWatcher func() clientv3.Watcher
+	prefix     string
 }
 
 func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(srv.Context())
 	defer cancel()
-	w := namespace.NewWatcher(clientv3.NewWatcher(p.cl), p.prefix)
+	w := namespace.NewWatcher(p.newWatcher(), p.prefix)
 	// mu guards watches, next and closed. The receiving goroutine may
 	// outlive this handler (Recv returns only when the client's stream
 	// ends), and the namespaced watcher must not start a watch once
@@ -65,6 +66,12 @@ func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 			switch r := req.RequestUnion.(type) {
 			case *pb.WatchRequest_CreateRequest:
 				cr := r.CreateRequest
+				if cr == nil {
+					// Only a Go caller can send this (the wire has no
+					// nil message); the interceptor's recover does not
+					// reach this goroutine.
+					continue
+				}
 				mu.Lock()
 				if closed {
 					mu.Unlock()
@@ -73,6 +80,16 @@ func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 				id := cr.WatchId
 				if id == clientv3.AutoWatchID {
 					id = next
+				}
+				if _, dup := watches[id]; dup || id < 0 {
+					// etcd refuses these too: a second watch under
+					// one ID could never be cancelled.
+					mu.Unlock()
+					if err := send(&pb.WatchResponse{Header: &pb.ResponseHeader{}, WatchId: id, Created: true, Canceled: true, CancelReason: "watch ID in use or invalid"}); err != nil {
+						fail(err)
+						return
+					}
+					continue
 				}
 				next = max(next, id) + 1
 				wctx, wcancel := context.WithCancel(ctx)
@@ -83,6 +100,9 @@ func (p *watchProxy) Watch(srv pb.Watch_WatchServer) error {
 				mu.Unlock()
 				go p.forward(id, ch, send, fail)
 			case *pb.WatchRequest_CancelRequest:
+				if r.CancelRequest == nil {
+					continue
+				}
 				id := r.CancelRequest.WatchId
 				mu.Lock()
 				wcancel := watches[id]

@@ -28,7 +28,7 @@ import (
 // performed, or a stopped service.
 type Status struct {
 	running bool
-	cl      *clientv3.Client
+	be      *backend
 }
 
 // FilterRunning makes Watcher.Get wait for a running consensus service.
@@ -55,8 +55,12 @@ var (
 // guaranteed to succeed (as the server might have stopped in the meantime),
 // but the caller can use this value as a hint to whether attempts to access
 // the consensus service should be done.
+//
+// A Status stays that of one run of the member: once that run ended (its
+// in-process clients are closed) it is no longer running, even if the
+// member was started again. Get a new one from Service.Watch then.
 func (s *Status) Running() bool {
-	return s != nil && s.running
+	return s != nil && s.running && !s.be.closed()
 }
 
 // ClusterClient returns an etcd management API client, for use by downstream
@@ -67,7 +71,7 @@ func (s *Status) ClusterClient() clientv3.Cluster {
 	if !s.Running() {
 		return nil
 	}
-	return s.cl.Cluster
+	return s.be.Cluster
 }
 
 // CuratorClient returns a namespaced etcd client for use by the Curator.
@@ -86,7 +90,14 @@ func (s *Status) namespaced(prefix string) (client.Namespaced, error) {
 	if !s.Running() {
 		return nil, errNotRunning
 	}
-	return client.New(s.cl, prefix)
+	w, l := s.be.newWatcher(), s.be.newLease()
+	c, err := client.New(s.be.KV, w, l, prefix)
+	if err != nil {
+		w.Close()
+		l.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // AddNodeOption can be passed to AddNode to influence the behaviour of the
@@ -145,7 +156,7 @@ func (s *Status) AddNode(ctx context.Context, nodeID string, pk ed25519.PublicKe
 	if err != nil {
 		return nil, err
 	}
-	ml, err := s.cl.MemberList(ctx)
+	ml, err := s.be.MemberList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("consensus: listing members: %w", err)
 	}
@@ -184,13 +195,13 @@ func (s *Status) AddNode(ctx context.Context, nodeID string, pk ed25519.PublicKe
 		}
 		// Recorded before the member exists so that RemoveNode can always
 		// find the serial to revoke.
-		if _, err := s.cl.Txn(ctx).Then(
+		if _, err := s.be.Txn(ctx).Then(
 			clientv3.OpPut(memberCertKey(nodeID), string(pki.CertificatePEM(cert))),
 			clientv3.OpPut(memberPeerKey(nodeID), peerURL),
 		).Commit(); err != nil {
 			return nil, fmt.Errorf("consensus: recording certificate of %s: %w", nodeID, err)
 		}
-		resp, err := s.cl.MemberAddAsLearner(ctx, []string{peerURL})
+		resp, err := s.be.MemberAddAsLearner(ctx, []string{peerURL})
 		switch {
 		case errors.Is(err, rpctypes.ErrUnhealthy), errors.Is(err, rpctypes.ErrMemberNotEnoughStarted):
 			return nil, fmt.Errorf("not adding %s yet (retry later): %w (%w)", nodeID, ErrNotYetSafe, err)
@@ -231,12 +242,12 @@ func (s *Status) RemoveNode(ctx context.Context, nodeID string) error {
 	if err != nil {
 		return err
 	}
-	ml, err := s.cl.MemberList(ctx)
+	ml, err := s.be.MemberList(ctx)
 	if err != nil {
 		return fmt.Errorf("consensus: listing members: %w", err)
 	}
 	if m := findMember(ml.Members, nodeID, rec.peerURL); m != nil {
-		if _, err := s.cl.MemberRemove(ctx, m.ID); err != nil {
+		if _, err := s.be.MemberRemove(ctx, m.ID); err != nil {
 			switch {
 			case errors.Is(err, rpctypes.ErrUnhealthy), errors.Is(err, rpctypes.ErrMemberNotEnoughStarted):
 				return fmt.Errorf("consensus: refusing to remove %s: without it the cluster would lose quorum, as too few other members are up (%w)", nodeID, err)
@@ -303,7 +314,7 @@ func GetEtcdMemberNodeId(member *etcdserverpb.Member) string {
 }
 
 func (s *Status) loadCA(ctx context.Context) (*pki.CA, error) {
-	resp, err := s.cl.Txn(ctx).Then(clientv3.OpGet(keyCACert), clientv3.OpGet(keyCAKey)).Commit()
+	resp, err := s.be.Txn(ctx).Then(clientv3.OpGet(keyCACert), clientv3.OpGet(keyCAKey)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("consensus: reading CA: %w", err)
 	}
@@ -321,7 +332,7 @@ func (s *Status) loadCA(ctx context.Context) (*pki.CA, error) {
 
 // loadCRL returns the CRL and its ModRevision for a compare-and-swap.
 func (s *Status) loadCRL(ctx context.Context, ca *x509.Certificate) (*pki.CRL, int64, error) {
-	resp, err := s.cl.Get(ctx, keyCRL)
+	resp, err := s.be.Get(ctx, keyCRL)
 	if err != nil {
 		return nil, 0, fmt.Errorf("consensus: reading CRL: %w", err)
 	}
@@ -342,7 +353,7 @@ type memberRecord struct {
 
 func (s *Status) memberRecord(ctx context.Context, nodeID string) (memberRecord, error) {
 	var rec memberRecord
-	resp, err := s.cl.Txn(ctx).Then(clientv3.OpGet(memberCertKey(nodeID)), clientv3.OpGet(memberPeerKey(nodeID))).Commit()
+	resp, err := s.be.Txn(ctx).Then(clientv3.OpGet(memberCertKey(nodeID)), clientv3.OpGet(memberPeerKey(nodeID))).Commit()
 	if err != nil {
 		return rec, fmt.Errorf("consensus: reading record of %s: %w", nodeID, err)
 	}
@@ -382,7 +393,7 @@ func (s *Status) revoke(ctx context.Context, ca *pki.CA, nodeID string, serial *
 		if len(ops) == 0 {
 			return nil
 		}
-		resp, err := s.cl.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyCRL), "=", rev)).Then(ops...).Commit()
+		resp, err := s.be.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyCRL), "=", rev)).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("consensus: revoking certificate of %s: %w", nodeID, err)
 		}
@@ -411,7 +422,9 @@ type testServiceHandle struct {
 func (h *testServiceHandle) Watch() event.Watcher[*Status] { return h.value.Watch() }
 
 // TestServiceHandle builds a somewhat functioning ServiceHandle from a bare
-// etcd connection, effectively creating a fake Consensus service. This must
+// etcd connection (a real one: clientv3.New, not an in-process v3client,
+// as its namespaced clients need gRPC connections for their watches and
+// leases), effectively creating a fake Consensus service. This must
 // only be used in test code to perform dependency injection of a etcd client
 // into code which expects a Consensus service instance, eg. for testing the
 // Curator.
@@ -422,6 +435,6 @@ func (h *testServiceHandle) Watch() event.Watcher[*Status] { return h.value.Watc
 func TestServiceHandle(t *testing.T, cl *clientv3.Client) ServiceHandle {
 	t.Helper()
 	h := &testServiceHandle{}
-	h.value.Set(&Status{running: true, cl: cl})
+	h.value.Set(&Status{running: true, be: newClientBackend(cl)})
 	return h
 }

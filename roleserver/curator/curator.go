@@ -65,6 +65,11 @@ type Config struct {
 	// AddNodeOptions are passed to consensus AddNode (e.g. an explicit
 	// peer address, consensus.PeerAddress, where node IDs do not resolve).
 	AddNodeOptions func(nodeID string) []*consensus.AddNodeOption
+	// Observe maps the source address of a node's authenticated
+	// connection to the addresses the curator records it was seen at
+	// (Node.observed_addresses); nil: observeAddress. Tests, whose nodes
+	// all dial from 127.0.0.1, put their own in.
+	Observe func(nodeID string, source net.IP) []net.IP
 	// ServerOptions are added to the gRPC server's options (after the TLS
 	// credentials and the authorization interceptor of roleserver/rpc,
 	// which the curator always installs itself).
@@ -110,6 +115,11 @@ func New(cfg Config) *Service {
 	s := &Service{cfg: cfg, hb: map[string]*heartbeatState{}, membersWake: make(chan struct{}, 1)}
 	if cfg.Credentials != nil {
 		s.nodeID = identity.NodeID(cfg.Credentials.PublicKey())
+	}
+	if s.cfg.Observe == nil {
+		s.cfg.Observe = func(id string, source net.IP) []net.IP {
+			return observeAddress(s.nodeID, id, source, interfaceAddresses)
+		}
 	}
 	return s
 }

@@ -292,8 +292,11 @@ func TestCurator(t *testing.T) {
 		}
 		sc, err := x509.ParseCertificate(w.KubeletServerCertificate)
 		mustOK(t, "server certificate", err)
-		if err := pki.Verify(k8sCA, nil, sc, pki.UsageServer); err != nil || sc.VerifyHostname(b.id) != nil || sc.VerifyHostname("127.0.0.1") != nil {
-			t.Errorf("kubelet server certificate: %v, %v %v", err, sc.DNSNames, sc.IPAddresses)
+		servingCA, err := x509.ParseCertificate(w.GetKubeletServingCaCertificate())
+		mustOK(t, "kubelet serving CA", err)
+		if err := pki.Verify(servingCA, nil, sc, pki.UsageServer); err != nil || sc.VerifyHostname(b.id) != nil ||
+			sc.VerifyHostname(observedAt(b.id)[0].String()) != nil || sc.VerifyHostname("127.0.0.1") == nil {
+			t.Errorf("kubelet server certificate: %v, %v %v (want the node's ID and observed address, never loopback)", err, sc.DNSNames, sc.IPAddresses)
 		}
 		// The same CA the second time.
 		resp2, err := bc.IssueCertificate(ctx, req)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -214,8 +215,23 @@ func (m *member) startCurator(peerPorts func(id string) int) {
 		AddNodeOptions: func(id string) []*consensus.AddNodeOption {
 			return []*consensus.AddNodeOption{testutil.LoopbackPeer(peerPorts(id))}
 		},
+		// Every test node dials from 127.0.0.1: each is "seen" at the
+		// address observedAt gives it (none unless a test set one).
+		Observe: func(id string, _ net.IP) []net.IP { return observedAt(id) },
 	})
 	m.curStop = run(m.lt, m.cur.Run)
+}
+
+// testObserved is where tests say the curators see nodes (observedAt).
+var testObserved sync.Map // node ID → []net.IP
+
+func observedAt(id string) []net.IP {
+	if v, ok := testObserved.Load(id); ok {
+		return v.([]net.IP)
+	}
+	// Unless a test says otherwise, an address of the node's own.
+	h := sha256.Sum256([]byte(id))
+	return []net.IP{net.IPv4(10, 77, h[0], h[1])}
 }
 
 func (m *member) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(m.curatorPort)) }

@@ -8,13 +8,13 @@ import (
 	"strconv"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
-	"plinth.dev/plinth/roleserver/identity"
 	kpki "plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/rpc"
 )
@@ -63,7 +63,11 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 			return nil, status.Errorf(codes.InvalidArgument, "%s: %v", name, err)
 		}
 	}
-	ca, clientCert, serverCert, err := kpki.New(kv).Kubelet(ctx, n.Id, nodeAddresses(n),
+	observed, err := observedAddresses(ctx, kv, n)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kpki.New(kv).Kubelet(ctx, n.Id, observed,
 		ed25519.PublicKey(w.KubeletClientPublicKey), ed25519.PublicKey(w.KubeletServerPublicKey))
 	if err != nil {
 		return nil, kubernetesErr("issuing the kubelet's certificates", err)
@@ -74,24 +78,46 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 	}
 	return &clusterpb.IssueCertificateResponse{Kind: &clusterpb.IssueCertificateResponse_KubernetesWorker_{
 		KubernetesWorker: &clusterpb.IssueCertificateResponse_KubernetesWorker{
-			IdentityCaCertificate:    ca.Raw,
-			KubeletClientCertificate: clientCert.Raw,
-			KubeletServerCertificate: serverCert.Raw,
-			ProxyCertificate:         proxyCert.Raw,
+			IdentityCaCertificate:       kc.CA.Raw,
+			KubeletClientCertificate:    kc.Client.Raw,
+			KubeletServerCertificate:    kc.Server.Raw,
+			ProxyCertificate:            proxyCert.Raw,
+			KubeletServingCaCertificate: kc.ServingCA.Raw,
 		},
 	}}, nil
 }
 
-// nodeAddresses are the addresses in a node's record, i.e. those it
-// reported in its status (checked to be IP addresses when stored).
-func nodeAddresses(n *clusterpb.Node) []net.IP {
+// observedAddresses are the addresses the kubelet of node n may serve
+// at: those the curator observed it at (Node.observed_addresses, the
+// source of its authenticated status pushes), without any that another
+// node was observed at too (a node behind the same NAT as another could
+// otherwise be certified for the other's address). kpki.Kubelet drops
+// what can never be a node's (loopback, the Service and pod ranges). No
+// address observed yet is Unavailable: the node pushes its status first
+// and asks again.
+func observedAddresses(ctx context.Context, kv clientv3.KV, n *clusterpb.Node) ([]net.IP, error) {
+	nodes, _, err := listNodes(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	others := map[string]bool{}
+	for _, o := range nodes {
+		if o.GetId() != n.GetId() {
+			for _, a := range o.GetObservedAddresses() {
+				others[a] = true
+			}
+		}
+	}
 	var out []net.IP
-	for _, a := range n.GetStatus().GetAddresses() {
-		if ip := net.ParseIP(a); ip != nil {
+	for _, a := range n.GetObservedAddresses() {
+		if ip := net.ParseIP(a); ip != nil && !others[a] {
 			out = append(out, ip)
 		}
 	}
-	return out
+	if len(out) == 0 {
+		return nil, status.Errorf(codes.Unavailable, "node %s has no address of its own observed yet (it pushes its status first)", n.GetId())
+	}
+	return out, nil
 }
 
 // IssueKubernetesCredentials certifies the owner's key for kubectl: a
@@ -111,7 +137,11 @@ func (m managementServer) IssueKubernetesCredentials(ctx context.Context, req *c
 	if err != nil {
 		return nil, err
 	}
-	ca, cert, err := kpki.New(kv).Admin(ctx, pub, identity.OwnerName, kubernetesAdminValidity)
+	cfg, err := loadConfiguration(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	ca, cert, err := kpki.New(kv).Owner(ctx, pub, cfg.GetKubernetesOwnerEpoch(), kubernetesAdminValidity)
 	if err != nil {
 		return nil, kubernetesErr("issuing the owner's Kubernetes certificate", err)
 	}
@@ -145,6 +175,55 @@ func kubernetesErr(what string, err error) error {
 		return status.Errorf(codes.InvalidArgument, "%s: %v", what, err)
 	case errors.Is(err, kpki.ErrStore):
 		return status.Errorf(codes.Unavailable, "%s: %v", what, err)
+	case errors.Is(err, kpki.ErrRotation):
+		return status.Errorf(codes.FailedPrecondition, "%s: %v", what, err)
 	}
 	return internalErr(what, err)
+}
+
+// rotateSteps are the kpki rotation steps of the API's.
+var rotateSteps = map[clusterpb.RotateSecretsKeyRequest_Step]string{
+	clusterpb.RotateSecretsKeyRequest_STEP_ADD:      kpki.RotateAdd,
+	clusterpb.RotateSecretsKeyRequest_STEP_ACTIVATE: kpki.RotateActivate,
+	clusterpb.RotateSecretsKeyRequest_STEP_RETIRE:   kpki.RotateRetire,
+}
+
+// RotateSecretsKey takes a step of the rotation of the Secrets
+// encryption key (see kpki) and reports the keys and the generation each
+// UP controller's API server runs with.
+func (m managementServer) RotateSecretsKey(ctx context.Context, req *clusterpb.RotateSecretsKeyRequest) (*clusterpb.RotateSecretsKeyResponse, error) {
+	kv, _, err := m.backend()
+	if err != nil {
+		return nil, err
+	}
+	p := kpki.New(kv)
+	var keys *kpki.SecretsKeys
+	if step, ok := rotateSteps[req.GetStep()]; ok {
+		keys, err = p.RotateSecretsKeys(ctx, step)
+	} else if req.GetStep() == clusterpb.RotateSecretsKeyRequest_STEP_STATUS {
+		keys, _, err = p.SecretsKeys(ctx)
+	} else {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown step %v", req.GetStep())
+	}
+	if err != nil {
+		return nil, kubernetesErr("rotating the Secrets encryption key", err)
+	}
+	loaded, err := p.SecretsLoaded(ctx)
+	if err != nil {
+		return nil, kubernetesErr("reading what the controllers run with", err)
+	}
+	nodes, _, err := listNodes(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	resp := &clusterpb.RotateSecretsKeyResponse{Generation: keys.Generation, Controllers: map[string]uint64{}}
+	for _, k := range keys.Keys {
+		resp.Keys = append(resp.Keys, &clusterpb.RotateSecretsKeyResponse_Key{Name: k.Name, Write: k.Write})
+	}
+	for _, n := range nodes {
+		if n.GetState() == clusterpb.NodeState_NODE_STATE_UP && n.GetRoles().GetKubernetesController() != nil {
+			resp.Controllers[n.GetId()] = loaded[n.GetId()]
+		}
+	}
+	return resp, nil
 }

@@ -31,7 +31,14 @@ func TestKubernetesCredentials(t *testing.T) {
 	on := proto.Bool(true)
 
 	bc := clusterpb.NewCuratorClient(withCreds(t, a.addr(), b.creds))
-	reported := []string{"10.0.2.15", "fd00::15", "127.0.0.1"}
+	// b claims addresses; the curator sees it at others (and one that a
+	// also claims to be seen at).
+	reported := []string{"10.0.2.16", "fd00::16", "127.0.0.1"}
+	observed := []string{"10.0.2.15", "fd00::15", "127.0.0.1", "10.0.2.99"}
+	testObserved.Store(b.id, parseIPs(observed))
+	testObserved.Store(a.id, parseIPs([]string{"10.0.2.99"}))
+	mustOK(t, "UpdateNodeStatus", second(clusterpb.NewCuratorClient(withCreds(t, a.addr(), a.creds)).UpdateNodeStatus(ctx,
+		&clusterpb.UpdateNodeStatusRequest{NodeId: a.id, Status: &clusterpb.NodeStatus{Addresses: []string{"127.0.0.1"}, Version: "test"}})))
 	mustOK(t, "UpdateNodeStatus", second(bc.UpdateNodeStatus(ctx, &clusterpb.UpdateNodeStatusRequest{
 		NodeId: b.id, Status: &clusterpb.NodeStatus{Addresses: reported, Version: "test"}})))
 	clientPub, _, _ := ed25519.GenerateKey(rand.Reader)
@@ -45,13 +52,15 @@ func TestKubernetesCredentials(t *testing.T) {
 
 	mustOK(t, "UpdateNodeRoles worker", second(mg.UpdateNodeRoles(ctx, &clusterpb.UpdateNodeRolesRequest{
 		Node: &clusterpb.UpdateNodeRolesRequest_Id{Id: b.id}, KubernetesWorker: on})))
+	var servingCA *x509.Certificate
 	issue := func(what string) (ca, client, server *x509.Certificate) {
 		t.Helper()
 		resp, err := bc.IssueCertificate(ctx, req)
 		mustOK(t, what, err)
 		w := resp.GetKubernetesWorker()
 		var certs []*x509.Certificate
-		for _, der := range [][]byte{w.GetIdentityCaCertificate(), w.GetKubeletClientCertificate(), w.GetKubeletServerCertificate(), w.GetProxyCertificate()} {
+		for _, der := range [][]byte{w.GetIdentityCaCertificate(), w.GetKubeletClientCertificate(), w.GetKubeletServerCertificate(), w.GetProxyCertificate(),
+			w.GetKubeletServingCaCertificate()} {
 			cert, err := x509.ParseCertificate(der)
 			mustOK(t, what, err)
 			certs = append(certs, cert)
@@ -61,6 +70,7 @@ func TestKubernetesCredentials(t *testing.T) {
 			len(certs[3].Subject.Organization) != 0 || !proxyPub.Equal(certs[3].PublicKey) {
 			t.Errorf("kube-proxy certificate: %v, %v", err, certs[3].Subject)
 		}
+		servingCA = certs[4]
 		return certs[0], certs[1], certs[2]
 	}
 	k8sCA, client, server := issue("IssueCertificate")
@@ -68,19 +78,27 @@ func TestKubernetesCredentials(t *testing.T) {
 		!slices.Equal(client.Subject.Organization, []string{"system:nodes"}) || !clientPub.Equal(client.PublicKey) {
 		t.Errorf("kubelet client certificate: %v, %v", err, client.Subject)
 	}
-	if err := pki.Verify(k8sCA, nil, server, pki.UsageServer); err != nil || !serverPub.Equal(server.PublicKey) {
+	// The serving certificate is from the kubelet serving CA, not the
+	// Kubernetes CA (which signs the API servers').
+	if err := pki.Verify(servingCA, nil, server, pki.UsageServer); err != nil || !serverPub.Equal(server.PublicKey) || servingCA.Equal(k8sCA) {
 		t.Errorf("kubelet server certificate: %v", err)
 	}
-	// Exactly the caller's ID and the addresses it reported.
-	if !slices.Equal(server.DNSNames, []string{b.id}) || !slices.Equal(ipStrings(server.IPAddresses), reported) {
-		t.Errorf("kubelet serving SANs %q %q, want %q %q", server.DNSNames, ipStrings(server.IPAddresses), b.id, reported)
+	if pki.Verify(k8sCA, nil, server, pki.UsageServer) == nil {
+		t.Error("the kubelet's serving certificate verifies against the Kubernetes CA")
 	}
-	if server.VerifyHostname(a.id) == nil || server.VerifyHostname("10.0.2.16") == nil {
-		t.Error("kubelet serving certificate valid for another node's ID or an address not reported")
+	// Exactly the caller's ID and the addresses the curator saw it at,
+	// less loopback and the one another node was seen at; nothing it
+	// claimed.
+	if want := []string{"10.0.2.15", "fd00::15"}; !slices.Equal(server.DNSNames, []string{b.id}) || !slices.Equal(ipStrings(server.IPAddresses), want) {
+		t.Errorf("kubelet serving SANs %q %q, want %q %q", server.DNSNames, ipStrings(server.IPAddresses), b.id, want)
 	}
-	// Addresses follow the record.
+	if server.VerifyHostname(a.id) == nil || server.VerifyHostname("10.0.2.16") == nil || server.VerifyHostname("10.0.2.99") == nil {
+		t.Error("kubelet serving certificate valid for another node's ID, an address only claimed, or another node's address")
+	}
+	// Addresses follow what the curator sees.
+	testObserved.Store(b.id, parseIPs([]string{"10.0.2.17"}))
 	mustOK(t, "UpdateNodeStatus", second(bc.UpdateNodeStatus(ctx, &clusterpb.UpdateNodeStatusRequest{
-		NodeId: b.id, Status: &clusterpb.NodeStatus{Addresses: []string{"10.0.2.17"}, Version: "test"}})))
+		NodeId: b.id, Status: &clusterpb.NodeStatus{Addresses: []string{"10.0.2.18"}, Version: "test"}})))
 	ca2, _, server := issue("IssueCertificate after a new status")
 	if !ca2.Equal(k8sCA) || !slices.Equal(ipStrings(server.IPAddresses), []string{"10.0.2.17"}) || !slices.Equal(server.DNSNames, []string{b.id}) {
 		t.Errorf("after a new status: same CA %v, SANs %q %q", ca2.Equal(k8sCA), server.DNSNames, ipStrings(server.IPAddresses))
@@ -104,8 +122,8 @@ func TestKubernetesCredentials(t *testing.T) {
 		t.Error("the owner's certificate is from another CA than the kubelet's")
 	}
 	if err := pki.Verify(ca, nil, cert, pki.UsageClient); err != nil || !ownerKey.PublicKey.Equal(cert.PublicKey) ||
-		cert.Subject.CommonName != "plinth-owner:owner" || !slices.Equal(cert.Subject.Organization, []string{"system:masters"}) {
-		t.Errorf("owner certificate: %v, %v", err, cert.Subject)
+		cert.Subject.CommonName != "plinth-owner:"+cert.SerialNumber.Text(16) || !slices.Equal(cert.Subject.Organization, []string{"plinth:owner:0"}) {
+		t.Errorf("owner certificate: %v, %v (want plinth-owner:<serial>, group plinth:owner:0, not system:masters)", err, cert.Subject)
 	}
 	if left := time.Until(cert.NotAfter); left > time.Hour || left < 59*time.Minute || resp.ExpiresUnixNanos != cert.NotAfter.UnixNano() {
 		t.Errorf("owner certificate valid for another %v, expires_unix_nanos %d, NotAfter %v", left, resp.ExpiresUnixNanos, cert.NotAfter)
@@ -134,10 +152,105 @@ func TestKubernetesCredentials(t *testing.T) {
 	wantCode(t, "IssueKubernetesCredentials by a node", err, codes.PermissionDenied, "KUBERNETES_ADMIN")
 }
 
+func parseIPs(ss []string) []net.IP {
+	var out []net.IP
+	for _, s := range ss {
+		out = append(out, net.ParseIP(s))
+	}
+	return out
+}
+
 func ipStrings(ips []net.IP) []string {
 	var out []string
 	for _, ip := range ips {
 		out = append(out, ip.String())
 	}
 	return out
+}
+
+// TestClusterPolicy: the owner changes the Kubernetes policy and the
+// release keys (a bad policy or the removal of the last key is refused
+// and changes nothing), and revoking the owner's Kubernetes credentials
+// moves the epoch that the next certificate's group carries. Nodes may
+// do none of it.
+func TestClusterPolicy(t *testing.T) {
+	c := newCluster(t)
+	a := c.members[0]
+	ctx := ctxTimeout(t, time.Minute)
+	mg := c.mgmt(a)
+	info := func() *clusterpb.ClusterConfiguration {
+		t.Helper()
+		r, err := mg.GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
+		mustOK(t, "GetClusterInfo", err)
+		return r.GetConfiguration()
+	}
+	k1, _, _ := ed25519.GenerateKey(rand.Reader)
+	k2, _, _ := ed25519.GenerateKey(rand.Reader)
+	r, err := mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
+		Kubernetes:     &clusterpb.KubernetesPolicy{PodSecurityLevel: "restricted", AllowedHostPaths: []string{"/data/volumes"}},
+		AddReleaseKeys: [][]byte{k1, k2, k1}})
+	mustOK(t, "UpdateClusterPolicy", err)
+	if got := info(); !proto.Equal(got, r.GetConfiguration()) || got.GetKubernetes().GetPodSecurityLevel() != "restricted" ||
+		!slices.Equal(got.GetKubernetes().GetAllowedHostPaths(), []string{"/data/volumes"}) || len(got.GetReleaseKeys()) != 2 {
+		t.Errorf("stored policy %v, answered %v", got, r.GetConfiguration())
+	}
+	before := info()
+	for name, req := range map[string]*clusterpb.UpdateClusterPolicyRequest{
+		"level":     {Kubernetes: &clusterpb.KubernetesPolicy{PodSecurityLevel: "lax"}},
+		"host path": {Kubernetes: &clusterpb.KubernetesPolicy{AllowedHostPaths: []string{"/"}}},
+		"key":       {AddReleaseKeys: [][]byte{[]byte("short")}},
+	} {
+		_, err := mg.UpdateClusterPolicy(ctx, req)
+		wantCode(t, "UpdateClusterPolicy with a bad "+name, err, codes.InvalidArgument)
+	}
+	_, err = mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{RemoveReleaseKeys: [][]byte{k1, k2}})
+	wantCode(t, "removing every release key", err, codes.FailedPrecondition, "last release key")
+	if got := info(); !proto.Equal(got, before) {
+		t.Errorf("refused updates changed the policy: %v, was %v", got, before)
+	}
+	mustOK(t, "removing one release key", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{RemoveReleaseKeys: [][]byte{k1}})))
+	if got := info().GetReleaseKeys(); len(got) != 1 || !slices.Equal(got[0], []byte(k2)) {
+		t.Errorf("release keys after removing one: %x", got)
+	}
+
+	rv, err := mg.RevokeKubernetesCredentials(ctx, &clusterpb.RevokeKubernetesCredentialsRequest{})
+	mustOK(t, "RevokeKubernetesCredentials", err)
+	if rv.GetEpoch() != 1 || info().GetKubernetesOwnerEpoch() != 1 {
+		t.Errorf("epoch after a revocation: %d, stored %d", rv.GetEpoch(), info().GetKubernetesOwnerEpoch())
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(key.Public())
+	resp, err := mg.IssueKubernetesCredentials(ctx, &clusterpb.IssueKubernetesCredentialsRequest{PublicKey: der})
+	mustOK(t, "IssueKubernetesCredentials", err)
+	if cert, err := x509.ParseCertificate(resp.ClientCertificate); err != nil || !slices.Equal(cert.Subject.Organization, []string{"plinth:owner:1"}) {
+		t.Errorf("the owner's certificate after a revocation: %v, %v", err, cert.Subject)
+	}
+
+	b := c.newMember("b")
+	c.addNode(a, b)
+	nodeMg := clusterpb.NewManagementClient(withCreds(t, a.addr(), b.creds))
+	_, err = nodeMg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{Kubernetes: &clusterpb.KubernetesPolicy{PodSecurityLevel: "privileged"}})
+	wantCode(t, "UpdateClusterPolicy by a node", err, codes.PermissionDenied, "UPDATE_CLUSTER_POLICY")
+	_, err = nodeMg.RevokeKubernetesCredentials(ctx, &clusterpb.RevokeKubernetesCredentialsRequest{})
+	wantCode(t, "RevokeKubernetesCredentials by a node", err, codes.PermissionDenied, "KUBERNETES_ADMIN")
+}
+
+// TestObserveAddress: a node is seen at the source of its connection;
+// over loopback only the curator's own node is, at its interfaces.
+func TestObserveAddress(t *testing.T) {
+	local := func() []net.IP { return parseIPs([]string{"10.0.2.15"}) }
+	for _, c := range []struct {
+		id, source string
+		want       []string
+	}{
+		{"n2", "10.42.0.11", []string{"10.42.0.11"}},
+		{"self", "127.0.0.1", []string{"10.0.2.15"}},
+		{"n2", "127.0.0.1", nil},
+		{"n2", "::1", nil},
+		{"n2", "0.0.0.0", nil},
+	} {
+		if got := ipStrings(observeAddress("self", c.id, net.ParseIP(c.source), local)); !slices.Equal(got, c.want) {
+			t.Errorf("node %s from %s: seen at %q, want %q", c.id, c.source, got, c.want)
+		}
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"math/big"
+	"net"
 	"net/netip"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -356,17 +358,61 @@ func (c curatorServer) UpdateNodeStatus(ctx context.Context, req *clusterpb.Upda
 	if err != nil {
 		return nil, err
 	}
+	var observed []string
+	if src, ok := peer.FromContext(ctx); ok {
+		if tcp, ok := src.Addr.(*net.TCPAddr); ok {
+			for _, ip := range c.cfg.Observe(p.NodeID, tcp.IP) {
+				observed = append(observed, ip.String())
+			}
+		}
+	}
 	_, err = updateNode(ctx, kv, t, p.NodeID, func(n *clusterpb.Node) ([]clientv3.Op, error) {
 		if n == nil || n.State != clusterpb.NodeState_NODE_STATE_UP {
 			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not UP", p.NodeID)
 		}
 		n.Status = req.Status
+		if len(observed) > 0 {
+			n.ObservedAddresses = observed
+		}
 		return nil, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &clusterpb.UpdateNodeStatusResponse{}, nil
+}
+
+// observeAddress is where the curator of node self saw node id, which
+// connected from source: source itself, unless it is loopback, which
+// only a node's own curator sees it from: then self's interface
+// addresses (local), and for any other node nothing (a port forward to
+// the curator, say: its real address is unknown).
+func observeAddress(self, id string, source net.IP, local func() []net.IP) []net.IP {
+	switch {
+	case source == nil || source.IsUnspecified():
+		return nil
+	case !source.IsLoopback():
+		return []net.IP{source}
+	case id == self:
+		return local()
+	}
+	return nil
+}
+
+// interfaceAddresses are this machine's unicast addresses but loopback
+// and link-local ones.
+func interfaceAddresses() []net.IP {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() && !n.IP.IsMulticast() {
+			out = append(out, n.IP)
+		}
+	}
+	return out
 }
 
 func (c curatorServer) Heartbeat(srv clusterpb.Curator_HeartbeatServer) error {

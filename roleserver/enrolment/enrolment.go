@@ -73,6 +73,8 @@ type Config struct {
 
 	// curatorPort replaces layout.CuratorPort in tests.
 	curatorPort int
+	// releaseKeyFile replaces layout.ReleaseKeyPath in tests.
+	releaseKeyFile string
 
 	// What enrolment learnt, for KeepClusterKeyLocally.
 	mu         sync.Mutex
@@ -224,8 +226,12 @@ func (c *Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
 		return err
 	}
 	policy := c.Parameters.GetBootstrap().GetInitialPolicy()
+	releaseKeys, keySource, err := c.bootstrapReleaseKeys(policy.GetReleaseKeys())
+	if err != nil {
+		return err
+	}
 	l.Info("bootstrapping a new cluster", "node", identity.NodeID(key.Public().(ed25519.PublicKey)),
-		"allow_nodes_without_tpm", policy.GetAllowNodesWithoutTpm())
+		"allow_nodes_without_tpm", policy.GetAllowNodesWithoutTpm(), "release_keys", len(releaseKeys), "release_keys_from", keySource)
 	c.RoleServer.ProvideBootstrapData(roleserver.BootstrapData{
 		NodeKey:  key,
 		JoinKey:  join.Public().(ed25519.PublicKey),
@@ -233,6 +239,11 @@ func (c *Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
 		Configuration: &clusterpb.ClusterConfiguration{
 			AllowNodesWithoutTpm:   policy.GetAllowNodesWithoutTpm(),
 			MinimumStorageSecurity: clusterpb.StorageSecurity(policy.GetStorageSecurity()),
+			Kubernetes: &clusterpb.KubernetesPolicy{
+				PodSecurityLevel: policy.GetPodSecurityLevel(),
+				AllowedHostPaths: policy.GetAllowedHostPaths(),
+			},
+			ReleaseKeys: releaseKeys,
 		},
 		TPMUsage:             c.TPMUsage,
 		KubernetesController: !c.Parameters.GetBootstrap().GetNoKubernetesController(),

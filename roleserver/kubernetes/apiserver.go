@@ -11,6 +11,7 @@ import (
 const (
 	fileCA                 = "ca.pem"
 	fileFrontProxyCA       = "front-proxy-ca.pem"
+	fileKubeletServingCA   = "kubelet-serving-ca.pem"
 	fileAPIServerCert      = "apiserver.pem"
 	fileAPIServerKey       = "apiserver-key.pem"
 	fileKubeletClientCert  = "apiserver-kubelet-client.pem"
@@ -21,6 +22,8 @@ const (
 	fileServiceAccountKey  = "service-account-key.pem"
 	fileControllerManager  = "controller-manager.kubeconfig"
 	fileScheduler          = "scheduler.kubeconfig"
+	fileAuditPolicy        = "audit-policy.json"
+	fileEncryption         = "encryption.json"
 	serviceAccountIssuer   = "https://kubernetes.default.svc." + layout.ClusterDomain
 	apiServerLocalEndpoint = "https://127.0.0.1:6443"
 )
@@ -43,7 +46,7 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 		"--client-ca-file=" + f[fileCA],
 		"--kubelet-client-certificate=" + f[fileKubeletClientCert],
 		"--kubelet-client-key=" + f[fileKubeletClientKey],
-		"--kubelet-certificate-authority=" + f[fileCA],
+		"--kubelet-certificate-authority=" + f[fileKubeletServingCA],
 		"--kubelet-preferred-address-types=InternalIP",
 		"--proxy-client-cert-file=" + f[fileFrontProxyCert],
 		"--proxy-client-key-file=" + f[fileFrontProxyKey],
@@ -57,12 +60,48 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
+		// PodSecurity and ValidatingAdmissionPolicy are on by default;
+		// admission.json configures both (admission.go).
 		"--enable-admission-plugins=NodeRestriction",
+		"--admission-control-config-file=" + f[fileAdmission],
+		// Compaction is the consensus service's job: it keeps a history
+		// long enough for the curator's watches (and the confined
+		// endpoint refuses Compact).
+		"--etcd-compaction-interval=0",
+		// Who did what: one event per request, into the node's log tree
+		// (the runnable's stdout stream), nothing on a tmpfs file.
+		"--audit-policy-file=" + f[fileAuditPolicy],
+		"--audit-log-path=-",
+		"--audit-log-format=json",
+		// Secrets at rest in etcd: secretbox with the curator's keys
+		// (pki.SecretsKeys), on tmpfs like every key here.
+		"--encryption-provider-config=" + f[fileEncryption],
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=0",
 	}
 }
+
+// auditPolicy is the API server's audit policy: Metadata (who, what,
+// when, the answer's code; never a body) for every request, and the
+// requests and answers themselves for changes of RBAC and for exec,
+// attach and port-forward into pods (their options: the command run).
+// Secrets come first, so no later rule can ever log one's contents. The
+// first stage (request received) is left out: the completed one says it
+// all.
+var auditPolicy = mustJSON(map[string]any{
+	"apiVersion": "audit.k8s.io/v1",
+	"kind":       "Policy",
+	"omitStages": []string{"RequestReceived"},
+	"rules": []any{
+		map[string]any{"level": "Metadata", "resources": []any{map[string]any{"group": "", "resources": []string{"secrets", "serviceaccounts/token"}}}},
+		map[string]any{"level": "RequestResponse", "resources": []any{
+			map[string]any{"group": "rbac.authorization.k8s.io"},
+			map[string]any{"group": "", "resources": []string{"pods/exec", "pods/attach", "pods/portforward"}},
+		}},
+		map[string]any{"level": "Metadata"},
+	},
+})
 
 // leaderElection is the controller manager's and scheduler's leader
 // election: twice Kubernetes's default times (15 s, 10 s, 2 s). A

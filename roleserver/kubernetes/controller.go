@@ -6,11 +6,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/supervisor"
@@ -49,6 +53,15 @@ type Controller struct {
 	// Status is set when the API server serves, and cleared when it
 	// stops.
 	Status *memory.Value[*Status]
+	// Policy is the cluster policy as the curator keeps it (nil or
+	// unset: Plinth's defaults): what workloads may do (a change
+	// restarts the control plane with the new admission configuration)
+	// and the epoch of the owner's credentials (a change rebinds
+	// cluster-admin at once).
+	Policy *memory.Value[*clusterpb.ClusterConfiguration]
+	// AsRoot runs the components as root instead of their own users
+	// (layout.APIServerUser, ...): for tests on a host that is not root.
+	AsRoot bool
 	// KubeBinary is the multi-call Kubernetes binary; default
 	// layout.KubeBinary (tests run the control plane on the host).
 	KubeBinary string
@@ -57,6 +70,18 @@ type Controller struct {
 // Run is a supervisor runnable.
 func (c *Controller) Run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
+	policy := c.Policy
+	if policy == nil {
+		policy = &memory.Value[*clusterpb.ClusterConfiguration]{}
+		policy.Set(&clusterpb.ClusterConfiguration{})
+	}
+	pw := policy.Watch()
+	defer pw.Close()
+	cfg, err := pw.Get(ctx)
+	if err != nil {
+		return err
+	}
+	admission := admissionPolicy(cfg)
 	kv, err := c.Consensus.CuratorClient()
 	if err != nil {
 		return err
@@ -67,12 +92,32 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control plane credentials: %w", err)
 	}
-	dir := c.Root.Ephemeral.Kubernetes.Controller.Path()
-	f, err := controllerFiles(creds).write(dir)
+	// Secrets are encrypted with keys the curator's namespace keeps; a
+	// change of them restarts the control plane with the new ones.
+	secrets, secretsRev, err := pki.New(kv).SecretsKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("secrets encryption keys: %w", err)
+	}
+	ctl := &c.Root.Ephemeral.Kubernetes.Controller
+	af := apiserverFiles(creds, admission, ctl.APIServer.Path())
+	af[fileEncryption] = secrets.EncryptionConfiguration()
+	fa, err := af.writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser))
 	if err != nil {
 		return err
 	}
-	etcdSock := c.Root.Ephemeral.Kubernetes.EtcdSocket.Path()
+	fc, err := controllerManagerFiles(creds).writeAs(ctl.ControllerManager.Path(), c.user(layout.ControllerManagerUser))
+	if err != nil {
+		return err
+	}
+	fs, err := schedulerFiles(creds).writeAs(ctl.Scheduler.Path(), c.user(layout.SchedulerUser))
+	if err != nil {
+		return err
+	}
+	etcdSock := ctl.APIServer.EtcdSocket.Path()
+	apiUser := os.Getuid()
+	if u := c.user(layout.APIServerUser); u != nil {
+		apiUser = int(u.Uid)
+	}
 	served, ready := servedOnce(apiReady(apiServerLocalEndpoint, creds.CACertificate))
 	// The API server first: under TCG its start takes minutes of CPU,
 	// and the controller manager and scheduler only crash-loop (with a
@@ -80,9 +125,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := runAll(ctx, []named{
 		{"etcd", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			return c.Consensus.ServeKubernetes(ctx, etcdSock)
+			return c.Consensus.ServeKubernetes(ctx, etcdSock, apiUser)
 		}},
-		{"apiserver", command(c.KubeBinary, apiserverArgs(f, c.Address, etcdSock), ready)},
+		{"apiserver", func(ctx context.Context) error {
+			// Its audit log (--audit-log-path=-) is a stream of the
+			// node's log tree: plinthctl logs NODE -audit.
+			return supervisor.RunCommand(ctx, supervisor.Command{Path: c.kube(), Args: apiserverArgs(fa, c.Address, etcdSock),
+				User: c.user(layout.APIServerUser), Ready: ready, Stdout: AuditStream, StdoutEntries: auditEntries})
+		}},
 	}); err != nil {
 		return err
 	}
@@ -93,30 +143,66 @@ func (c *Controller) Run(ctx context.Context) error {
 	case <-served:
 	}
 	if err := runAll(ctx, []named{
-		{"rbac", applyRBAC(pki.New(kv), c.NodeID, apiServerLocalEndpoint)},
-		{"controller-manager", command(c.KubeBinary, controllerManagerArgs(f, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
-		{"scheduler", command(c.KubeBinary, schedulerArgs(f), nil)},
+		{"rbac", applyRBAC(pki.New(kv), c.NodeID, apiServerLocalEndpoint, policy)},
+		{"controller-manager", c.command(layout.ControllerManagerUser, controllerManagerArgs(fc, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
+		{"scheduler", c.command(layout.SchedulerUser, schedulerArgs(fs), nil)},
 	}); err != nil {
 		return err
 	}
-	log.Info("Kubernetes API server serving", "address", apiServerLocalEndpoint)
+	// Every controller says which keys it runs with, so that a rotation
+	// moves on only once all can read what the next step writes.
+	if err := pki.New(kv).SetSecretsLoaded(ctx, c.NodeID, secrets.Generation); err != nil {
+		return err
+	}
+	log.Info("Kubernetes API server serving", "address", apiServerLocalEndpoint, "secrets-key-generation", secrets.Generation)
 	c.Status.Set(&Status{APIServer: apiServerLocalEndpoint, CACertificate: creds.CACertificate})
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	// New credentials at two thirds of their life: a restart issues them
-	// (from etcd, which this node serves: nothing to wait for).
+	// (from etcd, which this node serves: nothing to wait for). A new
+	// admission policy: a restart writes it (Pod Security's
+	// configuration is read once).
+	renew := time.After(time.Until(pki.RenewAt(issued, creds.NotAfter)))
+	changed := make(chan error, 1)
+	go func() {
+		for {
+			cfg, err := pw.Get(ctx)
+			if err != nil {
+				changed <- err
+				return
+			}
+			if !admissionPolicy(cfg).equal(admission) {
+				changed <- fmt.Errorf("the cluster policy's admission changed: %w", supervisor.ErrRestart)
+				return
+			}
+		}
+	}()
+	keysChanged := pki.New(kv).WatchSecretsKeys(ctx, kv, secretsRev)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(time.Until(pki.RenewAt(issued, creds.NotAfter))):
+	case <-keysChanged:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Info("restarting the control plane with the new Secrets encryption keys")
+		return fmt.Errorf("the Secrets encryption keys changed: %w", supervisor.ErrRestart)
+	case <-renew:
 		return fmt.Errorf("renewing the control plane's certificates (valid until %v): %w", creds.NotAfter, supervisor.ErrRestart)
+	case err := <-changed:
+		log.Info("restarting the control plane", "reason", err)
+		return err
 	}
 }
 
-// controllerFiles are the control plane's files.
-func controllerFiles(c *pki.ControllerCredentials) files {
-	return files{
+// apiserverFiles are the API server's files: its serving certificate,
+// the CAs it checks clients and kubelets against, its clients'
+// certificates for the kubelets and aggregated servers, the service
+// account keys and its admission configuration (dir is where they go).
+func apiserverFiles(c *pki.ControllerCredentials, a AdmissionPolicy, dir string) files {
+	f := files{
 		fileCA:                c.CACertificate,
 		fileFrontProxyCA:      c.FrontProxyCACertificate,
+		fileKubeletServingCA:  c.KubeletServingCACertificate,
 		fileAPIServerCert:     c.APIServer.Certificate,
 		fileAPIServerKey:      c.APIServer.Key,
 		fileKubeletClientCert: c.KubeletClient.Certificate,
@@ -125,10 +211,56 @@ func controllerFiles(c *pki.ControllerCredentials) files {
 		fileFrontProxyKey:     c.FrontProxyClient.Key,
 		fileServiceAccountPub: c.ServiceAccountPublicKey,
 		fileServiceAccountKey: c.ServiceAccountPrivateKey,
+		fileAuditPolicy:       auditPolicy,
+	}
+	maps.Copy(f, admissionFiles(dir, a))
+	return f
+}
+
+// controllerManagerFiles are the controller manager's: its kubeconfig,
+// the CA it hands pods and the key it signs service account tokens with.
+func controllerManagerFiles(c *pki.ControllerCredentials) files {
+	return files{
+		fileCA:                c.CACertificate,
+		fileServiceAccountKey: c.ServiceAccountPrivateKey,
 		fileControllerManager: kubeconfig(apiServerLocalEndpoint, "", c.CACertificate, c.ControllerManager.Certificate, c.ControllerManager.Key),
-		fileScheduler:         kubeconfig(apiServerLocalEndpoint, "", c.CACertificate, c.Scheduler.Certificate, c.Scheduler.Key),
 	}
 }
+
+// schedulerFiles are the scheduler's: its kubeconfig.
+func schedulerFiles(c *pki.ControllerCredentials) files {
+	return files{fileScheduler: kubeconfig(apiServerLocalEndpoint, "", c.CACertificate, c.Scheduler.Certificate, c.Scheduler.Key)}
+}
+
+// user is the credential a component of uid runs as (its group of the
+// same number, no supplementary groups); nil when Controller.AsRoot.
+func (c *Controller) user(uid uint32) *syscall.Credential {
+	if c.AsRoot {
+		return nil
+	}
+	return &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
+}
+
+// command is a runnable running the kube binary as the component of uid.
+func (c *Controller) command(uid uint32, args []string, ready func(context.Context) error) supervisor.Runnable {
+	return commandAs(c.KubeBinary, c.user(uid), args, ready)
+}
+
+// kube is the kube binary's path.
+func (c *Controller) kube() string {
+	if c.KubeBinary == "" {
+		return layout.KubeBinary
+	}
+	return c.KubeBinary
+}
+
+// AuditStream is the log stream below the API server's runnable that its
+// audit events go to, one JSON object per entry; auditEntries bounds it
+// (about a few MiB: the shared log ring is not pushed out by it).
+const (
+	AuditStream  = "audit"
+	auditEntries = 4000
+)
 
 // named is a child runnable with its name.
 type named struct {
@@ -163,11 +295,16 @@ func servedOnce(check func(context.Context) error) (served <-chan struct{}, read
 // command is a runnable running the kube binary (default
 // layout.KubeBinary) with args.
 func command(kube string, args []string, ready func(context.Context) error) supervisor.Runnable {
+	return commandAs(kube, nil, args, ready)
+}
+
+// commandAs is command as user (nil: root).
+func commandAs(kube string, user *syscall.Credential, args []string, ready func(context.Context) error) supervisor.Runnable {
 	if kube == "" {
 		kube = layout.KubeBinary
 	}
 	return func(ctx context.Context) error {
-		return supervisor.RunCommand(ctx, supervisor.Command{Path: kube, Args: args, Ready: ready})
+		return supervisor.RunCommand(ctx, supervisor.Command{Path: kube, Args: args, User: user, Ready: ready})
 	}
 }
 

@@ -7,16 +7,23 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
@@ -45,6 +52,10 @@ func TestControlPlaneOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	// As on a node: the components' users may walk to their directories.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	root := &localstorage.Root{}
 	if err := localstorage.Place(root, dir); err != nil {
 		t.Fatal(err)
@@ -52,7 +63,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 	if err := localstorage.Create(&root.Data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := localstorage.Create(&root.Ephemeral, 0o700); err != nil {
+	if err := localstorage.Create(&root.Ephemeral, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	const nodeID = "plinth-0123456789abcdef0123456789abcdef"
@@ -68,7 +79,9 @@ func TestControlPlaneOnHost(t *testing.T) {
 
 	lt := logtree.New(20000)
 	status := &memory.Value[*Status]{}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	policy := &memory.Value[*clusterpb.ClusterConfiguration]{}
+	policy.Set(&clusterpb.ClusterConfiguration{Kubernetes: &clusterpb.KubernetesPolicy{AllowedHostPaths: testAdmissionAllowed}})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	w := cons.Watch()
 	defer w.Close()
@@ -83,7 +96,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 		}
 		st = s
 		c := &Controller{Root: root, NodeID: nodeID, Address: hostAddress(t),
-			Consensus: s, Status: status, KubeBinary: kube}
+			Consensus: s, Status: status, KubeBinary: kube, Policy: policy}
 		if err := supervisor.Run(ctx, "controller", c.Run); err != nil {
 			return err
 		}
@@ -150,6 +163,8 @@ func TestControlPlaneOnHost(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
+	checkAdmission(t, ctx, client, s.APIServer)
+	checkComponentUsers(t, root)
 	if code, b := api("POST", "/api/v1/nodes", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"plinth-test"}}`); code != http.StatusCreated {
 		t.Fatalf("creating a Node: %d %s", code, b)
 	}
@@ -188,10 +203,11 @@ func TestControlPlaneOnHost(t *testing.T) {
 	// node authorizer and NodeRestriction let it patch its own status.
 	clientPub, clientKey, _ := ed25519.GenerateKey(rand.Reader)
 	serverPub, _, _ := ed25519.GenerateKey(rand.Reader)
-	kca, kubeletCert, _, err := pki.New(kv).Kubelet(ctx, nodeID, []net.IP{hostAddress(t)}, clientPub, serverPub)
+	kc, err := pki.New(kv).Kubelet(ctx, nodeID, []net.IP{hostAddress(t)}, clientPub, serverPub)
 	if err != nil {
 		t.Fatal(err)
 	}
+	kca, kubeletCert := kc.CA, kc.Client
 	if code, b := api("POST", "/api/v1/nodes", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"`+nodeID+`"}}`); code != http.StatusCreated {
 		t.Fatalf("creating the node's Node: %d %s", code, b)
 	}
@@ -243,6 +259,22 @@ func TestControlPlaneOnHost(t *testing.T) {
 	if _, b := api("GET", "/api/v1/nodes/plinth-test", ""); strings.Contains(string(b), `"unschedulable":true`) {
 		t.Fatalf("uncordoned Node: %s", b)
 	}
+	// plinthctl roles taint: the control plane taint, once however often
+	// it is put on, gone when taken away.
+	for range 2 {
+		if err := kapi.Taint(ctx, "plinth-test", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, b := api("GET", "/api/v1/nodes/plinth-test", ""); strings.Count(string(b), owner.ControlPlaneTaint) != 1 || !strings.Contains(string(b), `"effect":"NoSchedule"`) {
+		t.Fatalf("tainted Node: %s", b)
+	}
+	if err := kapi.Taint(ctx, "plinth-test", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, b := api("GET", "/api/v1/nodes/plinth-test", ""); strings.Contains(string(b), owner.ControlPlaneTaint) {
+		t.Fatalf("untainted Node: %s", b)
+	}
 
 	// Everything the API server stored is below /kubernetes/.
 	k8s, err := st.KubernetesClient()
@@ -250,9 +282,49 @@ func TestControlPlaneOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k8s.Close()
+	checkSecretsAtRest(t, ctx, kapi, k8s, pki.New(kv), nodeID)
 	resp, err := k8s.Get(ctx, "/registry/minions/plinth-test")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the Node is not under /kubernetes/registry: %v, %v", resp, err)
+	}
+}
+
+// checkComponentUsers: each control plane component runs as its own
+// unprivileged user, and its directory is its own (mode 0700).
+func checkComponentUsers(t *testing.T, root *localstorage.Root) {
+	t.Helper()
+	ctl := &root.Ephemeral.Kubernetes.Controller
+	for name, c := range map[string]struct {
+		uid int
+		dir string
+	}{
+		"apiserver":          {layout.APIServerUser, ctl.APIServer.Path()},
+		"controller-manager": {layout.ControllerManagerUser, ctl.ControllerManager.Path()},
+		"scheduler":          {layout.SchedulerUser, ctl.Scheduler.Path()},
+	} {
+		var st unix.Stat_t
+		if err := unix.Stat(c.dir, &st); err != nil || int(st.Uid) != c.uid || st.Mode&0o777 != 0o700 {
+			t.Errorf("%s's directory %s: uid %d mode %o, %v; want uid %d mode 700", name, c.dir, st.Uid, st.Mode&0o777, err, c.uid)
+		}
+		// Its process: the kube binary with this component's argument
+		// and a flag naming a file in its directory.
+		found := false
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			args := strings.Split(string(b), "\x00")
+			if err != nil || len(args) < 2 || args[1] != name || !strings.Contains(string(b), c.dir) {
+				continue
+			}
+			found = true
+			status, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
+			if !regexp.MustCompile(fmt.Sprintf(`(?m)^Uid:\t%d\t%d\t%d\t%d$`, c.uid, c.uid, c.uid, c.uid)).Match(status) {
+				t.Errorf("%s does not run as user %d:\n%s", name, c.uid, status)
+			}
+		}
+		if !found {
+			t.Errorf("no %s process found", name)
+		}
 	}
 }
 

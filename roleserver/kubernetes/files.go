@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // files are the configuration and credentials one component starts with,
@@ -12,17 +13,47 @@ import (
 // /data: they are generated again at every start).
 type files map[string][]byte
 
-// write puts every file into dir (0600), replacing what is there, and
-// returns their paths by name.
+// write puts every file into dir (0600; a name may hold a subdirectory),
+// replacing what is there, and returns their paths by name.
 func (f files) write(dir string) (map[string]string, error) {
+	return f.writeAs(dir, nil)
+}
+
+// writeAs is write for a component that runs as user: dir (mode 0700)
+// and every file in it belong to user, and nobody else but root can read
+// them. A nil user is root.
+func (f files) writeAs(dir string, user *syscall.Credential) (map[string]string, error) {
+	own := func(p string, mode os.FileMode) error {
+		if user == nil {
+			return nil
+		}
+		if err := os.Chown(p, int(user.Uid), int(user.Gid)); err != nil {
+			return err
+		}
+		return os.Chmod(p, mode)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := own(dir, 0o700); err != nil {
 		return nil, err
 	}
 	paths := map[string]string{}
 	for name, data := range f {
 		p := filepath.Join(dir, name)
+		if sub := filepath.Dir(p); sub != dir {
+			if err := os.MkdirAll(sub, 0o700); err != nil {
+				return nil, err
+			}
+			if err := own(sub, 0o700); err != nil {
+				return nil, err
+			}
+		}
 		tmp := p + ".new"
 		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			return nil, err
+		}
+		if err := own(tmp, 0o600); err != nil {
 			return nil, err
 		}
 		if err := os.Rename(tmp, p); err != nil {

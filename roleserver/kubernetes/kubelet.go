@@ -68,7 +68,10 @@ func kubeletConfig(p kubeletParams) []byte {
 		"imageGCLowThresholdPercent":  90,
 		"enforceNodeAllocatable":      []string{"pods"},
 		"serializeImagePulls":         false,
-		"logging":                     map[string]any{"format": "text"},
+		// Containers without a seccomp profile of their own run under the
+		// runtime's default one (RuntimeDefault), not unconfined.
+		"seccompDefault": true,
+		"logging":        map[string]any{"format": "text"},
 	})
 }
 

@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
 )
@@ -24,56 +27,104 @@ type rbacObject struct {
 	path, body string
 }
 
-// plinthRBAC is what the API server's default roles do not give Plinth's
-// own components. The DNS server (CoreDNS's kubernetes plugin) watches
-// Namespaces besides Services and EndpointSlices; it runs as
-// pki.ProxyUser, whose default role (system:node-proxier) does not cover
-// them.
+// plinthRBAC is what the API server's default roles do not give
+// Plinth's own components:
+//   - the DNS server (CoreDNS's kubernetes plugin) watches Namespaces
+//     besides Services and EndpointSlices; it runs as pki.ProxyUser, whose
+//     default role (system:node-proxier) does not cover them;
+//   - the API server reaches the kubelets (logs, exec, port-forward,
+//     metrics) as pki.KubeletClientUser, with system:kubelet-api-admin's
+//     rights, no more (not system:masters).
 var plinthRBAC = []rbacObject{
 	{"/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-services", `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
   "metadata": {"name": "plinth:node-services"},
   "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]}`},
-	{"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/plinth:node-services", `{
+	clusterRoleBinding("plinth:node-services", "plinth:node-services", "User", pki.ProxyUser),
+	clusterRoleBinding("plinth:apiserver-kubelet-client", "system:kubelet-api-admin", "User", pki.KubeletClientUser),
+}
+
+// OwnerBinding is the ClusterRoleBinding that makes the owner's current
+// certificates (group pki.OwnerGroup(epoch)) cluster administrators.
+// There is one, for the current epoch: applying it for a new epoch
+// replaces its subject, and every certificate of the old epoch loses its
+// rights at once.
+const OwnerBinding = "plinth:owner"
+
+// ownerBinding is OwnerBinding for epoch.
+func ownerBinding(epoch uint64) rbacObject {
+	return clusterRoleBinding(OwnerBinding, "cluster-admin", "Group", pki.OwnerGroup(epoch))
+}
+
+// clusterRoleBinding binds role to one subject of kind (User or Group).
+func clusterRoleBinding(name, role, kind, subject string) rbacObject {
+	return rbacObject{"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + name, `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-  "metadata": {"name": "plinth:node-services"},
-  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "plinth:node-services"},
-  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "` + pki.ProxyUser + `"}]}`},
+  "metadata": {"name": "` + name + `"},
+  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "` + role + `"},
+  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "` + kind + `", "name": "` + subject + `"}]}`}
 }
 
 // rbacValidity is how long the controller's own administrator
-// certificate for applying plinthRBAC lives (it never leaves memory).
+// certificate for applying plinthRBAC lives (it never leaves memory):
+// the break-glass system:masters certificate of Plinth's own steps.
 const rbacValidity = 10 * time.Minute
 
-// applyRBAC is a one-shot runnable: it applies plinthRBAC through the
-// local API server with a short-lived administrator certificate, and is
-// done.
-func applyRBAC(p *pki.PKI, nodeID, server string) supervisor.Runnable {
+// applyRBAC is a runnable: it applies plinthRBAC and the owner's binding
+// of the cluster policy's current epoch through the local API server
+// with a short-lived administrator certificate, then applies the owner's
+// binding again whenever the epoch changes (the owner revoked their
+// certificates).
+func applyRBAC(p *pki.PKI, nodeID, server string, policy *memory.Value[*clusterpb.ClusterConfiguration]) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		pw := policy.Watch()
+		defer pw.Close()
+		cfg, err := pw.Get(ctx)
 		if err != nil {
 			return err
 		}
-		ca, cert, err := p.Admin(ctx, &key.PublicKey, "controller-"+nodeID, rbacValidity)
-		if err != nil {
-			return fmt.Errorf("certificate for applying Plinth's roles: %w", err)
-		}
-		pool := x509.NewCertPool()
-		pool.AddCert(ca)
-		client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-			RootCAs: pool, MinVersion: tls.VersionTLS12,
-			Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}},
-		}}}
-		defer client.CloseIdleConnections()
-		for _, o := range plinthRBAC {
-			if err := serverSideApply(ctx, client, server+o.path, o.body); err != nil {
+		objects := append(slices.Clone(plinthRBAC), ownerBinding(cfg.GetKubernetesOwnerEpoch()))
+		for {
+			if err := applyObjects(ctx, p, nodeID, server, objects); err != nil {
 				return err
 			}
+			supervisor.Logger(ctx).Info("applied Plinth's RBAC objects", "count", len(objects), "owner-epoch", cfg.GetKubernetesOwnerEpoch())
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			epoch := cfg.GetKubernetesOwnerEpoch()
+			for cfg.GetKubernetesOwnerEpoch() == epoch {
+				if cfg, err = pw.Get(ctx); err != nil {
+					return err
+				}
+			}
+			objects = []rbacObject{ownerBinding(cfg.GetKubernetesOwnerEpoch())}
 		}
-		supervisor.Logger(ctx).Info("applied Plinth's RBAC objects", "count", len(plinthRBAC))
-		supervisor.Signal(ctx, supervisor.SignalDone)
-		return nil
 	}
+}
+
+// applyObjects applies objects through server as a system:masters user
+// of a certificate that lives rbacValidity in memory only.
+func applyObjects(ctx context.Context, p *pki.PKI, nodeID, server string, objects []rbacObject) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	ca, cert, err := p.Admin(ctx, &key.PublicKey, "controller-"+nodeID, rbacValidity)
+	if err != nil {
+		return fmt.Errorf("certificate for applying Plinth's roles: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}},
+	}}}
+	defer client.CloseIdleConnections()
+	for _, o := range objects {
+		if err := serverSideApply(ctx, client, server+o.path, o.body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // serverSideApply PATCHes body to url as an apply patch.

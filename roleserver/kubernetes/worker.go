@@ -35,6 +35,26 @@ type WorkerKeys struct {
 type WorkerCertificates struct {
 	CA                                  *x509.Certificate
 	KubeletClient, KubeletServer, Proxy *x509.Certificate
+	// ServingCA signed KubeletServer (the API servers check kubelets
+	// against it alone).
+	ServingCA *x509.Certificate
+}
+
+// nodeIP is the address the kubelet registers its Node with (and the API
+// servers reach it at): the node's own, if its serving certificate
+// names it, else the first address the certificate names (the curator
+// certified the addresses it saw the node at, never what the node
+// claims).
+func nodeIP(own net.IP, serving *x509.Certificate) net.IP {
+	for _, ip := range serving.IPAddresses {
+		if ip.Equal(own) {
+			return own
+		}
+	}
+	if len(serving.IPAddresses) > 0 {
+		return serving.IPAddresses[0]
+	}
+	return own
 }
 
 // Worker runs what a node with the KubernetesWorker role needs to run
@@ -165,7 +185,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		})},
 		{"kubelet", afterAPI(afterContainerd(command("", kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
-			kubeletDir, w.NodeID, w.Address), nil)))},
+			kubeletDir, w.NodeID, nodeIP(w.Address, certs.KubeletServer)), nil)))},
 		{"proxy", afterAPI(command("", []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil))},
 		{"netd", afterAPI(command("", []string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
 			"-cni-conf-dir", w.Root.Ephemeral.Kubernetes.CNI.Path(), "-ipam-dir", filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam")}, nil))},
@@ -298,15 +318,11 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 	}, nil
 }
 
-// kubeletDir is where the kubelet's state appears: some of it (device
-// plugins, pod resources) has fixed paths below /var/lib/kubelet whatever
-// --root-dir says, so the data volume's directory is mounted here (a
-// mount point in the read-only system image).
-const kubeletDir = "/var/lib/kubelet"
-
-// cniCacheDir is where containerd's CNI library keeps results, a fixed
-// path; a directory of the tmpfs is mounted there.
-const cniCacheDir = "/var/lib/cni"
+// The worker's mounts on fixed paths of the system image.
+const (
+	kubeletDir  = layout.KubeletDir
+	cniCacheDir = layout.CNICacheDir
+)
 
 // bindMount mounts src at dst (a mount point in the system image), once;
 // shared makes mounts below it propagate (the kubelet's volumes must reach

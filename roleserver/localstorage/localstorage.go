@@ -10,8 +10,10 @@
 //	│   ├── containerd/
 //	│   └── node/             DataNodeDirectory: boot-count, credentials/, roles, hosts
 //	└── ephemeral/            EphemeralDirectory (tmpfs, lost at reboot)
-//	    ├── consensus/        EphemeralConsensusDirectory: client.sock
+//	    ├── consensus/        EphemeralConsensusDirectory: client.sock (unlinked once etcd listens)
 //	    ├── containerd/
+//	    ├── kubernetes/       controller/{apiserver (etcd.sock), controller-manager, scheduler}/,
+//	    │                     worker/, cni/, …
 //	    └── log/
 //
 // Place fills in every path from the tags; Create makes the directories of
@@ -123,12 +125,9 @@ type EphemeralKubernetesDirectory struct {
 	Directory
 	// Controller is the API server's, controller manager's and
 	// scheduler's configuration and credentials.
-	Controller Directory `dir:"controller"`
+	Controller EphemeralControllerDirectory `dir:"controller"`
 	// Worker is the kubelet's, kube-proxy's, DNS's and netd's.
 	Worker Directory `dir:"worker"`
-	// EtcdSocket is the API server's etcd endpoint, confined to the
-	// /kubernetes/ prefix (consensus.Status.ServeKubernetes).
-	EtcdSocket File `file:"etcd.sock"`
 	// CNI holds the CNI network configuration netd writes once the node
 	// has its pod CIDR.
 	CNI Directory `dir:"cni"`
@@ -136,6 +135,25 @@ type EphemeralKubernetesDirectory struct {
 	VolumePlugins Directory `dir:"volume-plugins"`
 	// CNICache is containerd's CNI result cache (mounted at /var/lib/cni).
 	CNICache Directory `dir:"cni-cache"`
+}
+
+// EphemeralControllerDirectory holds one directory per control plane
+// component, each owned by the unprivileged user the component runs as
+// (mode 0700): no component reads another's keys.
+type EphemeralControllerDirectory struct {
+	Directory
+	APIServer         EphemeralAPIServerDirectory `dir:"apiserver"`
+	ControllerManager Directory                   `dir:"controller-manager"`
+	Scheduler         Directory                   `dir:"scheduler"`
+}
+
+// EphemeralAPIServerDirectory is the API server's.
+type EphemeralAPIServerDirectory struct {
+	Directory
+	// EtcdSocket is the API server's etcd endpoint, confined to the
+	// /kubernetes/ prefix (consensus.Status.ServeKubernetes), which
+	// serves the API server's user alone.
+	EtcdSocket File `file:"etcd.sock"`
 }
 
 // EphemeralConsensusDirectory holds etcd's runtime files.

@@ -19,6 +19,7 @@ func TestPlaceAndCreate(t *testing.T) {
 		root.Data.Node.BootCount.Path():              filepath.Join(base, "data/node/boot-count"),
 		root.Ephemeral.Consensus.Path():              filepath.Join(base, "ephemeral/consensus"),
 		root.Ephemeral.Consensus.ClientSocket.Path(): filepath.Join(base, "ephemeral/consensus/client.sock"),
+		root.Ephemeral.Kubernetes.Controller.APIServer.EtcdSocket.Path(): filepath.Join(base, "ephemeral/kubernetes/controller/apiserver/etcd.sock"),
 	} {
 		if got != want {
 			t.Errorf("path %s, want %s", got, want)

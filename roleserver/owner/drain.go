@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -92,13 +93,22 @@ func (k *KubeAPI) Ready(ctx context.Context) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	switch {
-	case resp.StatusCode == http.StatusOK:
-		return nil
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+	case resp.StatusCode == http.StatusUnauthorized:
 		return fmt.Errorf("kubernetes: %s/readyz: %s: %s", k.Server, resp.Status, bytes.TrimSpace(body))
-	default:
+	case resp.StatusCode == http.StatusForbidden:
+		// /readyz is open to every authenticated user once the API
+		// server's default roles exist: it is still making them.
+		return fmt.Errorf("%w (%s/readyz: %s: its default roles do not exist yet)", ErrAPINotServing, k.Server, resp.Status)
+	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("%w (%s/readyz: %s)", ErrAPINotServing, k.Server, resp.Status)
 	}
+	// Ready, and the owner's certificate has its rights: the controller
+	// binds cluster-admin to the owner's group once its API server serves.
+	status, err := k.do(ctx, http.MethodGet, "/api/v1/namespaces/default", "", nil, nil)
+	if status == http.StatusForbidden {
+		return fmt.Errorf("%w (it serves, but has not bound the owner's group to cluster-admin yet)", ErrAPINotServing)
+	}
+	return err
 }
 
 // do sends a request with a JSON body (nil: none) and decodes a JSON
@@ -148,6 +158,60 @@ func (k *KubeAPI) Cordon(ctx context.Context, node string, on bool) error {
 	_, err := k.do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json",
 		map[string]any{"spec": map[string]any{"unschedulable": on}}, nil)
 	return err
+}
+
+// ControlPlaneTaint is the taint that keeps pods off a controller that
+// is also a worker (Kubernetes' own key for control plane nodes).
+const ControlPlaneTaint = "node-role.kubernetes.io/control-plane"
+
+// Taint puts the NoSchedule ControlPlaneTaint on node (on) or takes it
+// away (!on), leaving its other taints. Pods that tolerate it (DaemonSets
+// of the cluster's own) still run there.
+func (k *KubeAPI) Taint(ctx context.Context, node string, on bool) error {
+	for {
+		status, err := k.taint(ctx, node, on)
+		if status != http.StatusConflict {
+			return err
+		}
+		// The Node changed between the read and the write (its status
+		// is written every few seconds): read it again.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (k *KubeAPI) taint(ctx context.Context, node string, on bool) (int, error) {
+	type taint struct {
+		Key    string `json:"key"`
+		Value  string `json:"value,omitempty"`
+		Effect string `json:"effect"`
+	}
+	var n struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Spec struct {
+			Taints []taint `json:"taints"`
+		} `json:"spec"`
+	}
+	path := "/api/v1/nodes/" + url.PathEscape(node)
+	if status, err := k.do(ctx, http.MethodGet, path, "", nil, &n); err != nil {
+		return status, err
+	}
+	taints := slices.DeleteFunc(n.Spec.Taints, func(t taint) bool { return t.Key == ControlPlaneTaint && t.Effect == "NoSchedule" })
+	if on {
+		taints = append(taints, taint{Key: ControlPlaneTaint, Effect: "NoSchedule"})
+	}
+	if taints == nil {
+		taints = []taint{}
+	}
+	// The resource version makes a concurrent change of the taints a
+	// conflict instead of lost.
+	return k.do(ctx, http.MethodPatch, path, "application/merge-patch+json",
+		map[string]any{"metadata": map[string]any{"resourceVersion": n.Metadata.ResourceVersion}, "spec": map[string]any{"taints": taints}}, nil)
 }
 
 // NodeReady reports the node's Ready condition: whether its kubelet

@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"plinth.dev/plinth/api/clusterpb"
 )
 
@@ -16,21 +19,40 @@ import (
 // limit is 4 MiB).
 const updateChunk = 1 << 20
 
+// Files of an image directory an update reads (image.ManifestFile,
+// image.SignatureFile: this package does not link the builder).
+const (
+	manifestFile  = "manifest.json"
+	signatureFile = "manifest.sig"
+)
+
 // UpdateImage is what an update sends from an image directory (the
-// builder's output): its manifest, read once.
+// builder's output): its manifest and the manifest's signature, read
+// once.
 type UpdateImage struct {
 	Dir      string
 	Manifest []byte
-	// Board and Version are the manifest's.
+	// Signature is manifest.sig (nil: the image is unsigned; it is sent
+	// as it is and the node refuses it, by its cluster's policy).
+	Signature []byte
+	// Board and Version are the manifest's, Release its release number.
 	Board, Version string
+	Release        uint64
+	// AllowDowngrade asks the node to install the image although its
+	// release is older than the one the node runs (set by the caller,
+	// not read from Dir).
+	AllowDowngrade bool
 	artefacts      map[string]struct {
 		Size int64 `json:"size"`
 	}
 }
 
-// ReadUpdateImage reads the manifest of image directory dir.
+// ReadUpdateImage reads the manifest of image directory dir and its
+// signature, if there is one. Nothing is checked here: the node decides,
+// against its cluster's release keys, so that the owner's tool cannot
+// be the one that lets an image through.
 func ReadUpdateImage(dir string) (*UpdateImage, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
 	if err != nil {
 		return nil, fmt.Errorf("%s is not an image directory: %w", dir, err)
 	}
@@ -38,15 +60,47 @@ func ReadUpdateImage(dir string) (*UpdateImage, error) {
 	var m struct {
 		Board     string `json:"board"`
 		Version   string `json:"version"`
+		Release   uint64 `json:"release"`
 		Artefacts map[string]struct {
 			Size int64 `json:"size"`
 		} `json:"artefacts"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "manifest.json"), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, manifestFile), err)
 	}
-	img.Board, img.Version, img.artefacts = m.Board, m.Version, m.Artefacts
+	img.Board, img.Version, img.Release, img.artefacts = m.Board, m.Version, m.Release, m.Artefacts
+	sig, err := os.ReadFile(filepath.Join(dir, signatureFile))
+	switch {
+	case err == nil:
+		img.Signature = sig
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, err
+	}
 	return img, nil
+}
+
+// RefusedError is a node's refusal of an image (InvalidArgument from
+// NodeManagement.Update): not for its board, not signed by one of the
+// cluster's release keys, older than what it runs, or not matching its
+// manifest. The node wrote nothing it would boot. Err is the node's
+// status error.
+type RefusedError struct {
+	Node, Version string
+	Err           error
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("node %s refused the image of version %s: %s", e.Node, e.Version, status.Convert(e.Err).Message())
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refused is err as a RefusedError when the node refused the image.
+func refused(id string, img *UpdateImage, err error) error {
+	if status.Code(err) == codes.InvalidArgument {
+		return &RefusedError{Node: id, Version: img.Version, Err: err}
+	}
+	return err
 }
 
 // UpdateProgress is called with what the node reports while it installs
@@ -66,8 +120,14 @@ const (
 )
 
 // Update installs img on node id (NodeManagement.Update) and returns the
-// node's final answer; mode says what the node does with it then.
+// node's final answer; mode says what the node does with it then. A
+// refusal of the image is a *RefusedError.
 func (c *Client) Update(ctx context.Context, id string, img *UpdateImage, mode UpdateMode, progress UpdateProgress) (*clusterpb.UpdateDone, error) {
+	done, err := c.update(ctx, id, img, mode, progress)
+	return done, refused(id, img, err)
+}
+
+func (c *Client) update(ctx context.Context, id string, img *UpdateImage, mode UpdateMode, progress UpdateProgress) (*clusterpb.UpdateDone, error) {
 	if progress == nil {
 		progress = func(*clusterpb.UpdateProgress) {}
 	}
@@ -81,7 +141,9 @@ func (c *Client) Update(ctx context.Context, id string, img *UpdateImage, mode U
 	if err != nil {
 		return nil, err
 	}
-	if err := stream.Send(&clusterpb.UpdateRequest{Kind: &clusterpb.UpdateRequest_Start{Start: &clusterpb.UpdateStart{Manifest: img.Manifest, Reboot: mode == UpdateReboot, Stage: mode == UpdateStage}}}); err != nil {
+	start := &clusterpb.UpdateStart{Manifest: img.Manifest, ManifestSignature: img.Signature, AllowDowngrade: img.AllowDowngrade,
+		Reboot: mode == UpdateReboot, Stage: mode == UpdateStage}
+	if err := stream.Send(&clusterpb.UpdateRequest{Kind: &clusterpb.UpdateRequest_Start{Start: start}}); err != nil {
 		return nil, recvError(stream, err)
 	}
 	first, err := stream.Recv()

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/pki"
@@ -118,6 +119,16 @@ func validateBootstrap(b *nodepb.Bootstrap, add adder) {
 	} else if err := pki.CheckEd25519PublicKey(b.GetOwnerPublicKey()); err != nil {
 		// Whoever could forge the owner's signatures would own the cluster.
 		add("bootstrap.owner_public_key: refused, anyone could sign as this owner: %w", err)
+	}
+	pol := b.GetInitialPolicy()
+	k := &clusterpb.KubernetesPolicy{PodSecurityLevel: pol.GetPodSecurityLevel(), AllowedHostPaths: pol.GetAllowedHostPaths()}
+	if err := k.Check(); err != nil {
+		add("bootstrap.initial_policy: %w", err)
+	}
+	for i, r := range pol.GetReleaseKeys() {
+		if err := clusterpb.CheckReleaseKey(r); err != nil {
+			add("bootstrap.initial_policy.release_keys[%d]: %w", i, err)
+		}
 	}
 }
 

@@ -109,6 +109,18 @@ func TestValidateErrors(t *testing.T) {
 			p.GetBootstrap().InitialPolicy.StorageSecurity = nodepb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED
 			p.Storage.Security = nodepb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED
 		}), "storage.security: STORAGE_SECURITY_ENCRYPTED is weaker than bootstrap.initial_policy.storage_security STORAGE_SECURITY_AUTHENTICATED"},
+		{"unknown pod security level", boot(func(p *nodepb.Parameters) { p.GetBootstrap().InitialPolicy.PodSecurityLevel = "lax" }),
+			`bootstrap.initial_policy: pod security level "lax"`},
+		{"allowed host path /", boot(func(p *nodepb.Parameters) { p.GetBootstrap().InitialPolicy.AllowedHostPaths = []string{"/"} }),
+			`bootstrap.initial_policy: allowed host path "/"`},
+		{"allowed host path unclean", boot(func(p *nodepb.Parameters) { p.GetBootstrap().InitialPolicy.AllowedHostPaths = []string{"/data/../etc"} }),
+			`allowed host path "/data/../etc"`},
+		{"allowed host path quote", boot(func(p *nodepb.Parameters) {
+			p.GetBootstrap().InitialPolicy.AllowedHostPaths = []string{"/data/x' || true"}
+		}),
+			`allowed host path "/data/x' || true"`},
+		{"release key short", boot(func(p *nodepb.Parameters) { p.GetBootstrap().InitialPolicy.ReleaseKeys = [][]byte{[]byte("short")} }),
+			"bootstrap.initial_policy.release_keys[0]: release key of 5 bytes"},
 		{"PCR 24", boot(func(p *nodepb.Parameters) { p.Tpm.SealPcrs = []uint32{7, 24} }), "tpm.seal_pcrs[1]: PCR 24 does not exist"},
 		{"PCR duplicate", boot(func(p *nodepb.Parameters) { p.Tpm.SealPcrs = []uint32{7, 11, 7} }), "tpm.seal_pcrs[2]: PCR 7 listed twice"},
 

@@ -21,8 +21,8 @@ type Namespaced interface {
 	clientv3.Lease
 
 	// Close releases the watch streams and lease keep-alives of this
-	// client. It does not close the underlying connection, which is shared
-	// and owned by the consensus service.
+	// client. It does not close what the KV talks to, which is shared and
+	// owned by the consensus service.
 	Close() error
 }
 
@@ -32,24 +32,26 @@ type namespaced struct {
 	clientv3.Lease
 }
 
-// New wraps cl so that every key is relative to prefix. The prefix must not
-// be empty: an empty prefix would hand out the whole keyspace.
+// New confines kv, w and l to prefix: every key is relative to it. The
+// prefix must not be empty: an empty prefix would hand out the whole
+// keyspace.
 //
-// Every call creates its own Watcher and Lease on top of cl, because
-// namespace.NewWatcher/NewLease forward Close to what they wrap: sharing
-// cl.Watcher would let one consumer's Close cancel every other consumer's
-// watches.
-func New(cl *clientv3.Client, prefix string) (Namespaced, error) {
-	if cl == nil {
-		return nil, errors.New("client: nil etcd client")
+// w and l become the returned client's own, and its Close closes them:
+// they must not be shared with anybody else, because
+// namespace.NewWatcher/NewLease forward Close to what they wrap, and a
+// shared Watcher would let one consumer's Close cancel every other
+// consumer's watches. kv is shared (it has no Close).
+func New(kv clientv3.KV, w clientv3.Watcher, l clientv3.Lease, prefix string) (Namespaced, error) {
+	if kv == nil || w == nil || l == nil {
+		return nil, errors.New("client: nil etcd KV, Watcher or Lease")
 	}
 	if strings.TrimSpace(prefix) == "" {
 		return nil, errors.New("client: empty namespace prefix")
 	}
 	return &namespaced{
-		KV:      namespace.NewKV(cl.KV, prefix),
-		Watcher: namespace.NewWatcher(clientv3.NewWatcher(cl), prefix),
-		Lease:   namespace.NewLease(clientv3.NewLease(cl), prefix),
+		KV:      namespace.NewKV(kv, prefix),
+		Watcher: namespace.NewWatcher(w, prefix),
+		Lease:   namespace.NewLease(l, prefix),
 	}, nil
 }
 

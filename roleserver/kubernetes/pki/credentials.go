@@ -3,9 +3,12 @@ package pki
 import (
 	"context"
 	"crypto"
+	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"fmt"
+	"math/big"
 	"net"
 	"slices"
 	"strings"
@@ -21,7 +24,8 @@ const (
 	groupMasters = "system:masters" // bypasses authorization
 	groupNodes   = "system:nodes"
 
-	nameKubeletClient     = "kube-apiserver-kubelet-client"
+	// KubeletClientUser is the API server's user at the kubelets.
+	KubeletClientUser     = "kube-apiserver-kubelet-client"
 	nameFrontProxyClient  = "front-proxy-client"
 	nameControllerManager = "system:kube-controller-manager"
 	nameScheduler         = "system:kube-scheduler"
@@ -50,10 +54,13 @@ type ControllerCredentials struct {
 	// FrontProxyCACertificate is the front-proxy CA, PEM:
 	// --requestheader-client-ca-file.
 	FrontProxyCACertificate []byte
+	// KubeletServingCACertificate is the kubelet serving CA, PEM:
+	// --kubelet-certificate-authority.
+	KubeletServingCACertificate []byte
 	// APIServer: --tls-cert-file / --tls-private-key-file.
 	APIServer KeyPair
 	// KubeletClient: --kubelet-client-certificate / --kubelet-client-key
-	// (CN kube-apiserver-kubelet-client, O system:masters).
+	// (CN kube-apiserver-kubelet-client, bound to system:kubelet-api-admin).
 	KubeletClient KeyPair
 	// FrontProxyClient: --proxy-client-cert-file / --proxy-client-key-file
 	// (CN front-proxy-client, from the front-proxy CA).
@@ -95,6 +102,10 @@ func (p *PKI) Controller(ctx context.Context, nodeID string, addresses []net.IP)
 	if err != nil {
 		return nil, err
 	}
+	kubeletServing, err := p.authority(ctx, secretKubeletServingCA)
+	if err != nil {
+		return nil, err
+	}
 	saPEM, saKey, err := p.serviceAccountKey(ctx)
 	if err != nil {
 		return nil, err
@@ -104,10 +115,11 @@ func (p *PKI) Controller(ctx context.Context, nodeID string, addresses []net.IP)
 		return nil, err
 	}
 	out := &ControllerCredentials{
-		CACertificate:            clusterpki.CertificatePEM(ca.cert),
-		FrontProxyCACertificate:  clusterpki.CertificatePEM(frontProxy.cert),
-		ServiceAccountPrivateKey: saPEM,
-		ServiceAccountPublicKey:  saPub,
+		CACertificate:               clusterpki.CertificatePEM(ca.cert),
+		FrontProxyCACertificate:     clusterpki.CertificatePEM(frontProxy.cert),
+		KubeletServingCACertificate: clusterpki.CertificatePEM(kubeletServing.cert),
+		ServiceAccountPrivateKey:    saPEM,
+		ServiceAccountPublicKey:     saPub,
 	}
 	for _, s := range []struct {
 		into *KeyPair
@@ -115,7 +127,9 @@ func (p *PKI) Controller(ctx context.Context, nodeID string, addresses []net.IP)
 		tmpl *x509.Certificate
 	}{
 		{&out.APIServer, ca, apiServerTemplate(nodeID, ips)},
-		{&out.KubeletClient, ca, clientTemplate(nameKubeletClient, groupMasters)},
+		// Bound to system:kubelet-api-admin (the RBAC objects the
+		// controller applies): what the API server does on kubelets.
+		{&out.KubeletClient, ca, clientTemplate(KubeletClientUser)},
 		{&out.FrontProxyClient, frontProxy, clientTemplate(nameFrontProxyClient)},
 		{&out.ControllerManager, ca, clientTemplate(nameControllerManager)},
 		{&out.Scheduler, ca, clientTemplate(nameScheduler)},
@@ -168,43 +182,81 @@ func generateKeyPair(ca *authority, tmpl *x509.Certificate) (*x509.Certificate, 
 	return cert, KeyPair{Certificate: clusterpki.CertificatePEM(cert), Key: keyPEM}, nil
 }
 
+// KubeletCertificates are a kubelet's certificates (Kubelet).
+type KubeletCertificates struct {
+	// CA is the Kubernetes CA: Client is from it, and the API servers'
+	// certificates the kubelet checks.
+	CA *x509.Certificate
+	// ServingCA is the kubelet serving CA: Server is from it.
+	ServingCA *x509.Certificate
+	Client    *x509.Certificate
+	Server    *x509.Certificate
+}
+
 // Kubelet certifies a kubelet's keys, which never leave its node: a
 // client certificate for user system:node:<nodeID> in group system:nodes
-// (what the Node authorizer and NodeRestriction expect) and a serving
-// certificate for exactly nodeID and addresses, which the caller must
-// know to be the node's (the curator uses the addresses in its record,
-// never a request's). It returns them with the Kubernetes CA, created on
-// first use. Both keys must pass CheckPublicKey.
-func (p *PKI) Kubelet(ctx context.Context, nodeID string, addresses []net.IP, clientPub, serverPub crypto.PublicKey) (ca, clientCert, serverCert *x509.Certificate, err error) {
+// (what the Node authorizer and NodeRestriction expect) from the
+// Kubernetes CA, and a serving certificate from the kubelet serving CA
+// for exactly nodeID and those of addresses that can be a node's own,
+// which the caller must know to be the node's (the curator uses the
+// addresses it observed the node at, never a request's or the node's
+// claim): loopback, unspecified and link-local addresses and the
+// Service and pod ranges are left out, and none left is an error. Both
+// keys must pass CheckPublicKey.
+func (p *PKI) Kubelet(ctx context.Context, nodeID string, addresses []net.IP, clientPub, serverPub crypto.PublicKey) (*KubeletCertificates, error) {
 	if err := checkNodeID(nodeID); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	ips, err := checkAddresses(addresses)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
+	}
+	ips = slices.DeleteFunc(ips, notANodeAddress)
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("%w: none of the addresses %v can be node %s's own", ErrInvalidArgument, addresses, nodeID)
 	}
 	for _, k := range []crypto.PublicKey{clientPub, serverPub} {
 		if err := CheckPublicKey(k); err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 	}
 	a, err := p.authority(ctx, secretCA)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	if clientCert, err = a.issue(clientPub, clientTemplate(nodeUserPrefix+nodeID, groupNodes), KubeletValidity); err != nil {
-		return nil, nil, nil, err
+	serving, err := p.authority(ctx, secretKubeletServingCA)
+	if err != nil {
+		return nil, err
 	}
-	serverCert, err = a.issue(serverPub, &x509.Certificate{
+	out := &KubeletCertificates{CA: a.cert, ServingCA: serving.cert}
+	if out.Client, err = a.issue(clientPub, clientTemplate(nodeUserPrefix+nodeID, groupNodes), KubeletValidity); err != nil {
+		return nil, err
+	}
+	out.Server, err = serving.issue(serverPub, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: nodeID},
 		DNSNames:    []string{nodeID},
 		IPAddresses: ips,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}, KubeletValidity)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	return a.cert, clientCert, serverCert, nil
+	return out, nil
+}
+
+// notANodeAddress reports whether ip cannot be where other nodes reach a
+// kubelet: loopback, unspecified, link-local, or in the Service or pod
+// ranges (a pod, or a Service VIP, must never pass for a kubelet).
+func notANodeAddress(ip net.IP) bool {
+	if ip.IsLoopback() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
+		return true
+	}
+	for _, c := range []string{layout.ServiceCIDR, layout.ClusterCIDR} {
+		if _, n, err := net.ParseCIDR(c); err == nil && n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // ProxyUser is the user of a worker's service components (kube-proxy,
@@ -249,6 +301,41 @@ func (p *PKI) Admin(ctx context.Context, pub crypto.PublicKey, name string, vali
 		return nil, nil, err
 	}
 	if cert, err = a.issue(pub, clientTemplate(AdminPrefix+name, groupMasters), validity); err != nil {
+		return nil, nil, err
+	}
+	return a.cert, cert, nil
+}
+
+// OwnerGroup is the group of the owner's certificates of epoch: the
+// controllers bind cluster-admin to the current epoch's group alone.
+func OwnerGroup(epoch uint64) string { return fmt.Sprintf("plinth:owner:%d", epoch) }
+
+// Owner certifies pub (ECDSA P-256 or ed25519) for the owner's kubectl:
+// user AdminPrefix+<serial in hex> (each certificate its own name, so
+// the audit log tells them apart) in group OwnerGroup(epoch), which is
+// bound to cluster-admin while epoch is the cluster's (not
+// system:masters: that group bypasses authorization and can never be
+// revoked). It returns the certificate with the Kubernetes CA.
+func (p *PKI) Owner(ctx context.Context, pub crypto.PublicKey, epoch uint64, validity time.Duration) (ca, cert *x509.Certificate, err error) {
+	if err := CheckPublicKey(pub); err != nil {
+		return nil, nil, err
+	}
+	if validity <= 0 || validity > MaxAdminValidity {
+		return nil, nil, fmt.Errorf("%w: validity %v is not in (0, %v]", ErrInvalidArgument, validity, MaxAdminValidity)
+	}
+	a, err := p.authority(ctx, secretCA)
+	if err != nil {
+		return nil, nil, err
+	}
+	var serial [16]byte
+	if _, err := rand.Read(serial[:]); err != nil {
+		return nil, nil, err
+	}
+	serial[0] &= 0x7f // positive, and 16 bytes in the certificate
+	serial[0] |= 0x40
+	tmpl := clientTemplate(AdminPrefix+hex.EncodeToString(serial[:]), OwnerGroup(epoch))
+	tmpl.SerialNumber = new(big.Int).SetBytes(serial[:])
+	if cert, err = a.issue(pub, tmpl, validity); err != nil {
 		return nil, nil, err
 	}
 	return a.cert, cert, nil

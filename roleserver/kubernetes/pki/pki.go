@@ -13,11 +13,13 @@ import (
 // Keys in the curator's etcd namespace. The Kubernetes CA keeps the keys
 // the curator used for it before this package existed.
 const (
-	keyCACert            = "/kubernetes-ca/ca.pem"
-	keyCAKey             = "/kubernetes-ca/ca-key.pem"
-	keyFrontProxyCACert  = "/kubernetes-ca/front-proxy-ca.pem"
-	keyFrontProxyCAKey   = "/kubernetes-ca/front-proxy-ca-key.pem"
-	keyServiceAccountKey = "/kubernetes-ca/service-account-key.pem" // PKCS#8 PEM
+	keyCACert               = "/kubernetes-ca/ca.pem"
+	keyCAKey                = "/kubernetes-ca/ca-key.pem"
+	keyFrontProxyCACert     = "/kubernetes-ca/front-proxy-ca.pem"
+	keyFrontProxyCAKey      = "/kubernetes-ca/front-proxy-ca-key.pem"
+	keyServiceAccountKey    = "/kubernetes-ca/service-account-key.pem" // PKCS#8 PEM
+	keyKubeletServingCACert = "/kubernetes-ca/kubelet-serving-ca.pem"
+	keyKubeletServingCAKey  = "/kubernetes-ca/kubelet-serving-ca-key.pem"
 )
 
 // Lifetimes (see the package documentation).
@@ -72,6 +74,11 @@ var (
 		func() ([][]byte, error) { return generateAuthority("Plinth Kubernetes CA") }}
 	secretFrontProxyCA = secret{"the front-proxy CA", []string{keyFrontProxyCACert, keyFrontProxyCAKey},
 		func() ([][]byte, error) { return generateAuthority("Plinth Kubernetes front-proxy CA") }}
+	// The kubelets' serving certificates come from a CA of their own:
+	// the API servers trust it for kubelets only, and nothing else trusts
+	// it, so a node's serving certificate cannot pass for an API server.
+	secretKubeletServingCA = secret{"the kubelet serving CA", []string{keyKubeletServingCACert, keyKubeletServingCAKey},
+		func() ([][]byte, error) { return generateAuthority("Plinth kubelet serving CA") }}
 	secretServiceAccount = secret{"the service-account key", []string{keyServiceAccountKey},
 		func() ([][]byte, error) {
 			k, err := newKey()

@@ -140,7 +140,7 @@ func TestController(t *testing.T) {
 		cn   string
 		orgs []string
 	}{
-		{"kubelet client", cr.KubeletClient, ca, "kube-apiserver-kubelet-client", []string{"system:masters"}},
+		{"kubelet client", cr.KubeletClient, ca, "kube-apiserver-kubelet-client", nil},
 		{"front-proxy client", cr.FrontProxyClient, fp, "front-proxy-client", nil},
 		{"controller-manager", cr.ControllerManager, ca, "system:kube-controller-manager", nil},
 		{"scheduler", cr.Scheduler, ca, "system:kube-scheduler", nil},
@@ -205,13 +205,23 @@ func TestKubelet(t *testing.T) {
 	p := New(newKV(t))
 	clientPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	serverKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca, client, server, err := p.Kubelet(ctx(t), testNode, testAddrs, clientPub, serverKey.Public())
+	// Loopback, link-local and the Service and pod ranges are never a
+	// node's address: left out.
+	given := append(slices.Clone(testAddrs), net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("169.254.1.1"),
+		net.ParseIP("10.96.0.10"), net.ParseIP("10.244.3.1"))
+	kc, err := p.Kubelet(ctx(t), testNode, given, clientPub, serverKey.Public())
 	if err != nil {
 		t.Fatal(err)
 	}
+	ca, client, server := kc.CA, kc.Client, kc.Server
 	wantSubject(t, "kubelet client", client, "system:node:"+testNode, "system:nodes")
 	verify(t, "kubelet client", ca, client, x509.ExtKeyUsageClientAuth)
-	verify(t, "kubelet server", ca, server, x509.ExtKeyUsageServerAuth)
+	// The serving certificate is from a CA of its own, not the one the
+	// API server's certificate (and every client's) is from.
+	verify(t, "kubelet server", kc.ServingCA, server, x509.ExtKeyUsageServerAuth)
+	if err := server.CheckSignatureFrom(ca); err == nil || kc.ServingCA.Equal(ca) {
+		t.Error("the kubelet's serving certificate is from the Kubernetes CA")
+	}
 	if !clientPub.Equal(client.PublicKey) || !serverKey.PublicKey.Equal(server.PublicKey) {
 		t.Error("certificates are not for the keys given")
 	}
@@ -231,7 +241,7 @@ func TestKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !parsePEM(t, "CA", cr.CACertificate).Equal(ca) {
+	if !parsePEM(t, "CA", cr.CACertificate).Equal(ca) || !parsePEM(t, "serving CA", cr.KubeletServingCACertificate).Equal(kc.ServingCA) {
 		t.Error("Kubelet and Controller use different CAs")
 	}
 
@@ -255,8 +265,10 @@ func TestKubelet(t *testing.T) {
 		{"node ID with a dot", "plinth-1.evil.example", testAddrs, clientPub},
 		{"upper-case node ID", "Plinth-1", testAddrs, clientPub},
 		{"bad address", testNode, []net.IP{{1, 2, 3}}, clientPub},
+		{"only loopback", testNode, []net.IP{net.ParseIP("127.0.0.1")}, clientPub},
+		{"no address", testNode, nil, clientPub},
 	} {
-		if _, _, _, err := p.Kubelet(ctx(t), tc.id, tc.addrs, tc.client, serverKey.Public()); !errors.Is(err, ErrInvalidArgument) {
+		if _, err := p.Kubelet(ctx(t), tc.id, tc.addrs, tc.client, serverKey.Public()); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", tc.name, err)
 		}
 	}
@@ -302,10 +314,11 @@ func TestAdmin(t *testing.T) {
 func TestCreatedOnce(t *testing.T) {
 	kv := newKV(t)
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	ca1, _, _, err := New(kv).Kubelet(ctx(t), testNode, nil, pub, pub)
+	kc1, err := New(kv).Kubelet(ctx(t), testNode, testAddrs, pub, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ca1 := kc1.CA
 	stored := map[string]string{}
 	resp, err := kv.Get(ctx(t), "/", clientv3.WithPrefix())
 	if err != nil {
@@ -315,15 +328,15 @@ func TestCreatedOnce(t *testing.T) {
 		stored[string(e.Key)] = string(e.Value)
 	}
 	// Only what Kubelet needs is created.
-	if len(stored) != 2 || stored[keyCACert] == "" || stored[keyCAKey] == "" {
+	if len(stored) != 4 || stored[keyCACert] == "" || stored[keyCAKey] == "" || stored[keyKubeletServingCACert] == "" || stored[keyKubeletServingCAKey] == "" {
 		t.Fatalf("stored after Kubelet: %v", slices.Sorted(maps.Keys(stored)))
 	}
 	if !parsePEM(t, "stored CA", []byte(stored[keyCACert])).Equal(ca1) {
 		t.Error("the stored CA is not the one returned")
 	}
-	ca2, _, _, err := New(kv).Kubelet(ctx(t), testNode, nil, pub, pub)
-	if err != nil || !ca2.Equal(ca1) {
-		t.Fatalf("second PKI: %v, same CA %v", err, ca2.Equal(ca1))
+	kc2, err := New(kv).Kubelet(ctx(t), testNode, testAddrs, pub, pub)
+	if err != nil || !kc2.CA.Equal(ca1) || !kc2.ServingCA.Equal(kc1.ServingCA) {
+		t.Fatalf("second PKI: %v, same CAs %v", err, err == nil && kc2.CA.Equal(ca1))
 	}
 	if _, err := New(kv).Controller(ctx(t), testNode, nil); err != nil {
 		t.Fatal(err)
@@ -339,7 +352,7 @@ func TestCreatedOnce(t *testing.T) {
 			t.Errorf("%s changed", e.Key)
 		}
 	}
-	want := []string{keyCACert, keyCAKey, keyFrontProxyCAKey, keyFrontProxyCACert, keyServiceAccountKey}
+	want := []string{keyCACert, keyCAKey, keyFrontProxyCAKey, keyFrontProxyCACert, keyServiceAccountKey, keyKubeletServingCACert, keyKubeletServingCAKey}
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
 		t.Errorf("stored keys %q, want %q", keys, want)
@@ -398,10 +411,11 @@ func TestEd25519CAKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	ca, client, _, err := New(kv).Kubelet(ctx(t), testNode, testAddrs, pub, pub)
+	kc, err := New(kv).Kubelet(ctx(t), testNode, testAddrs, pub, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ca, client := kc.CA, kc.Client
 	if !ca.Equal(old.Certificate) {
 		t.Fatal("the stored ed25519 CA was not used")
 	}
@@ -424,7 +438,7 @@ func TestDamagedStore(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, _, _, err := New(kv).Kubelet(ctx(t), testNode, nil, pub, pub); !errors.Is(err, ErrCorrupt) {
+		if _, err := New(kv).Kubelet(ctx(t), testNode, testAddrs, pub, pub); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
 		}
 		// Nothing was overwritten.
@@ -436,7 +450,7 @@ func TestDamagedStore(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, _, err := New(newKV(t)).Kubelet(cancelled, testNode, nil, pub, pub); !errors.Is(err, ErrStore) {
+	if _, err := New(newKV(t)).Kubelet(cancelled, testNode, testAddrs, pub, pub); !errors.Is(err, ErrStore) {
 		t.Errorf("cancelled context: %v, want ErrStore", err)
 	}
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"plinth.dev/plinth/platform/pki"
+)
+
+func init() {
+	register("release-key", "make a release key: it signs images (build -sign-key), nodes install what it signed", func() verb { return new(releaseKeyCmd) })
+}
+
+// releaseKeyCmd is `plinthctl release-key -o FILE`: a new ed25519
+// release key, the private key in FILE (PKCS#8 PEM, 0600, the owner
+// key's form: what build -sign-key reads) and the public key in FILE.pub
+// (PKIX PEM: what policy -add-release-key reads).
+//
+// Neither file is ever replaced: the nodes of a cluster install only
+// images signed by its release keys, so a release key overwritten by
+// mistake cannot sign the next image for them (the owner would have to
+// add a new key to the policy first, which needs the owner key but no
+// release key). Keep it offline: whoever holds it decides what the
+// nodes run.
+type releaseKeyCmd struct {
+	out string
+}
+
+func (c *releaseKeyCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("release-key", stderr)
+	fs.StringVar(&c.out, "o", "", "private key `file` to write (its public key goes to FILE.pub); never replaced")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	if c.out == "" {
+		return errors.New("usage: plinthctl release-key -o FILE")
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	if err := writeReleaseKey(c.out, key); err != nil {
+		return err
+	}
+	pub := key.Public().(ed25519.PublicKey)
+	sum := sha256.Sum256(pub)
+	fmt.Fprintf(stdout, "release key %s (sha256 %s): private key %s, public key %s\n",
+		hex.EncodeToString(pub), hex.EncodeToString(sum[:8]), c.out, c.out+".pub")
+	return nil
+}
+
+// writeReleaseKey writes key to path and its public key to path.pub,
+// neither replacing an existing file (both are checked first, so a
+// refusal leaves no half of a pair).
+func writeReleaseKey(path string, key ed25519.PrivateKey) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{path, path + ".pub"} {
+		if _, err := os.Lstat(p); err == nil {
+			return fmt.Errorf("%s exists: a release key is never replaced (pick another file)", p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := writeNewFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return writeNewFile(path+".pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+}
+
+// writeNewFile writes a file that must not exist yet (O_EXCL: two runs at
+// once cannot both write it).
+func writeNewFile(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// readReleaseKey reads a release private key (PKCS#8 PEM, as
+// release-key writes it; an owner key file has the same form).
+func readReleaseKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	k, err := pki.ParsePrivateKeyPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (plinthctl release-key -o FILE makes one)", path, err)
+	}
+	return k, nil
+}

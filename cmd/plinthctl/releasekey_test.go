@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReleaseKey: release-key writes a private key build -sign-key reads
+// (0600) and a public key policy -add-release-key reads (readOwnerKey),
+// of one pair, and never replaces either file.
+func TestReleaseKey(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "keys", "release.key")
+	out, _, err := runVerb("release-key", "-o", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := readReleaseKey(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := readOwnerKey(file + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(pub, key.Public().(ed25519.PublicKey)) || !strings.Contains(out, hex.EncodeToString(pub)) {
+		t.Errorf("FILE.pub holds %x, the key's public key is %x; printed %q", pub, key.Public(), out)
+	}
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("private key file: %v, %v", st.Mode(), err)
+	}
+	before, _ := os.ReadFile(file)
+	for _, existing := range []string{file, filepath.Join(dir, "only-pub")} {
+		if existing != file {
+			os.WriteFile(existing+".pub", []byte("x"), 0o644)
+		}
+		if _, _, err := runVerb("release-key", "-o", existing); err == nil || !strings.Contains(err.Error(), "never replaced") {
+			t.Errorf("release-key -o %s over an existing key: %v", existing, err)
+		}
+	}
+	if after, _ := os.ReadFile(file); !bytes.Equal(before, after) {
+		t.Error("the existing release key was replaced")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "only-pub")); !os.IsNotExist(err) {
+		t.Errorf("a refused release-key wrote half a pair: %v", err)
+	}
+	if _, _, err := runVerb("release-key"); err == nil {
+		t.Error("release-key without -o accepted")
+	}
+}
+
+// TestBuildSignFlags: -sign-key needs an explicit -release (the number is
+// what orders signed images) and a readable release key, checked before
+// anything is built.
+func TestBuildSignFlags(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "release.key")
+	if _, _, err := runVerb("release-key", "-o", key); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runVerb("build", "-sign-key", key, "-out", dir); err == nil || !strings.Contains(err.Error(), "-sign-key needs -release") {
+		t.Errorf("-sign-key without -release: %v", err)
+	}
+	if _, _, err := runVerb("build", "-sign-key", key+".pub", "-release", "3", "-out", dir); err == nil || !strings.Contains(err.Error(), "-sign-key") {
+		t.Errorf("-sign-key with a public key: %v", err)
+	}
+	// The key is fine: the build goes on to its own checks.
+	if _, _, err := runVerb("build", "-sign-key", key, "-release", "0", "-out", dir); err == nil || !strings.Contains(err.Error(), "-init is required") {
+		t.Errorf("-sign-key with -release 0: %v", err)
+	}
+}

@@ -1,0 +1,186 @@
+package kubernetes
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/localstorage"
+)
+
+// What a workload may do to its node, enforced by the API server's
+// admission, from its first request on:
+//
+//	--admission-control-config-file=admission.json
+//	  PodSecurity                baseline enforced, restricted warned and
+//	                             audited, in every namespace that does not
+//	                             say otherwise (kube-system: exempt)
+//	  ValidatingAdmissionPolicy  staticManifestsDir=admission/
+//	    host-paths.json          plinth-host-paths.static.k8s.io: no pod
+//	                             and no PersistentVolume (hostPath, local)
+//	                             in any namespace, whatever its Pod
+//	                             Security level, uses a path that is,
+//	                             holds or lies under node state or
+//	                             secrets (protectedHostPaths)
+//
+// The host path policy is a static manifest (Kubernetes' manifest-based
+// admission configuration, beta and on in this version): the API server
+// loads it before it serves, refuses requests until it has, and nobody
+// can delete or weaken it through the API, not even system:masters. Pod
+// Security's `privileged` level is node root (a privileged container
+// sees the node's devices, the decrypted data volume among them): only
+// namespaces the owner labels so get it.
+
+// AdmissionPolicy is the cluster policy's say in admission
+// (clusterpb.KubernetesPolicy, checked; the zero value is the default).
+type AdmissionPolicy struct {
+	// PodSecurity is the Pod Security level enforced in namespaces
+	// without a pod-security.kubernetes.io/enforce label: baseline (the
+	// default, ""), restricted or privileged.
+	PodSecurity string
+	// AllowedHostPaths are host paths the owner allows pods and
+	// PersistentVolumes to use although they lie under protected ones
+	// (absolute; a path below one is allowed too).
+	AllowedHostPaths []string
+}
+
+// admissionPolicy is what cfg says of admission. The curator stores
+// only a policy that passes KubernetesPolicy.Check; anything else is
+// ignored here (Plinth's default: baseline, nothing allowed) rather than
+// put into the API server's configuration.
+func admissionPolicy(cfg *clusterpb.ClusterConfiguration) AdmissionPolicy {
+	k := cfg.GetKubernetes()
+	if k.Check() != nil {
+		return AdmissionPolicy{}
+	}
+	return AdmissionPolicy{PodSecurity: k.GetPodSecurityLevel(), AllowedHostPaths: k.GetAllowedHostPaths()}
+}
+
+func (p AdmissionPolicy) equal(q AdmissionPolicy) bool {
+	return p.PodSecurity == q.PodSecurity && slices.Equal(p.AllowedHostPaths, q.AllowedHostPaths)
+}
+
+// Files of the admission configuration, in the controller directory.
+const (
+	fileAdmission       = "admission.json"
+	dirAdmissionStatic  = "admission"
+	fileHostPathsPolicy = dirAdmissionStatic + "/host-paths.json"
+	hostPathsPolicyName = "plinth-host-paths.static.k8s.io"
+)
+
+// protectedHostPaths are the host paths that hold node state or secrets,
+// derived from what the node has: the local storage tree's two roots as
+// /init places the tree (at /, wherever a test puts its files)
+// (the data volume and the ephemeral tmpfs, with etcd, the node's
+// credentials, the sockets and the logs), the kernel's filesystems and
+// /run (moved into the system image by /init, the ESP mounted below it),
+// the worker's mounts on fixed paths (the kubelet's directory holds pods'
+// Secrets) and the system image's links with their targets. / and every
+// directory above one of them contain them.
+func protectedHostPaths() []string {
+	var root localstorage.Root
+	if err := localstorage.Place(&root, "/"); err != nil {
+		panic(fmt.Sprintf("kubernetes: the local storage tree: %v", err))
+	}
+	ps := []string{root.Data.Path(), root.Ephemeral.Path(), layout.KubeletDir, layout.CNICacheDir, layout.ESPMount}
+	ps = append(ps, layout.MovedMounts...)
+	for _, l := range layout.SystemLinks {
+		ps = append(ps, l.Path, l.Target)
+	}
+	for i, p := range ps {
+		ps[i] = path.Clean(p)
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps)
+}
+
+// admissionFiles are the admission configuration (admission.json) and
+// the host path policy it loads, for the API server run from dir.
+func admissionFiles(dir string, p AdmissionPolicy) files {
+	level := p.PodSecurity
+	if level == "" {
+		level = "baseline"
+	}
+	config := map[string]any{
+		"apiVersion": "apiserver.config.k8s.io/v1",
+		"kind":       "AdmissionConfiguration",
+		"plugins": []any{
+			map[string]any{"name": "PodSecurity", "configuration": map[string]any{
+				"apiVersion": "pod-security.admission.config.k8s.io/v1",
+				"kind":       "PodSecurityConfiguration",
+				"defaults": map[string]string{
+					"enforce": level, "enforce-version": "latest",
+					"audit": "restricted", "audit-version": "latest",
+					"warn": "restricted", "warn-version": "latest",
+				},
+				"exemptions": map[string][]string{"usernames": {}, "runtimeClasses": {}, "namespaces": {"kube-system"}},
+			}},
+			map[string]any{"name": "ValidatingAdmissionPolicy", "configuration": map[string]any{
+				"apiVersion":         "apiserver.config.k8s.io/v1",
+				"kind":               "ValidatingAdmissionPolicyConfiguration",
+				"staticManifestsDir": dir + "/" + dirAdmissionStatic,
+			}},
+		},
+	}
+	return files{
+		fileAdmission:       mustJSON(config),
+		fileHostPathsPolicy: hostPathsPolicy(protectedHostPaths(), p.AllowedHostPaths),
+	}
+}
+
+// hostPathsPolicy is the ValidatingAdmissionPolicy (and its binding)
+// refusing pods and PersistentVolumes whose host paths are, contain or
+// lie under a protected path, unless they lie under an allowed one.
+// Paths are compared normalised (empty and "." elements dropped, so
+// //data, /data/ and /./data are /data; a relative path is taken from /,
+// as the kubelet would resolve it; the API refuses ".." elements) with a
+// trailing slash, so /database is not under /data.
+func hostPathsPolicy(protected, allowed []string) []byte {
+	dirs := func(ps []string) string {
+		var q []string
+		for _, p := range ps {
+			q = append(q, "'"+strings.TrimSuffix(p, "/")+"/'")
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	parts := `p.split('/').filter(s, s != '' && s != '.')`
+	norm := `(` + parts + `.size() == 0 ? '/' : '/' + ` + parts + `.join('/') + '/')`
+	refused := `variables.protected.exists(q, ` + norm + `.startsWith(q) || q.startsWith(` + norm + `)) && !variables.allowed.exists(a, ` + norm + `.startsWith(a))`
+	policy := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1",
+		"kind":       "ValidatingAdmissionPolicy",
+		"metadata":   map[string]any{"name": hostPathsPolicyName},
+		"spec": map[string]any{
+			"failurePolicy": "Fail",
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []string{""}, "apiVersions": []string{"v1"}, "operations": []string{"CREATE", "UPDATE"},
+				"resources": []string{"pods", "pods/ephemeralcontainers", "persistentvolumes"},
+			}}},
+			"variables": []any{
+				map[string]string{"name": "protected", "expression": dirs(protected)},
+				map[string]string{"name": "allowed", "expression": dirs(allowed)},
+				map[string]string{"name": "paths", "expression": `object.kind == 'Pod' ? ` +
+					`object.spec.?volumes.orValue([]).filter(v, has(v.hostPath)).map(v, v.hostPath.path) : ` +
+					`(has(object.spec.hostPath) ? [object.spec.hostPath.path] : []) + (has(object.spec.local) ? [object.spec.local.path] : [])`},
+				map[string]string{"name": "refused", "expression": `variables.paths.filter(p, ` + refused + `)`},
+			},
+			"validations": []any{map[string]any{
+				"expression": "size(variables.refused) == 0",
+				"message":    "a host path is refused by Plinth's host path policy: it is, holds or lies under node state or secrets",
+				"messageExpression": `'host path ' + variables.refused.join(', ') + ' refused by Plinth\'s host path policy (` + hostPathsPolicyName +
+					`): it is, holds or lies under node state or secrets (` + strings.Join(protected, " ") + `); the cluster owner can allow a path below them in the cluster policy'`,
+				"reason": "Forbidden",
+			}},
+		},
+	}
+	binding := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1",
+		"kind":       "ValidatingAdmissionPolicyBinding",
+		"metadata":   map[string]any{"name": hostPathsPolicyName},
+		"spec":       map[string]any{"policyName": hostPathsPolicyName, "validationActions": []string{"Deny"}},
+	}
+	return mustJSON(map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{policy, binding}})
+}
