@@ -415,6 +415,11 @@ func retriable(err error) bool {
 	return false
 }
 
+// retryInterval is how long retry waits between tries: a try is a
+// cheap RPC, and in a serial test every second of waiting is a second of
+// make test.
+const retryInterval = time.Second
+
 // retry calls fn until it succeeds, fails for good, n's QEMU exits, or
 // StepTimeout passes.
 func (c *Cluster) retry(ctx context.Context, n *ClusterNode, what string, fn func(context.Context) error) error {
@@ -442,7 +447,7 @@ func (c *Cluster) retry(ctx context.Context, n *ClusterNode, what string, fn fun
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("vmtest: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
-		case <-time.After(2 * time.Second):
+		case <-time.After(retryInterval):
 		}
 	}
 }

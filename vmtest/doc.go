@@ -48,10 +48,11 @@
 // starts the longest first, by the duration each states (measured on
 // CI), so the phase ends soonest; `make vmtest` lifts go test's own
 // -parallel limit, which would start them in no particular order. In the
-// pool: the storage, data disk and node tests, and the OVMF tests
-// TestDiskBoot, TestGenericBoard, TestUpdate (a one-node cluster booted
-// from its disk) and TestNetBoot, whose second node spends most of its
-// time in firmware fetching the UKI over HTTP on one vCPU. The cluster
+// pool: the storage, data disk and node tests, TestRunFirstMinutes (what
+// `make run` starts, Kubernetes included, driven as it prints), and the
+// OVMF tests TestDiskBoot, TestGenericBoard, TestUpdate (a one-node
+// cluster booted from its disk) and TestNetBoot, whose second node spends
+// most of its time in firmware fetching the UKI over HTTP on one vCPU. The cluster
 // tests stay serial: even idle, three TCG members with etcd keep a core
 // busy (tried: TestCluster and a three-member failover test in the pool
 // more than doubled both and the tests beside them).

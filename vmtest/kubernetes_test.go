@@ -98,7 +98,7 @@ func (k kubectl) until(t *testing.T, ctx context.Context, timeout time.Duration,
 		if out, err = k.try(ctx, args...); err == nil && ok(out) {
 			return out
 		}
-		time.Sleep(3 * time.Second)
+		time.Sleep(time.Second)
 	}
 	t.Fatalf("%s: not within %v (last output %q, %v)", what, timeout, out, err)
 	return ""

@@ -44,8 +44,10 @@ func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string
 	node := c.Nodes()[0]
 	launched := node.Times().Launched
 	kubeconfig := filepath.Join(dir, "kubeconfig")
+	// -wait: the API server is not serving yet; the times below come
+	// from the console and kubectl, not from this.
 	if out, err := exec.CommandContext(ctx, plinthctl, "kubeconfig", "-config", c.OwnerDir(),
-		"-server", "https://"+c.KubernetesAPIEndpoint(node), "-o", kubeconfig).CombinedOutput(); err != nil {
+		"-server", "https://"+c.KubernetesAPIEndpoint(node), "-wait", "20m", "-o", kubeconfig).CombinedOutput(); err != nil {
 		return fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
 	}
 	kubectl := func(timeout time.Duration, args ...string) (string, error) {

@@ -16,14 +16,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/owner"
@@ -85,13 +83,11 @@ func TestKubeconfig(t *testing.T) {
 	if strings.Contains(string(b), "client-key") || strings.Contains(string(b), "client-certificate") || strings.Contains(string(b), "token") {
 		t.Errorf("the kubeconfig holds credentials:\n%s", b)
 	}
-	// client-go reads it as kubectl does.
-	rc, err := clientcmd.BuildConfigFromFlags("", out)
-	if err != nil {
-		t.Fatalf("client-go: %v", err)
-	}
-	if rc.Host != cl.Server || rc.TLSClientConfig.ServerName != "kubernetes.default.svc" || rc.ExecProvider == nil || rc.ExecProvider.Command != self {
-		t.Errorf("client-go config: %+v", rc)
+	// kubectl (of the nodes' Kubernetes version) reads it.
+	view := kubectl(t, "--kubeconfig", out, "config", "view", "-o",
+		"jsonpath={.clusters[0].cluster.server} {.clusters[0].cluster.tls-server-name} {.users[0].user.exec.command}")
+	if view != cl.Server+" kubernetes.default.svc "+self {
+		t.Errorf("kubectl config view: %q", view)
 	}
 	// Writing it fetched (and cached) the first credential.
 	if n := f.kubernetesIssued(); n != 1 {
@@ -234,6 +230,25 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
+// kubectl runs the kubectl built from the nodes' Kubernetes version
+// (PLINTH_KUBECTL: make builds it before the unit tests) and returns its
+// standard output.
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := os.Getenv("PLINTH_KUBECTL")
+	if bin == "" {
+		t.Fatal("PLINTH_KUBECTL unset: run `make unit`, which builds out/bin/kubectl")
+	}
+	cmd := exec.Command(bin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // parseCredential checks the plugin's output as client-go would use it.
 func parseCredential(t *testing.T, f *fakeCluster, out string) (execCredential, *x509.Certificate) {
 	t.Helper()
@@ -305,10 +320,10 @@ func TestKubernetesCredential(t *testing.T) {
 	}
 }
 
-// End to end with client-go, as kubectl: the kubeconfig and the
-// credential plugin (this test binary as plinthctl) reach an API server
-// through a loopback address that is not in its certificate.
-func TestKubeconfigWithClientGo(t *testing.T) {
+// End to end with kubectl: the kubeconfig and the credential plugin
+// (this test binary as plinthctl) reach an API server through a loopback
+// address that is not in its certificate.
+func TestKubeconfigWithKubectl(t *testing.T) {
 	f := newFakeCluster(t)
 	dir := f.owned(t)
 	// An "API server" with a serving certificate from the Kubernetes CA
@@ -346,21 +361,7 @@ func TestKubeconfigWithClientGo(t *testing.T) {
 	// The plugin runs in a process of its own and must fetch anew.
 	os.Remove(filepath.Join(dir, kubeCredentialFile))
 	t.Setenv("PLINTHCTL_TEST_MAIN", "1")
-	rc, err := clientcmd.BuildConfigFromFlags("", out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := rest.HTTPClientFor(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := hc.Get(rc.Host + "/version")
-	if err != nil {
-		t.Fatalf("GET through client-go: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(body) != "plinth-owner:owner system:masters" {
+	if body := kubectl(t, "--kubeconfig", out, "get", "--raw", "/version"); body != "plinth-owner:owner system:masters" {
 		t.Errorf("the API server saw %q", body)
 	}
 	if n := f.kubernetesIssued(); n != 2 {

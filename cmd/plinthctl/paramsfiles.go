@@ -116,30 +116,31 @@ func readCert(path string) ([]byte, error) {
 // writeOwnerKey writes the private key (PKCS#8 PEM, 0600, never replacing
 // an existing file) and the public key (PKIX PEM) into dir.
 func writeOwnerKey(dir string, priv ed25519.PrivateKey) error {
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return err
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(priv.Public())
+	privPEM, pubPEM, err := keyPairPEM(priv)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	keyPath := filepath.Join(dir, ownerKeyFile)
-	f, err := os.OpenFile(keyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err := writeNewFile(filepath.Join(dir, ownerKeyFile), privPEM, 0o600); err != nil {
+		return err
+	}
+	return paramsWriteFile(filepath.Join(dir, ownerPubFile), pubPEM, 0o644)
+}
+
+// keyPairPEM is an ed25519 key as the key files hold it: the private key
+// PKCS#8 PEM, the public key PKIX PEM (readOwnerKey reads it).
+func keyPairPEM(priv ed25519.PrivateKey) (privPEM, pubPEM []byte, err error) {
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
-		f.Close()
-		return err
+	pubDER, err := x509.MarshalPKIXPublicKey(priv.Public())
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return paramsWriteFile(filepath.Join(dir, ownerPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), nil
 }
 
 // paramsWriteFile replaces path in one step, so that a node (or QEMU) never

@@ -5,9 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -63,11 +61,7 @@ func (c *releaseKeyCmd) run(ctx context.Context, args []string, stdout, stderr i
 // neither replacing an existing file (both are checked first, so a
 // refusal leaves no half of a pair).
 func writeReleaseKey(path string, key ed25519.PrivateKey) error {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
+	privPEM, pubPEM, err := keyPairPEM(key)
 	if err != nil {
 		return err
 	}
@@ -81,10 +75,10 @@ func writeReleaseKey(path string, key ed25519.PrivateKey) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	if err := writeNewFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := writeNewFile(path, privPEM, 0o600); err != nil {
 		return err
 	}
-	return writeNewFile(path+".pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+	return writeNewFile(path+".pub", pubPEM, 0o644)
 }
 
 // writeNewFile writes a file that must not exist yet (O_EXCL: two runs at

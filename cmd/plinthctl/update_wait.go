@@ -13,6 +13,9 @@ import (
 	"plinth.dev/plinth/roleserver/owner"
 )
 
+// statusPoll is how often plinthctl asks about a node it waits for.
+const statusPoll = time.Second
+
 // waitKubernetesReady waits until Kubernetes reports node id Ready.
 func waitKubernetesReady(ctx context.Context, kube *owner.KubeAPI, id string, timeout time.Duration, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -29,7 +32,7 @@ func waitKubernetesReady(ctx context.Context, kube *owner.KubeAPI, id string, ti
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s runs the new image, but its Kubernetes node is not Ready after %v (%s): it stays cordoned", id, timeout, reason)
-		case <-time.After(2 * time.Second):
+		case <-time.After(statusPoll):
 		}
 	}
 }
@@ -103,7 +106,7 @@ func waitUpdated(ctx context.Context, cl *owner.Client, id string, done *cluster
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s did not come back healthy on %s within %s (last seen: %s)", id, done.GetVersion(), timeout, said)
-		case <-time.After(2 * time.Second):
+		case <-time.After(statusPoll):
 		}
 	}
 }

@@ -22,6 +22,7 @@
 package logtree
 
 import (
+	"bytes"
 	"context"
 
 	"io"
@@ -274,17 +275,21 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = append(w.buf, p...)
+	rest := w.buf
 	for {
-		i := strings.IndexByte(string(w.buf), '\n')
+		i := bytes.IndexByte(rest, '\n')
 		if i < 0 {
 			break
 		}
-		line := strings.TrimRight(string(w.buf[:i]), "\r")
-		w.buf = w.buf[i+1:]
+		line := string(bytes.TrimRight(rest[:i], "\r"))
+		rest = rest[i+1:]
 		if line != "" {
 			w.tree.Log(Entry{Level: w.level, DN: w.dn, Message: line})
 		}
 	}
+	// Keep only the unfinished line (copied down: the buffer does not
+	// grow with everything ever written).
+	w.buf = append(w.buf[:0], rest...)
 	return len(p), nil
 }
 

@@ -2,13 +2,18 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/roleserver/consensus/client"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/owner"
@@ -25,22 +30,15 @@ var testAdmissionAllowed = []string{"/data/volumes"}
 // is spelled; the owner's allow list opens a directory below them. In a
 // namespace that says nothing, Pod Security's baseline refuses host
 // paths and privileged containers, and restricted is warned of.
-func checkAdmission(t *testing.T, ctx context.Context, client *http.Client, server string) {
+func checkAdmission(t *testing.T, ctx context.Context, kapi *owner.KubeAPI) {
 	t.Helper()
 	do := func(method, path, body string) (int, string, http.Header) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, server+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
+		code, b, h, err := apiRequest(ctx, kapi, method, path, body)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header
+		return code, b, h
 	}
 	if code, b, _ := do("POST", "/api/v1/namespaces", `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"priv",
 		"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`); code != http.StatusCreated {
@@ -194,16 +192,46 @@ func checkSecretsAtRest(t *testing.T, ctx context.Context, kapi *owner.KubeAPI, 
 
 func kapiDo(t *testing.T, ctx context.Context, k *owner.KubeAPI, method, path, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, k.Server+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := k.HTTP.Do(req)
+	code, b, _, err := apiRequest(ctx, k, method, path, body)
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return code, b
+}
+
+// checkOwnerRevocation: the owner's certificates work through the
+// controller's binding of their epoch's group to cluster-admin, and a new
+// epoch in the cluster policy (plinthctl kubeconfig -revoke-all) rebinds
+// it, so a certificate of the old epoch is refused at once and one of the
+// new works.
+func checkOwnerRevocation(t *testing.T, ctx context.Context, server string, ca *x509.Certificate, p *pki.PKI, policy *memory.Value[*clusterpb.ClusterConfiguration]) {
+	t.Helper()
+	ownerAPI := func(epoch uint64) *owner.KubeAPI {
+		t.Helper()
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		kca, cert, err := p.Owner(ctx, key.Public(), epoch, time.Hour)
+		if err != nil || !kca.Equal(ca) {
+			t.Fatalf("an owner certificate of epoch %d: %v", epoch, err)
+		}
+		return owner.NewKubeAPI(&owner.KubernetesCredentials{CA: kca, Certificate: cert}, key, strings.TrimPrefix(server, "https://"))
+	}
+	until := func(what string, k *owner.KubeAPI, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			code, _ := kapiDo(t, ctx, k, "GET", "/api/v1/namespaces/default", "")
+			if code == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d, want %d", what, code, want)
+			}
+		}
+	}
+	old := ownerAPI(0)
+	until("an owner certificate of epoch 0", old, http.StatusOK)
+	// The same admission policy (a change of it would restart the control
+	// plane), a new epoch.
+	policy.Set(&clusterpb.ClusterConfiguration{Kubernetes: &clusterpb.KubernetesPolicy{AllowedHostPaths: testAdmissionAllowed}, KubernetesOwnerEpoch: 1})
+	until("the revoked owner certificate of epoch 0", old, http.StatusForbidden)
+	until("an owner certificate of epoch 1", ownerAPI(1), http.StatusOK)
 }

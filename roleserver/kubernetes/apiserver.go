@@ -83,7 +83,8 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 }
 
 // auditPolicy is the API server's audit policy: Metadata (who, what,
-// when, the answer's code; never a body) for every request, and the
+// when, the answer's code; never a body) for every request but health
+// probes, and the
 // requests and answers themselves for changes of RBAC and for exec,
 // attach and port-forward into pods (their options: the command run).
 // Secrets come first, so no later rule can ever log one's contents. The
@@ -94,6 +95,10 @@ var auditPolicy = mustJSON(map[string]any{
 	"kind":       "Policy",
 	"omitStages": []string{"RequestReceived"},
 	"rules": []any{
+		// Health probes (the core's own readiness check polls /readyz
+		// four times a second while the API server starts): anonymous
+		// and a third of the events of a start, they say nothing.
+		map[string]any{"level": "None", "nonResourceURLs": []string{"/healthz*", "/readyz*", "/livez*"}},
 		map[string]any{"level": "Metadata", "resources": []any{map[string]any{"group": "", "resources": []string{"secrets", "serviceaccounts/token"}}}},
 		map[string]any{"level": "RequestResponse", "resources": []any{
 			map[string]any{"group": "rbac.authorization.k8s.io"},

@@ -148,23 +148,18 @@ func TestControlPlaneOnHost(t *testing.T) {
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: adminKey}},
 	}}}
+	kapi := &owner.KubeAPI{Server: s.APIServer, HTTP: client}
 	api := func(method, path, body string) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, s.APIServer+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
+		code, b, _, err := apiRequest(ctx, kapi, method, path, body)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return code, []byte(b)
 	}
-	checkAdmission(t, ctx, client, s.APIServer)
+	checkAdmission(t, ctx, kapi)
 	checkComponentUsers(t, root)
+	checkOwnerRevocation(t, ctx, s.APIServer, ca, pki.New(kv), policy)
 	if code, b := api("POST", "/api/v1/nodes", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"plinth-test"}}`); code != http.StatusCreated {
 		t.Fatalf("creating a Node: %d %s", code, b)
 	}
@@ -235,7 +230,6 @@ func TestControlPlaneOnHost(t *testing.T) {
 			t.Fatalf("creating pod %s: %d %s", name, code, b)
 		}
 	}
-	kapi := &owner.KubeAPI{Server: s.APIServer, HTTP: client}
 	if ready, reason, err := kapi.NodeReady(ctx, nodeID); err != nil || ready || reason != NotReadyReason {
 		t.Fatalf("NodeReady of the stopped worker: %v, %q, %v; want false, %q", ready, reason, err, NotReadyReason)
 	}
@@ -326,6 +320,23 @@ func checkComponentUsers(t *testing.T, root *localstorage.Root) {
 			t.Errorf("no %s process found", name)
 		}
 	}
+}
+
+// apiRequest sends a JSON request to the API server of k, with its
+// client, and returns the answer's status, body and headers.
+func apiRequest(ctx context.Context, k *owner.KubeAPI, method, path, body string) (int, string, http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, method, k.Server+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "", nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := k.HTTP.Do(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header, err
 }
 
 // hostAddress is a non-loopback IPv4 address of the host (the API server
