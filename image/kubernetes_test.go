@@ -21,6 +21,7 @@ import (
 
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/ociarchive"
 )
 
 // tinyELF is the smallest file the builder accepts as a program: an ELF
@@ -209,6 +210,13 @@ func TestOCIArchives(t *testing.T) {
 		if !h.ModTime.Equal(ociEpoch) || h.Uid != 0 || h.Gid != 0 {
 			t.Errorf("%s: time %v owner %d:%d", h.Name, h.ModTime, h.Uid, h.Gid)
 		}
+	}
+	// The worker's import reads the image's name and digest from it
+	// without its blobs (ociarchive), to import once per image version.
+	ap := filepath.Join(t.TempDir(), "pause.tar")
+	os.WriteFile(ap, a, 0o644)
+	if refs, err := ociarchive.Refs(ap); err != nil || len(refs) != 1 || refs[0].Name != layout.PauseImage || !strings.HasPrefix(refs[0].Digest, "sha256:") {
+		t.Errorf("ociarchive.Refs of the pause archive: %v, %v", refs, err)
 	}
 	if err := writeOCIArchive(io.Discard, containerImage{Ref: "untagged", Arch: "amd64", Entrypoint: []string{"/x"}}); err == nil {
 		t.Error("an untagged reference was accepted")

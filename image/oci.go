@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"plinth.dev/plinth/platform/ociarchive"
 )
 
 // Container images without a registry: nodes cannot pull, so the builder
@@ -54,7 +56,7 @@ type containerImage struct {
 
 // annotation keys of the index entry.
 const (
-	annotationContainerdName = "io.containerd.image.name"
+	annotationContainerdName = ociarchive.NameAnnotation
 	annotationOCIRefName     = "org.opencontainers.image.ref.name"
 )
 

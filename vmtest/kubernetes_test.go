@@ -368,6 +368,12 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ready(second, true, 10*time.Minute)
 	reachB("after the power cut", restarts+1)
+	// The images came from the node's store this time (imported once per
+	// image version), pinned against the kubelet's garbage collection.
+	if out := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.images", second.ID()); !strings.Contains(out, "present "+layout.PauseImage) ||
+		!strings.Contains(out, "pinned") || strings.Contains(out, "imported "+layout.PauseImage) {
+		t.Errorf("the images after the worker's reboot were not taken from its store, pinned:\n%s", out)
+	}
 
 	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
 	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) })
