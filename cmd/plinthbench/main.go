@@ -14,13 +14,21 @@
 //	cluster:     launch → HEALTHY of a bootstrap node (ratio to the bare boot),
 //	             and a second node's launch → registered → approved → UP →
 //	             HEALTHY (vmtest.LaunchCluster, AddNode)
+//	calibration: the image's own kube apiserver alone with a plain embedded
+//	             etcd on tmpfs, a bare initramfs on the image's kernel in a
+//	             node's VM shape: launch → first /readyz 200 (guest uptime,
+//	             time after its exec); the kubernetes section's yardstick
+//	kubernetes:  one-node cluster: launch → API serving, → Node Ready, a
+//	             pod's start, CPU and memory, a reboot → API serving; each
+//	             start figure also as a ratio to the calibration
 //	update:      three consensus members booted from flashed disks: one node
 //	             updated to the next image (bytes sent, install, reboot →
 //	             HEALTHY), then all three with `plinthctl update -all`
 //
 // -only runs some sections (e.g. -only cluster); the file then holds only
 // their results. The cluster section needs the bare boot: without the boot
-// section it boots the trivial init alone.
+// section it boots the trivial init alone. Likewise the kubernetes section
+// runs the calibration (just before it) whether selected or not.
 package main
 
 import (
@@ -84,7 +92,7 @@ func main() {
 }
 
 // sections are what -only selects, in the order they run.
-var sections = []string{"build", "sizes", "boot", "diskboot", "storage", "consensus", "cluster", "kubernetes", "update"}
+var sections = []string{"build", "sizes", "boot", "diskboot", "storage", "consensus", "cluster", "calibration", "kubernetes", "update"}
 
 func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel map[string]bool) error {
 	ctx := context.Background()
@@ -149,9 +157,15 @@ func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel m
 			return fmt.Errorf("cluster: %w", err)
 		}
 	}
-
+	// The ratios need the calibration in the same run, on the same load.
+	var calib calibration
+	if sel["calibration"] || sel["kubernetes"] {
+		if calib, err = benchCalibration(ctx, img, binDir, work, add); err != nil {
+			return fmt.Errorf("calibration: %w", err)
+		}
+	}
 	if sel["kubernetes"] {
-		if err := benchKubernetes(ctx, img, binDir, work, add); err != nil {
+		if err := benchKubernetes(ctx, img, binDir, work, calib.ratios(add)); err != nil {
 			return fmt.Errorf("kubernetes: %w", err)
 		}
 	}
