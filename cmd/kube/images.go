@@ -123,4 +123,3 @@ func present(ctx context.Context, client *containerd.Client, refs []ociarchive.R
 	}
 	return len(refs) > 0
 }
-
