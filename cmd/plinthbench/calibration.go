@@ -6,15 +6,19 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/kubernetes"
+	"plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/vmtest"
 )
 
@@ -33,9 +37,11 @@ type calibration struct {
 // calibrationLine is what calibinit prints (vmtest/calibinit): uptimes
 // in seconds, memory in MiB; zero where the line does not say.
 type calibrationLine struct {
+	with               string // the policies it ran with ("plain", "admission+audit")
 	exec, ready        float64
 	init, etcd         float64
 	apiRSSMiB, initRSS float64
+	apiCPU, initCPU    float64 // CPU seconds at ready
 }
 
 // calibrationRE matches calibinit's result or failure line.
@@ -45,10 +51,13 @@ var (
 	calibResultRE = regexp.MustCompile(`calibration: exec at ([0-9.]+) s, ready at ([0-9.]+) s uptime`)
 	calibFailedRE = regexp.MustCompile(`calibration: failed: (.*)`)
 	calibExtraRE  = map[string]*regexp.Regexp{
+		"with":    regexp.MustCompile(`\(with ([a-z+]+),`),
 		"init":    regexp.MustCompile(`\binit ([0-9.]+) s\b`),
 		"etcd":    regexp.MustCompile(`\betcd ready ([0-9.]+) s\b`),
 		"apiRSS":  regexp.MustCompile(`\bapiserver peak rss ([0-9.]+) MiB\b`),
 		"initRSS": regexp.MustCompile(`\binit peak rss ([0-9.]+) MiB\b`),
+		"apiCPU":  regexp.MustCompile(`\bapiserver cpu ([0-9.]+) s\b`),
+		"initCPU": regexp.MustCompile(`\binit cpu ([0-9.]+) s\b`),
 	}
 )
 
@@ -73,7 +82,10 @@ func parseCalibrationLine(line string) (calibrationLine, error) {
 		return calibrationLine{}, fmt.Errorf("calibration line %q: ready before exec", line)
 	}
 	rest := line[m[1]:]
-	for k, p := range map[string]*float64{"init": &l.init, "etcd": &l.etcd, "apiRSS": &l.apiRSSMiB, "initRSS": &l.initRSS} {
+	if x := calibExtraRE["with"].FindStringSubmatch(rest); x != nil {
+		l.with = x[1]
+	}
+	for k, p := range map[string]*float64{"init": &l.init, "etcd": &l.etcd, "apiRSS": &l.apiRSSMiB, "initRSS": &l.initRSS, "apiCPU": &l.apiCPU, "initCPU": &l.initCPU} {
 		if x := calibExtraRE[k].FindStringSubmatch(rest); x != nil {
 			*p, _ = strconv.ParseFloat(x[1], 64)
 		}
@@ -81,13 +93,24 @@ func parseCalibrationLine(line string) (calibrationLine, error) {
 	return l, nil
 }
 
+// calibrationPolicyDir is where the calibration's initramfs holds the
+// Plinth API server policies' files (calibinit reads KIND.args there).
+const calibrationPolicyDir = "/etc/calibration"
+
 // benchCalibration builds the calibration's initramfs (calibinit, the
-// image's kube binary from binDir, /etc/hosts), boots it once and
-// reports its times.
-func benchCalibration(ctx context.Context, img *vmtest.Image, binDir, work string, add addFunc) (calibration, error) {
+// image's kube binary from binDir, /etc/hosts, and Plinth's API server
+// policies: kubernetes.APIServerPolicies), boots it rounds times per
+// variant, interleaved, and reports the medians. The variant "plain" is
+// the yardstick (returned); the others ("admission", "audit+encryption",
+// ...) start the same API server with those of Plinth's policies, each
+// also as a ratio to plain: what they cost the start alone.
+func benchCalibration(ctx context.Context, img *vmtest.Image, binDir, work string, variants []string, rounds int, add addFunc) (calibration, error) {
 	kube := filepath.Join(binDir, "kube")
 	if err := sameAsImage(img, kube, layout.KubeBinary); err != nil {
 		return calibration{}, err
+	}
+	if !slices.Contains(variants, "plain") {
+		variants = append([]string{"plain"}, variants...)
 	}
 	dir := filepath.Join(work, "calibration")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -99,35 +122,101 @@ func benchCalibration(ctx context.Context, img *vmtest.Image, binDir, work strin
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return calibration{}, fmt.Errorf("building calibinit: %v: %s", err, msg)
 	}
+	files, err := calibrationPolicyFiles()
+	if err != nil {
+		return calibration{}, err
+	}
 	// Uncompressed: gunzip of the 150 MB kube binary costs seconds of
 	// guest time under TCG, before /init even starts.
 	initramfs := filepath.Join(dir, "initramfs.cpio")
-	if err := vmtest.BuildInitramfs(initBin, initramfs, false,
-		vmtest.InitramfsFile{Name: "kube", Mode: 0o755, Source: kube},
-		vmtest.InitramfsFile{Name: "etc/hosts", Data: []byte("127.0.0.1 localhost\n::1 localhost\n")},
-	); err != nil {
+	if err := vmtest.BuildInitramfs(initBin, initramfs, false, append([]vmtest.InitramfsFile{
+		{Name: "kube", Mode: 0o755, Source: kube},
+		{Name: "etc/hosts", Data: []byte("127.0.0.1 localhost\n::1 localhost\n")},
+	}, files...)...); err != nil {
 		return calibration{}, err
 	}
+	runs := map[string][]calibrationRun{}
+	for r := range rounds {
+		for _, v := range variants {
+			fmt.Fprintf(os.Stderr, "calibration: booting kube apiserver + etcd alone (%s, %d of %d)\n", v, r+1, rounds)
+			run, err := calibrationBoot(ctx, img, initramfs, filepath.Join(dir, fmt.Sprintf("vm-%s-%d", strings.ReplaceAll(v, "+", "_"), r)), v)
+			if err != nil {
+				return calibration{}, fmt.Errorf("%s: %w", v, err)
+			}
+			fmt.Fprintf(os.Stderr, "calibration: %s: exec → /readyz 200 in %.2f s (API server CPU %.2f s), ready at %.2f s uptime\n",
+				v, run.line.ready-run.line.exec, run.line.apiCPU, run.line.ready)
+			runs[v] = append(runs[v], run)
+		}
+	}
+	accel := accelName()
+	plain := runs["plain"]
+	c := calibration{wall: medianOf(plain, func(r calibrationRun) float64 { return r.wall }), guest: medianOf(plain, func(r calibrationRun) float64 { return r.line.ready })}
+	of := fmt.Sprintf(" (median of %d)", len(plain))
+	add("calibration_apiserver_ready_wall_seconds", c.wall, "s", accel+", launch to the first /readyz 200 of kube apiserver alone (embedded etcd on tmpfs, bare initramfs, image's kernel)"+of)
+	add("calibration_apiserver_ready_guest_seconds", c.guest, "s", "guest uptime at that 200")
+	afterExec := func(r calibrationRun) float64 { return r.line.ready - r.line.exec }
+	add("calibration_apiserver_ready_after_exec_seconds", medianOf(plain, afterExec), "s", "its exec to that 200")
+	if l := plain[0].line; l.init > 0 {
+		add("calibration_init_guest_seconds", medianOf(plain, func(r calibrationRun) float64 { return r.line.init }), "s", "guest uptime at /init (kernel + unpacking the uncompressed initramfs)")
+	}
+	add("calibration_apiserver_exec_guest_seconds", medianOf(plain, func(r calibrationRun) float64 { return r.line.exec }), "s", "guest uptime at the exec (after certificates and etcd ready)")
+	if l := plain[0].line; l.apiRSSMiB > 0 {
+		add("calibration_apiserver_peak_rss_mib", medianOf(plain, func(r calibrationRun) float64 { return r.line.apiRSSMiB }), "MiB", "peak resident memory (VmHWM) of kube apiserver at ready")
+	}
+	if l := plain[0].line; l.initRSS > 0 {
+		add("calibration_init_etcd_peak_rss_mib", medianOf(plain, func(r calibrationRun) float64 { return r.line.initRSS }), "MiB", "peak resident memory of /init with the embedded etcd at ready")
+	}
+	if l := plain[0].line; l.apiCPU > 0 {
+		add("calibration_apiserver_cpu_seconds", medianOf(plain, func(r calibrationRun) float64 { return r.line.apiCPU }), "s", "CPU time of kube apiserver at that 200")
+		add("calibration_init_etcd_cpu_seconds", medianOf(plain, func(r calibrationRun) float64 { return r.line.initCPU }), "s", "CPU time of /init with the embedded etcd at that 200")
+	}
+	base := medianOf(plain, afterExec)
+	for _, v := range variants {
+		if v == "plain" {
+			continue
+		}
+		name := "calibration_with_" + strings.ReplaceAll(v, "+", "_")
+		x := medianOf(runs[v], afterExec)
+		add(name+"_after_exec_seconds", x, "s", "the same API server with Plinth's "+v+" policy: exec to the first /readyz 200"+of)
+		add(name+"_after_exec_ratio", x/base, "x", "that / plain's exec to /readyz 200")
+		if runs[v][0].line.apiCPU > 0 {
+			add(name+"_apiserver_cpu_seconds", medianOf(runs[v], func(r calibrationRun) float64 { return r.line.apiCPU }), "s", "its CPU time at that 200")
+		}
+	}
+	return c, nil
+}
 
+// calibrationRun is one boot's wall time (launch to the console line)
+// and its line.
+type calibrationRun struct {
+	wall float64
+	line calibrationLine
+}
+
+// calibrationBoot boots the calibration's initramfs once, with the
+// policies of variant ("plain" or KIND+KIND...).
+func calibrationBoot(ctx context.Context, img *vmtest.Image, initramfs, workDir, variant string) (calibrationRun, error) {
 	o := img.NodeOptions("calibration")
 	o.Initramfs, o.Cmdline = initramfs, calibrationCmdline(o.Cmdline)
-	o.NoTPM = true
-	o.WorkDir = filepath.Join(dir, "vm")
-	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
-		return calibration{}, err
+	if variant != "plain" {
+		o.Cmdline += " calibration.with=" + strings.ReplaceAll(variant, "+", ",")
 	}
-	fmt.Fprintln(os.Stderr, "calibration: booting kube apiserver + etcd alone")
+	o.NoTPM = true
+	o.WorkDir = workDir
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return calibrationRun{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 	t := time.Now()
 	n, err := vmtest.Launch(ctx, o)
 	if err != nil {
-		return calibration{}, err
+		return calibrationRun{}, err
 	}
 	defer n.Close()
 	m, err := n.WaitForLine(ctx, calibrationRE)
 	if err != nil {
-		return calibration{}, err
+		return calibrationRun{}, err
 	}
 	wall := time.Since(t).Seconds()
 	l, err := parseCalibrationLine(m[0])
@@ -136,24 +225,65 @@ func benchCalibration(ctx context.Context, img *vmtest.Image, binDir, work strin
 		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 		n.Wait(wctx)
 		wcancel()
-		return calibration{}, fmt.Errorf("%w; console:\n%s", err, tailLines(n.Lines(), 40))
+		return calibrationRun{}, fmt.Errorf("%w; console:\n%s", err, tailLines(n.Lines(), 40))
 	}
-	c := calibration{wall: wall, guest: l.ready}
-	accel := accelName()
-	add("calibration_apiserver_ready_wall_seconds", c.wall, "s", accel+", launch to the first /readyz 200 of kube apiserver alone (embedded etcd on tmpfs, bare initramfs, image's kernel)")
-	add("calibration_apiserver_ready_guest_seconds", c.guest, "s", "guest uptime at that 200")
-	add("calibration_apiserver_ready_after_exec_seconds", l.ready-l.exec, "s", "its exec to that 200")
-	if l.init > 0 {
-		add("calibration_init_guest_seconds", l.init, "s", "guest uptime at /init (kernel + unpacking the uncompressed initramfs)")
+	if want := variant; l.with != "" && l.with != want {
+		return calibrationRun{}, fmt.Errorf("calibinit ran %q, not %q", l.with, want)
 	}
-	add("calibration_apiserver_exec_guest_seconds", l.exec, "s", "guest uptime at the exec (after certificates and etcd ready)")
-	if l.apiRSSMiB > 0 {
-		add("calibration_apiserver_peak_rss_mib", l.apiRSSMiB, "MiB", "peak resident memory (VmHWM) of kube apiserver at ready")
+	return calibrationRun{wall: wall, line: l}, nil
+}
+
+// calibrationPolicyFiles are Plinth's API server policies for the
+// calibration's initramfs: each one's files under calibrationPolicyDir
+// and its flags in KIND.args, as a first controller writes them
+// (default admission policy, a first Secrets key).
+func calibrationPolicyFiles() ([]vmtest.InitramfsFile, error) {
+	keys, err := pki.NewSecretsKeys()
+	if err != nil {
+		return nil, err
 	}
-	if l.initRSS > 0 {
-		add("calibration_init_etcd_peak_rss_mib", l.initRSS, "MiB", "peak resident memory of /init with the embedded etcd at ready")
+	var files []vmtest.InitramfsFile
+	dir := strings.TrimPrefix(calibrationPolicyDir, "/")
+	pols := kubernetes.APIServerPolicies(calibrationPolicyDir, kubernetes.AdmissionPolicy{}, keys)
+	for _, kind := range kubernetes.APIServerPolicyKinds {
+		p := pols[kind]
+		for _, name := range slices.Sorted(maps.Keys(p.Files)) {
+			files = append(files, vmtest.InitramfsFile{Name: dir + "/" + name, Mode: 0o600, Data: p.Files[name]})
+		}
+		files = append(files, vmtest.InitramfsFile{Name: dir + "/" + kind + ".args", Data: []byte(strings.Join(p.Args, "\n") + "\n")})
 	}
-	return c, nil
+	return files, nil
+}
+
+// calibrationVariants checks -calibrations: plain, or Plinth's API
+// server policy kinds joined by "+" ("all" is every kind).
+func calibrationVariants(list string) ([]string, error) {
+	var out []string
+	for _, v := range strings.Split(list, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if v == "all" {
+			v = strings.Join(kubernetes.APIServerPolicyKinds, "+")
+		}
+		if v != "plain" {
+			for _, k := range strings.Split(v, "+") {
+				if !slices.Contains(kubernetes.APIServerPolicyKinds, k) {
+					return nil, fmt.Errorf("-calibrations: %q: no policy %q (want plain, all or %s joined by +)", v, k, strings.Join(kubernetes.APIServerPolicyKinds, ", "))
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func medianOf(runs []calibrationRun, f func(calibrationRun) float64) float64 {
+	var xs []float64
+	for _, r := range runs {
+		xs = append(xs, f(r))
+	}
+	return median(xs)
 }
 
 // calibrationCmdline is the image's kernel command line without Plinth's

@@ -11,12 +11,57 @@ import (
 	"plinth.dev/plinth/vmtest"
 )
 
-func TestParseCalibrationLine(t *testing.T) {
-	l, err := parseCalibrationLine("calibration: exec at 8.12 s, ready at 35.90 s uptime (init 1.20 s, etcd ready 2.31 s, apiserver peak rss 301 MiB, init peak rss 44 MiB)")
+func TestCalibrationVariants(t *testing.T) {
+	got, err := calibrationVariants("plain, all,audit+encryption,,admission")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := calibrationLine{exec: 8.12, ready: 35.90, init: 1.20, etcd: 2.31, apiRSSMiB: 301, initRSS: 44}
+	want := []string{"plain", "admission+audit+encryption", "audit+encryption", "admission"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	for _, bad := range []string{"audit+tracing", "Plain", "audit,fast"} {
+		if _, err := calibrationVariants(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// The policies' files are what the controller writes, and each kind's
+// flags name only files the initramfs holds.
+func TestCalibrationPolicyFiles(t *testing.T) {
+	files, err := calibrationPolicyFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string][]byte{}
+	for _, f := range files {
+		have["/"+f.Name] = f.Data
+	}
+	for _, kind := range []string{"admission", "audit", "encryption"} {
+		args, ok := have[calibrationPolicyDir+"/"+kind+".args"]
+		if !ok {
+			t.Fatalf("no %s.args", kind)
+		}
+		for _, a := range strings.Fields(string(args)) {
+			if _, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(v, "/") {
+				if _, ok := have[v]; !ok {
+					t.Errorf("%s: %s names %s, not in the initramfs", kind, a, v)
+				}
+			}
+		}
+	}
+	if !bytes.Contains(have[calibrationPolicyDir+"/encryption.json"], []byte("secretbox")) {
+		t.Errorf("encryption.json: %s", have[calibrationPolicyDir+"/encryption.json"])
+	}
+}
+
+func TestParseCalibrationLine(t *testing.T) {
+	l, err := parseCalibrationLine("calibration: exec at 8.12 s, ready at 35.90 s uptime (with admission+audit, init 1.20 s, etcd ready 2.31 s, apiserver peak rss 301 MiB, init peak rss 44 MiB, apiserver cpu 40.10 s, init cpu 3.20 s)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := calibrationLine{with: "admission+audit", exec: 8.12, ready: 35.90, init: 1.20, etcd: 2.31, apiRSSMiB: 301, initRSS: 44, apiCPU: 40.10, initCPU: 3.20}
 	if l != want {
 		t.Errorf("got %+v, want %+v", l, want)
 	}

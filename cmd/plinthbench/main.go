@@ -17,7 +17,10 @@
 //	calibration: the image's own kube apiserver alone with a plain embedded
 //	             etcd on tmpfs, a bare initramfs on the image's kernel in a
 //	             node's VM shape: launch → first /readyz 200 (guest uptime,
-//	             time after its exec); the kubernetes section's yardstick
+//	             time after its exec, CPU time); the kubernetes section's
+//	             yardstick. -calibrations adds variants with Plinth's API
+//	             server policies (admission, audit, encryption, all), each a
+//	             ratio to the plain start: what a policy costs alone
 //	kubernetes:  one-node cluster: launch → API serving, → Node Ready, a
 //	             pod's start, CPU and memory, a reboot → API serving; each
 //	             start figure also as a ratio to the calibration
@@ -29,6 +32,9 @@
 // their results. The cluster section needs the bare boot: without the boot
 // section it boots the trivial init alone. Likewise the kubernetes section
 // runs the calibration (just before it) whether selected or not.
+// -calibration-rounds N boots each calibration variant N times,
+// interleaved (medians; under TCG two identical boots differ by up to
+// 20 %).
 package main
 
 import (
@@ -68,7 +74,14 @@ func main() {
 	out := flag.String("out", "out/bench.json", "where to write the results")
 	boots := flag.Int("boots", 3, "boots of each kind (median reported)")
 	only := flag.String("only", "", "comma-separated `sections` to run, of "+strings.Join(sections, ",")+" (default all)")
+	calibs := flag.String("calibrations", "plain,all", "calibration `variants`: plain (the yardstick, always run), all, or Plinth's API server policies (admission, audit, encryption) joined by +")
+	calibRounds := flag.Int("calibration-rounds", 1, "boots of each calibration variant, interleaved (median reported)")
 	flag.Parse()
+	variants, err := calibrationVariants(*calibs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "plinthbench:", err)
+		os.Exit(2)
+	}
 	sel := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -85,7 +98,7 @@ func main() {
 			sel[s] = true
 		}
 	}
-	if err := run(*imageDir, *nextDir, *initBin, *binDir, *cache, *out, *boots, sel); err != nil {
+	if err := run(*imageDir, *nextDir, *initBin, *binDir, *cache, *out, *boots, sel, calibrationPlan{variants, max(*calibRounds, 1)}); err != nil {
 		fmt.Fprintln(os.Stderr, "plinthbench:", err)
 		os.Exit(1)
 	}
@@ -94,7 +107,14 @@ func main() {
 // sections are what -only selects, in the order they run.
 var sections = []string{"build", "sizes", "boot", "diskboot", "storage", "consensus", "cluster", "calibration", "kubernetes", "update"}
 
-func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel map[string]bool) error {
+// calibrationPlan is what the calibration boots (-calibrations,
+// -calibration-rounds).
+type calibrationPlan struct {
+	variants []string
+	rounds   int
+}
+
+func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel map[string]bool, cp calibrationPlan) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp(filepath.Dir(out), "bench-")
 	if err != nil {
@@ -160,7 +180,7 @@ func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel m
 	// The ratios need the calibration in the same run, on the same load.
 	var calib calibration
 	if sel["calibration"] || sel["kubernetes"] {
-		if calib, err = benchCalibration(ctx, img, binDir, work, add); err != nil {
+		if calib, err = benchCalibration(ctx, img, binDir, work, cp.variants, cp.rounds, add); err != nil {
 			return fmt.Errorf("calibration: %w", err)
 		}
 	}

@@ -2,9 +2,11 @@ package kubernetes
 
 import (
 	"net"
+	"path/filepath"
 	"strconv"
 
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/kubernetes/pki"
 )
 
 // Files of the controller's components, in the controller directory.
@@ -34,7 +36,7 @@ const (
 // keys. Authorization is Node + RBAC; the kubelet's serving certificate
 // is verified against the Kubernetes CA.
 func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []string {
-	return []string{
+	args := []string{
 		"apiserver",
 		"--advertise-address=" + advertise.String(),
 		"--bind-address=0.0.0.0",
@@ -60,26 +62,88 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
-		// PodSecurity and ValidatingAdmissionPolicy are on by default;
-		// admission.json configures both (admission.go).
-		"--enable-admission-plugins=NodeRestriction",
-		"--admission-control-config-file=" + f[fileAdmission],
 		// Compaction is the consensus service's job: it keeps a history
 		// long enough for the curator's watches (and the confined
 		// endpoint refuses Compact).
 		"--etcd-compaction-interval=0",
-		// Who did what: one event per request, into the node's log tree
-		// (the runnable's stdout stream), nothing on a tmpfs file.
-		"--audit-policy-file=" + f[fileAuditPolicy],
-		"--audit-log-path=-",
-		"--audit-log-format=json",
-		// Secrets at rest in etcd: secretbox with the curator's keys
-		// (pki.SecretsKeys), on tmpfs like every key here.
-		"--encryption-provider-config=" + f[fileEncryption],
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=0",
 	}
+	for _, kind := range APIServerPolicyKinds {
+		args = append(args, policyArgs(kind, f)...)
+	}
+	return args
+}
+
+// APIServerPolicyKinds are the policies the API server starts with
+// beyond a plain start, each its files and flags: admission (Pod
+// Security, the host-path policy), audit, encryption of Secrets.
+var APIServerPolicyKinds = []string{"admission", "audit", "encryption"}
+
+// policyArgs are the flags loading policy kind from the files f (paths
+// by name).
+func policyArgs(kind string, f map[string]string) []string {
+	switch kind {
+	case "admission":
+		// PodSecurity and ValidatingAdmissionPolicy are on by default;
+		// admission.json configures both (admission.go).
+		return []string{"--enable-admission-plugins=NodeRestriction", "--admission-control-config-file=" + f[fileAdmission]}
+	case "audit":
+		// Who did what: one event per request, into the node's log tree
+		// (the runnable's stdout stream), nothing on a tmpfs file.
+		return []string{"--audit-policy-file=" + f[fileAuditPolicy], "--audit-log-path=-", "--audit-log-format=json"}
+	case "encryption":
+		// Secrets at rest in etcd: secretbox with the curator's keys
+		// (pki.SecretsKeys), on tmpfs like every key here.
+		return []string{"--encryption-provider-config=" + f[fileEncryption]}
+	}
+	panic("kubernetes: no API server policy " + kind)
+}
+
+// APIServerPolicy is one of APIServerPolicyKinds as the controller
+// writes it: its files (name, which may hold a directory, to contents)
+// and the flags that load them from the directory they are written to.
+type APIServerPolicy struct {
+	Files map[string][]byte
+	Args  []string
+}
+
+// APIServerPolicies are the API server's policies, by kind, as a
+// controller with admission policy p and Secrets keys k writes them into
+// dir: the same files and flags as apiserverFiles and apiserverArgs.
+// plinthbench's calibration starts the bare API server with each, to
+// weigh what it costs alone.
+func APIServerPolicies(dir string, p AdmissionPolicy, k *pki.SecretsKeys) map[string]APIServerPolicy {
+	all := policyFiles(dir, p, k)
+	out := map[string]APIServerPolicy{}
+	for _, kind := range APIServerPolicyKinds {
+		pol := APIServerPolicy{Files: map[string][]byte{}}
+		paths := map[string]string{}
+		for _, name := range policyFileNames[kind] {
+			pol.Files[name] = all[name]
+			paths[name] = filepath.Join(dir, name)
+		}
+		pol.Args = policyArgs(kind, paths)
+		out[kind] = pol
+	}
+	return out
+}
+
+// policyFileNames are each policy's files (the admission configuration
+// names the directory of the host-path policy).
+var policyFileNames = map[string][]string{
+	"admission":  {fileAdmission, fileHostPathsPolicy},
+	"audit":      {fileAuditPolicy},
+	"encryption": {fileEncryption},
+}
+
+// policyFiles are every policy's files (dir: where they go).
+func policyFiles(dir string, p AdmissionPolicy, k *pki.SecretsKeys) files {
+	f := admissionFiles(dir, p)
+	f[fileAuditPolicy] = auditPolicy
+	f[fileEncryption] = k.EncryptionConfiguration()
+	return f
 }
 
 // auditPolicy is the API server's audit policy: Metadata (who, what,

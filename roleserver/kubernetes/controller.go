@@ -99,9 +99,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("secrets encryption keys: %w", err)
 	}
 	ctl := &c.Root.Ephemeral.Kubernetes.Controller
-	af := apiserverFiles(creds, admission, ctl.APIServer.Path())
-	af[fileEncryption] = secrets.EncryptionConfiguration()
-	fa, err := af.writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser))
+	fa, err := apiserverFiles(creds, admission, secrets, ctl.APIServer.Path()).writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser))
 	if err != nil {
 		return err
 	}
@@ -197,8 +195,9 @@ func (c *Controller) Run(ctx context.Context) error {
 // apiserverFiles are the API server's files: its serving certificate,
 // the CAs it checks clients and kubelets against, its clients'
 // certificates for the kubelets and aggregated servers, the service
-// account keys and its admission configuration (dir is where they go).
-func apiserverFiles(c *pki.ControllerCredentials, a AdmissionPolicy, dir string) files {
+// account keys and its policies (APIServerPolicyKinds: admission with
+// a, audit, encryption of Secrets with k; dir is where they go).
+func apiserverFiles(c *pki.ControllerCredentials, a AdmissionPolicy, k *pki.SecretsKeys, dir string) files {
 	f := files{
 		fileCA:                c.CACertificate,
 		fileFrontProxyCA:      c.FrontProxyCACertificate,
@@ -211,9 +210,8 @@ func apiserverFiles(c *pki.ControllerCredentials, a AdmissionPolicy, dir string)
 		fileFrontProxyKey:     c.FrontProxyClient.Key,
 		fileServiceAccountPub: c.ServiceAccountPublicKey,
 		fileServiceAccountKey: c.ServiceAccountPrivateKey,
-		fileAuditPolicy:       auditPolicy,
 	}
-	maps.Copy(f, admissionFiles(dir, a))
+	maps.Copy(f, policyFiles(dir, a, k))
 	return f
 }
 

@@ -60,19 +60,18 @@ func (p *PKI) SecretsKeys(ctx context.Context) (*SecretsKeys, int64, error) {
 		if err != nil || k != nil {
 			return k, rev, err
 		}
-		first, err := newSecretKey(1)
+		first, err := NewSecretsKeys()
 		if err != nil {
 			return nil, 0, err
 		}
-		first.Write = true
-		b, _ := json.Marshal(&SecretsKeys{Generation: 1, Keys: []SecretKey{first}})
+		b, _ := json.Marshal(first)
 		resp, err := p.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keySecretsEncryption), "=", 0)).
 			Then(clientv3.OpPut(keySecretsEncryption, string(b))).Commit()
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w: storing the secrets encryption key: %w", ErrStore, err)
 		}
 		if resp.Succeeded {
-			return &SecretsKeys{Generation: 1, Keys: []SecretKey{first}}, resp.Header.Revision, nil
+			return first, resp.Header.Revision, nil
 		}
 	}
 	return nil, 0, fmt.Errorf("%w: the secrets encryption keys kept disappearing", ErrCorrupt)
@@ -109,6 +108,17 @@ func (k *SecretsKeys) check() error {
 		return fmt.Errorf("%d keys write, want one", writers)
 	}
 	return nil
+}
+
+// NewSecretsKeys is a cluster's first generation of keys: one random
+// key, key-1, that writes.
+func NewSecretsKeys() (*SecretsKeys, error) {
+	first, err := newSecretKey(1)
+	if err != nil {
+		return nil, err
+	}
+	first.Write = true
+	return &SecretsKeys{Generation: 1, Keys: []SecretKey{first}}, nil
 }
 
 func newSecretKey(n uint64) (SecretKey, error) {
