@@ -1,9 +1,13 @@
 // Command plinthctl builds Plinth images and operates Plinth nodes.
 //
+// Images and machines:
+//
 //	plinthctl build  [-board B] [-kernel-package DEB] -init BIN -bin DIR [-out DIR] [-sign-key KEY -release N]
+//	plinthctl fetch-kernel [-board B] [-cache DIR]  the board's Debian kernel package into the cache
 //	plinthctl release-key -o FILE                   a release key (FILE, FILE.pub) that signs images
-//	plinthctl run    [-image DIR] [-state DIR]      boot one node in QEMU with swtpm
 //	plinthctl params -o FILE -bootstrap|-register   write node parameters
+//	plinthctl write-disk -image DIR -params FILE -device DEV   flash a disk (or a file)
+//	plinthctl run    [-image DIR] [-state DIR]      boot one node in QEMU with swtpm
 //	plinthctl launch [-nodes N] [-dir DIR]          local test cluster (vmtest)
 //
 // Cluster commands (as its owner; -config DIR, default $PLINTH_CONFIG or
@@ -13,11 +17,16 @@
 //	plinthctl nodes list|describe [-o json] [NODE]
 //	plinthctl approve [PUBKEY|NODE...]
 //	plinthctl roles add|remove NODE ROLE...
+//	plinthctl roles taint|untaint NODE
 //	plinthctl ticket [-rotate]
-//	plinthctl logs [-f] NODE
+//	plinthctl status [-all] NODE
+//	plinthctl logs [-f] [-audit] NODE
 //	plinthctl reboot NODE
+//	plinthctl update -image DIR NODE|-all [-stage|-activate|-cancel|-no-reboot]
 //	plinthctl decommission -yes NODE
-//	plinthctl kubeconfig [-server https://HOST:PORT] [-o FILE]
+//	plinthctl policy [-pod-security LEVEL] [-allow-host-path P] [-add-release-key FILE]...
+//	plinthctl secrets-key status|rotate
+//	plinthctl kubeconfig [-server https://HOST:PORT] [-wait D] [-revoke-all] [-o FILE]
 //	plinthctl kubernetes-credential        kubectl's credential plugin (ExecCredential)
 //
 // Each verb is one file: a struct holding its flags, with a run method

@@ -1,10 +1,21 @@
 // Package supervisor runs the node's long-running work as a tree of named
 // runnables, restarts what fails and tells whether everything is healthy.
 //
-//	root ──┬── network ──── dhcp
-//	       ├── storage
-//	       └── roleserver ──┬── consensus
-//	                        └── curator
+// A node's tree (the DNs `plinthctl status` and `plinthctl logs -dn`
+// show), with every role:
+//
+//	root ──┬── enrolment        (done once the node has a cluster identity)
+//	       ├── network
+//	       ├── power
+//	       └── roleserver ──┬── controlplane ──┬── consensus ──┬── autopromoter
+//	                        │                  │               └── crl
+//	                        │                  └── curator ──── members
+//	                        ├── heartbeat, hosts, nodemgmt, rolefetch, statuspush
+//	                        └── kubernetes ──┬── controller ──┬── etcd (the confined endpoint)
+//	                                         │                ├── apiserver, controller-manager, scheduler
+//	                                         │                └── policy, rbac
+//	                                         └── worker ──┬── apiproxy, containerd, images
+//	                                                      └── kubelet, proxy, netd, dns
 //
 // A runnable is a plain func(ctx) error. It starts its children with Run,
 // reports readiness with Signal(ctx, SignalHealthy), and returns:

@@ -1,0 +1,39 @@
+// Package kubernetes runs Kubernetes on a node as its roles say: the
+// control plane (Controller) on a KubernetesController, which is always
+// also a consensus member, and the worker (Worker) on a KubernetesWorker.
+// Every piece is a supervised runnable; the programs are child processes
+// of the core (the multi-call `kube` binary, containerd) with
+// configuration generated in Go on tmpfs, never read from /data.
+//
+//	controller (root.roleserver.kubernetes.controller)
+//	  etcd member (in the core) ── consensus.ServeKubernetes: only /kubernetes/,
+//	        │                      a unix socket only the API server's UID, in the
+//	        │                      core's cgroup, may use (etcd.sock)
+//	  kube apiserver       uid 10001  :6443   admission (Pod Security, static host-path
+//	        │                                 policy), audit → log stream, Secrets encrypted
+//	  kube controller-manager uid 10002        pod CIDRs, the usual controllers
+//	  kube scheduler       uid 10003
+//	  rbac                 Plinth's roles and the owner's epoch binding (in the core)
+//
+//	worker (root.roleserver.kubernetes.worker)
+//	  apiproxy   127.0.0.1:6444 ──► every controller's :6443 (the cluster's list)
+//	  containerd ── images (kube import-images: the node image's archives, once, pinned)
+//	  kubelet    ── containerd; serving certificate from its own CA
+//	  proxy      (kube-proxy, nftables)   netd (CNI config, routes)   dns (169.254.53.53)
+//
+// Certificates. The controller's come from the Kubernetes PKI kept in
+// etcd under the curator's namespace (package pki: a CA, the front proxy
+// CA, the kubelet serving CA, the service-account key, the Secrets keys),
+// which the API server's endpoint cannot read. A worker never sees a CA
+// key: it makes its keys and asks the curator (IssueCertificate, over
+// the node's mTLS connection) for the kubelet's client and serving and
+// kube-proxy's certificates; the serving certificate names only addresses
+// the curator observed the node at. Owners reach the API server with
+// short-lived certificates from the curator too (plinthctl kubeconfig).
+//
+// Why in the core's tree, not as static pods: the control plane must
+// start before any API server exists (there is nothing to read static
+// pod manifests from but the node image), its keys must stay out of
+// containers, and its restarts, crashes and logs are the node's own
+// (plinthctl status and logs), like every other part of Plinth.
+package kubernetes
