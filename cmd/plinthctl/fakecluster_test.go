@@ -62,9 +62,11 @@ type fakeCluster struct {
 	nodes []*clusterpb.Node
 	// An API server at apiServers[0] with a certificate of k8sCA whose
 	// /readyz answers 200 while apiReady; listening is false once
-	// stopAPI closed it.
-	api      *httptest.Server
-	apiReady bool
+	// stopAPI closed it; the default service account is missing while
+	// noServiceAccount (the controller manager has not started).
+	api              *httptest.Server
+	apiReady         bool
+	noServiceAccount bool
 }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
@@ -128,10 +130,10 @@ func (f *fakeCluster) startAPI(t *testing.T) {
 	clients.AddCert(f.k8sCA.Certificate)
 	f.api = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
-		ready := f.apiReady
+		ready, noSA := f.apiReady, f.noServiceAccount
 		f.mu.Unlock()
-		if r.URL.Path == "/api/v1/namespaces/default" {
-			w.Write([]byte(`{"kind":"Namespace"}`))
+		if r.URL.Path == "/api/v1/namespaces/default/serviceaccounts/default" && !noSA {
+			w.Write([]byte(`{"kind":"ServiceAccount"}`))
 		} else if r.URL.Path != "/readyz" {
 			http.NotFound(w, r)
 		} else if !ready {

@@ -143,6 +143,19 @@ func TestKubeconfigNotServing(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	// Ready, but no pod can be made yet: the controller manager has not
+	// made the default service account.
+	f.setAPIReady(true)
+	f.mu.Lock()
+	f.noServiceAccount = true
+	f.mu.Unlock()
+	if _, _, err := runVerb("kubeconfig", "-config", dir, "-o", out); !errors.Is(err, owner.ErrAPINotServing) || !strings.Contains(err.Error(), "default service account") {
+		t.Errorf("kubeconfig before the controller manager made the default service account: %v", err)
+	}
+	f.mu.Lock()
+	f.noServiceAccount = false
+	f.mu.Unlock()
+	f.setAPIReady(false)
 	// -wait: it serves a little later.
 	time.AfterFunc(3*time.Second, func() { f.setAPIReady(true) })
 	_, stderr, err := runVerb("kubeconfig", "-config", dir, "-o", out, "-wait", "1m")

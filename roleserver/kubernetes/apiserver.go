@@ -181,9 +181,9 @@ var auditPolicy = mustJSON(map[string]any{
 // later than with the defaults.
 var leaderElection = struct{ lease, renew, retry string }{"30s", "20s", "4s"}
 
-// controllerManagerArgs are kube-controller-manager's flags: pod CIDRs
-// are allocated per node (/NodeCIDRMaskSize of ClusterCIDR), and the CSR
-// signer is off (kubelets get their certificates from the curator).
+// controllerManagerArgs are kube-controller-manager's flags: its pod
+// CIDR allocator is off (nodeIPAM's), and so is the CSR signer (kubelets
+// get their certificates from the curator).
 func controllerManagerArgs(f map[string]string, flexDir string) []string {
 	return []string{
 		"controller-manager",
@@ -197,9 +197,10 @@ func controllerManagerArgs(f map[string]string, flexDir string) []string {
 		"--leader-elect-retry-period=" + leaderElection.retry,
 		"--use-service-account-credentials=true",
 		"--controllers=*,-csrsigning,-csrapproving,-csrcleaner,-bootstrapsigner,-tokencleaner",
-		"--allocate-node-cidrs=true",
+		// Pod CIDRs are the core's node IPAM's (nodeipam.go): set at
+		// once, not after every controller here has started.
+		"--allocate-node-cidrs=false",
 		"--cluster-cidr=" + layout.ClusterCIDR,
-		"--node-cidr-mask-size=" + strconv.Itoa(layout.NodeCIDRMaskSize),
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
 		"--root-ca-file=" + f[fileCA],
 		"--service-account-private-key-file=" + f[fileServiceAccountKey],

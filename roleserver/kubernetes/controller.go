@@ -37,7 +37,8 @@ type Status struct {
 //
 //	consensus.ServeKubernetes ── etcd.sock (only /kubernetes/)
 //	kube apiserver             ── :6443, etcd.sock, PKI from etcd (curator namespace)
-//	kube controller-manager    ── allocates pod CIDRs
+//	kube controller-manager
+//	nodeipam                   ── Nodes' pod CIDRs (nodeipam.go)
 //	kube scheduler
 //	rbac                       ── the roles Plinth's worker components need
 //
@@ -142,6 +143,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	if err := runAll(ctx, []named{
 		{"rbac", applyRBAC(pki.New(kv), c.NodeID, apiServerLocalEndpoint, policy)},
+		{"nodeipam", nodeIPAM(kv, apiServerLocalEndpoint)},
 		{"controller-manager", c.command(layout.ControllerManagerUser, controllerManagerArgs(fc, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
 		{"scheduler", c.command(layout.SchedulerUser, schedulerArgs(fs), nil)},
 	}); err != nil {

@@ -38,7 +38,7 @@ import (
 // them — on the build host against an in-process etcd member, through the
 // confined etcd endpoint: the API server serves, the owner's
 // certificate (pki.Admin) is system:masters, a Node gets a pod CIDR from
-// the controller manager, a worker is cordoned, drained and uncordoned
+// the core's node IPAM, a worker is cordoned, drained and uncordoned
 // as `plinthctl update` does (owner.KubeAPI), and the API server's keys
 // land under /kubernetes/ only. Natively this takes seconds; under TCG it would take
 // minutes, so the VM tests only check what needs a node.
@@ -160,26 +160,10 @@ func TestControlPlaneOnHost(t *testing.T) {
 	checkAdmission(t, ctx, kapi)
 	checkComponentUsers(t, root)
 	checkOwnerRevocation(t, ctx, s.APIServer, ca, pki.New(kv), policy)
-	if code, b := api("POST", "/api/v1/nodes", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"plinth-test"}}`); code != http.StatusCreated {
-		t.Fatalf("creating a Node: %d %s", code, b)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, b := api("GET", "/api/v1/nodes/plinth-test", "")
-		var n struct {
-			Spec struct{ PodCIDR string } `json:"spec"`
-		}
-		if json.Unmarshal(b, &n) == nil && strings.HasPrefix(n.Spec.PodCIDR, "10.244.") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no pod CIDR from the controller manager: %s", b)
-		}
-		time.Sleep(time.Second)
-	}
+	checkNodeIPAM(t, api)
 	// Plinth's RBAC objects are applied: the DNS server's user may watch
 	// Namespaces (the API server's default roles do not let it).
-	deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		_, b := api("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", `{"apiVersion":"authorization.k8s.io/v1",
 			"kind":"SubjectAccessReview","spec":{"user":"`+pki.ProxyUser+`","resourceAttributes":{"verb":"watch","resource":"namespaces"}}}`)
@@ -354,4 +338,57 @@ func hostAddress(t *testing.T) net.IP {
 	}
 	t.Fatal("the host has no non-loopback IPv4 address")
 	return nil
+}
+
+// checkNodeIPAM: the core's node IPAM gives Nodes pod CIDRs of their own,
+// one after the other, and keeps one a Node already has (the controller
+// manager's, on a cluster from before) out of the next allocations.
+func checkNodeIPAM(t *testing.T, api func(method, path, body string) (int, []byte)) {
+	t.Helper()
+	create := func(name, podCIDR string) {
+		body := `{"apiVersion":"v1","kind":"Node","metadata":{"name":"` + name + `"}}`
+		if podCIDR != "" {
+			body = `{"apiVersion":"v1","kind":"Node","metadata":{"name":"` + name + `"},"spec":{"podCIDR":"` + podCIDR + `","podCIDRs":["` + podCIDR + `"]}}`
+		}
+		if code, b := api("POST", "/api/v1/nodes", body); code != http.StatusCreated {
+			t.Fatalf("creating Node %s: %d %s", name, code, b)
+		}
+	}
+	podCIDR := func(name string) string {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			_, b := api("GET", "/api/v1/nodes/"+name, "")
+			var n struct {
+				Spec struct{ PodCIDR string } `json:"spec"`
+			}
+			if json.Unmarshal(b, &n) == nil && n.Spec.PodCIDR != "" {
+				return n.Spec.PodCIDR
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Node %s: no pod CIDR: %s", name, b)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	create("plinth-test", "")
+	if got := podCIDR("plinth-test"); got != "10.244.0.0/24" {
+		t.Errorf("the first Node's pod CIDR is %s, want 10.244.0.0/24", got)
+	}
+	// The next free one, taken by a Node that comes with it.
+	create("plinth-old", "10.244.1.0/24")
+	if got := podCIDR("plinth-old"); got != "10.244.1.0/24" {
+		t.Errorf("a Node's own pod CIDR became %s", got)
+	}
+	create("plinth-new", "")
+	if got := podCIDR("plinth-new"); got != "10.244.2.0/24" {
+		t.Errorf("the third Node's pod CIDR is %s, want 10.244.2.0/24 (neither another's nor the kept one)", got)
+	}
+	// A Node registered again gets its CIDR back.
+	if code, b := api("DELETE", "/api/v1/nodes/plinth-new", ""); code != http.StatusOK {
+		t.Fatalf("deleting Node plinth-new: %d %s", code, b)
+	}
+	create("plinth-new", "")
+	if got := podCIDR("plinth-new"); got != "10.244.2.0/24" {
+		t.Errorf("plinth-new registered again got %s, not its 10.244.2.0/24", got)
+	}
 }

@@ -34,7 +34,9 @@ type rbacObject struct {
 //     default role (system:node-proxier) does not cover them;
 //   - the API server reaches the kubelets (logs, exec, port-forward,
 //     metrics) as pki.KubeletClientUser, with system:kubelet-api-admin's
-//     rights, no more (not system:masters).
+//     rights, no more (not system:masters);
+//   - the node IPAM (nodeipam.go) reads Nodes and sets their pod CIDRs as
+//     pki.NodeIPAMUser.
 var plinthRBAC = []rbacObject{
 	{"/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-services", `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -42,6 +44,11 @@ var plinthRBAC = []rbacObject{
   "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]}`},
 	clusterRoleBinding("plinth:node-services", "plinth:node-services", "User", pki.ProxyUser),
 	clusterRoleBinding("plinth:apiserver-kubelet-client", "system:kubelet-api-admin", "User", pki.KubeletClientUser),
+	{"/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-ipam", `{
+  "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+  "metadata": {"name": "plinth:node-ipam"},
+  "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]}`},
+	clusterRoleBinding("plinth:node-ipam", "plinth:node-ipam", "User", pki.NodeIPAMUser),
 }
 
 // OwnerBinding is the ClusterRoleBinding that makes the owner's current

@@ -104,9 +104,15 @@ func (k *KubeAPI) Ready(ctx context.Context) error {
 	}
 	// Ready, and the owner's certificate has its rights: the controller
 	// binds cluster-admin to the owner's group once its API server serves.
-	status, err := k.do(ctx, http.MethodGet, "/api/v1/namespaces/default", "", nil, nil)
-	if status == http.StatusForbidden {
+	// And pods can be made: the controller manager (which starts after
+	// the API server, and takes a while under TCG) has made the default
+	// namespace's service account, without which the API refuses pods.
+	status, err := k.do(ctx, http.MethodGet, "/api/v1/namespaces/default/serviceaccounts/default", "", nil, nil)
+	switch status {
+	case http.StatusForbidden:
 		return fmt.Errorf("%w (it serves, but has not bound the owner's group to cluster-admin yet)", ErrAPINotServing)
+	case http.StatusNotFound:
+		return fmt.Errorf("%w (it serves, but the controller manager has not made the default service account yet: no pod can be created before it has)", ErrAPINotServing)
 	}
 	return err
 }

@@ -282,6 +282,26 @@ func (p *PKI) Proxy(ctx context.Context, pub crypto.PublicKey) (ca, cert *x509.C
 	return a.cert, cert, nil
 }
 
+// NodeIPAMUser is the controllers' node IPAM (pod CIDRs of Nodes): the
+// RBAC Plinth applies lets it read Nodes and patch them, nothing else.
+const NodeIPAMUser = "plinth:node-ipam"
+
+// NodeIPAM certifies pub (see CheckPublicKey) as NodeIPAMUser for
+// validity. It returns the certificate with the Kubernetes CA.
+func (p *PKI) NodeIPAM(ctx context.Context, pub crypto.PublicKey, validity time.Duration) (ca, cert *x509.Certificate, err error) {
+	if err := CheckPublicKey(pub); err != nil {
+		return nil, nil, err
+	}
+	a, err := p.authority(ctx, secretCA)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cert, err = a.issue(pub, clientTemplate(NodeIPAMUser), validity); err != nil {
+		return nil, nil, err
+	}
+	return a.cert, cert, nil
+}
+
 // Admin certifies pub (see CheckPublicKey) as a Kubernetes superuser:
 // user AdminPrefix+name in group system:masters, for validity (at most
 // MaxAdminValidity: Kubernetes cannot revoke it). It returns the

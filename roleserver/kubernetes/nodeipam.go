@@ -1,0 +1,327 @@
+package kubernetes
+
+import (
+	"cmp"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/roleserver/kubernetes/pki"
+)
+
+// The node IPAM gives every Node without a pod CIDR one (spec.podCIDR,
+// which netd configures the node's pod network from and routes to), in
+// the controller's core instead of the controller manager:
+//
+//	kubelet registers Node ──► API server ──watch──► nodeipam (every controller)
+//	                                                   │ allocate: one etcd Txn on
+//	                                                   │ /kubernetes-ipam/pod-cidrs
+//	netd ◄──watch── API server ◄──PATCH spec.podCIDR───┘
+//
+// Why: the controller manager sets a pod CIDR only once it has built
+// every one of its controllers and started their informers — under TCG
+// ~16 s after the API server serves, while the kubelet has registered
+// its Node ~6 s after (Node Ready waited for the controller manager; see
+// the README's "Where the start goes"). The core's IPAM is running when
+// the API server starts serving and answers a new Node at once.
+//
+// Allocations are kept in etcd (the curator's namespace), keyed by node
+// name, each /layout.NodeCIDRMaskSize of layout.ClusterCIDR: a node
+// registered again gets its CIDR back, and two controllers allocating at
+// once cannot hand one CIDR to two nodes (compare-and-swap on the key).
+// Pod CIDRs Nodes already have (the controller manager's, from before)
+// are kept and never handed out again.
+
+// keyPodCIDRs holds the allocations (podCIDRs, JSON).
+const keyPodCIDRs = "/kubernetes-ipam/pod-cidrs"
+
+// ipamValidity is how long the IPAM's client certificate lasts; the
+// runnable restarts with a new one before then.
+const ipamValidity = time.Hour
+
+// podCIDRs are the allocations: node name → CIDR.
+type podCIDRs struct {
+	Nodes map[string]string `json:"nodes"`
+}
+
+// ipamNode is what the IPAM reads of a Node.
+type ipamNode struct {
+	Metadata struct {
+		Name            string `json:"name"`
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Spec struct {
+		PodCIDR string `json:"podCIDR"`
+	} `json:"spec"`
+}
+
+// nodeIPAM is the IPAM's runnable: server is the local API server, kv
+// the curator's namespace (allocations and the Kubernetes PKI).
+func nodeIPAM(kv clientv3.KV, server string) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		pub, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return err
+		}
+		ca, cert, err := pki.New(kv).NodeIPAM(ctx, pub, ipamValidity)
+		if err != nil {
+			return fmt.Errorf("node IPAM credentials: %w", err)
+		}
+		pool := x509.NewCertPool()
+		pool.AddCert(ca)
+		ipam := &ipam{kv: kv, server: server, client: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			RootCAs: pool, MinVersion: tls.VersionTLS12,
+			Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}},
+		}}}}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		ctx, cancel := context.WithTimeout(ctx, ipamValidity/2)
+		defer cancel()
+		for ctx.Err() == nil {
+			if err := ipam.run(ctx); err != nil && ctx.Err() == nil {
+				// Plinth's RBAC may not be applied yet at the first start.
+				supervisor.Logger(ctx).Warn("node IPAM", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}
+		if err := context.Cause(ctx); errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("node IPAM: new credentials: %w", supervisor.ErrRestart)
+		}
+		return ctx.Err()
+	}
+}
+
+type ipam struct {
+	kv     clientv3.KV
+	server string
+	client *http.Client
+	// known are the allocations as last read or written (node → CIDR).
+	known map[string]string
+}
+
+// run lists the Nodes, gives those without a pod CIDR one, and then
+// does so for every Node the watch from there shows, until it ends.
+func (p *ipam) run(ctx context.Context) error {
+	var list struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Items []ipamNode `json:"items"`
+	}
+	if err := p.get(ctx, "/api/v1/nodes", &list); err != nil {
+		return err
+	}
+	// Those with a CIDR first: their CIDRs are taken.
+	without := func(n ipamNode) int {
+		if n.Spec.PodCIDR == "" {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(list.Items, func(a, b ipamNode) int { return cmp.Compare(without(a), without(b)) })
+	for _, n := range list.Items {
+		if err := p.ensure(ctx, n); err != nil {
+			return err
+		}
+	}
+	q := url.Values{"watch": {"1"}, "resourceVersion": {list.Metadata.ResourceVersion}, "timeoutSeconds": {"300"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.server+"/api/v1/nodes?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("watching Nodes: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev struct {
+			Type   string   `json:"type"`
+			Object ipamNode `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil // the watch's timeout: list again
+			}
+			return fmt.Errorf("watching Nodes: %w", err)
+		}
+		switch ev.Type {
+		case "ADDED", "MODIFIED":
+			if err := p.ensure(ctx, ev.Object); err != nil {
+				return err
+			}
+		case "ERROR":
+			return nil // e.g. the resource version is too old: list again
+		}
+	}
+}
+
+// ensure gives n a pod CIDR if it has none; one it has (set before this
+// IPAM, by the controller manager) is recorded as its allocation, so it
+// is never handed out again.
+func (p *ipam) ensure(ctx context.Context, n ipamNode) error {
+	name := n.Metadata.Name
+	if name == "" {
+		return nil
+	}
+	if n.Spec.PodCIDR != "" {
+		if p.known[name] == n.Spec.PodCIDR {
+			return nil
+		}
+		_, err := p.update(ctx, func(a *podCIDRs) (string, bool, error) {
+			if a.Nodes[name] == n.Spec.PodCIDR {
+				return n.Spec.PodCIDR, false, nil
+			}
+			a.Nodes[name] = n.Spec.PodCIDR
+			return n.Spec.PodCIDR, true, nil
+		})
+		return err
+	}
+	cidr, err := p.update(ctx, func(a *podCIDRs) (string, bool, error) {
+		if c, ok := a.Nodes[name]; ok {
+			return c, false, nil
+		}
+		c, err := freeCIDR(layout.ClusterCIDR, layout.NodeCIDRMaskSize, *a)
+		if err != nil {
+			return "", false, err
+		}
+		a.Nodes[name] = c
+		return c, true, nil
+	})
+	if err != nil {
+		return err
+	}
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, cidr, cidr)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, p.server+"/api/v1/nodes/"+url.PathEscape(n.Metadata.Name), strings.NewReader(patch))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/merge-patch+json")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		supervisor.Logger(ctx).Info("pod CIDR set", "node", n.Metadata.Name, "cidr", cidr)
+	case resp.StatusCode == http.StatusNotFound:
+		// Deleted meanwhile; its allocation stays its own.
+	case resp.StatusCode == http.StatusUnprocessableEntity:
+		// Another controller (or the Node's creator) set one first: the
+		// API refuses to change it, and the watch shows which.
+	default:
+		return fmt.Errorf("setting %s's pod CIDR: %s: %s", n.Metadata.Name, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// update applies change to the allocations in etcd (compare-and-swap,
+// retried when another controller changed them meanwhile) and returns
+// the CIDR change names; change says whether it changed anything.
+func (p *ipam) update(ctx context.Context, change func(*podCIDRs) (string, bool, error)) (string, error) {
+	for range 10 {
+		resp, err := p.kv.Get(ctx, keyPodCIDRs)
+		if err != nil {
+			return "", err
+		}
+		a := podCIDRs{Nodes: map[string]string{}}
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
+				return "", fmt.Errorf("%s: %w", keyPodCIDRs, err)
+			}
+			rev = resp.Kvs[0].ModRevision
+			if a.Nodes == nil {
+				a.Nodes = map[string]string{}
+			}
+		}
+		c, changed, err := change(&a)
+		if err != nil {
+			return "", err
+		}
+		if changed {
+			b, _ := json.Marshal(&a)
+			txn, err := p.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyPodCIDRs), "=", rev)).
+				Then(clientv3.OpPut(keyPodCIDRs, string(b))).Commit()
+			if err != nil {
+				return "", err
+			}
+			if !txn.Succeeded {
+				continue
+			}
+		}
+		p.known = a.Nodes
+		return c, nil
+	}
+	return "", errors.New("pod CIDRs: the allocations kept changing")
+}
+
+// freeCIDR is the lowest /size of cluster that a does not hold.
+func freeCIDR(cluster string, size int, a podCIDRs) (string, error) {
+	_, n, err := net.ParseCIDR(cluster)
+	if err != nil {
+		return "", err
+	}
+	ones, bits := n.Mask.Size()
+	if bits != 32 || size < ones || size > 30 {
+		return "", fmt.Errorf("pod CIDRs of /%d in %s", size, cluster)
+	}
+	taken := map[string]bool{}
+	for _, c := range a.Nodes {
+		taken[c] = true
+	}
+	base := binary.BigEndian.Uint32(n.IP.To4())
+	for i := uint32(0); i < 1<<(size-ones); i++ {
+		ip := make(net.IP, 4)
+		binary.BigEndian.PutUint32(ip, base+i<<(32-size))
+		c := (&net.IPNet{IP: ip, Mask: net.CIDRMask(size, 32)}).String()
+		if !taken[c] {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("no pod CIDR left in %s (/%d each)", cluster, size)
+}
+
+// get decodes a GET of path from the API server into v.
+func (p *ipam) get(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.server+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
