@@ -103,7 +103,8 @@ func TestControlPlaneArgs(t *testing.T) {
 		t.Errorf("component %q", api[0])
 	}
 	cm := controllerManagerArgs(f, "/ephemeral/kubernetes/volume-plugins")
-	for _, want := range []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + layout.ClusterCIDR, "--node-cidr-mask-size=24"} {
+	// Pod CIDRs are the core's node IPAM's (nodeipam.go), not its.
+	for _, want := range []string{"--allocate-node-cidrs=false", "--cluster-cidr=" + layout.ClusterCIDR} {
 		if !slices.Contains(cm, want) {
 			t.Errorf("controller-manager args lack %s: %v", want, cm)
 		}

@@ -144,20 +144,12 @@ func (p *ipam) run(ctx context.Context) error {
 		}
 	}
 	q := url.Values{"watch": {"1"}, "resourceVersion": {list.Metadata.ResourceVersion}, "timeoutSeconds": {"300"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.server+"/api/v1/nodes?"+q.Encode(), nil)
+	body, err := p.open(ctx, "/api/v1/nodes?"+q.Encode())
 	if err != nil {
 		return err
 	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("watching Nodes: %s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	dec := json.NewDecoder(resp.Body)
+	defer body.Close()
+	dec := json.NewDecoder(body)
 	for {
 		var ev struct {
 			Type   string   `json:"type"`
@@ -310,18 +302,29 @@ func freeCIDR(cluster string, size int, a podCIDRs) (string, error) {
 
 // get decodes a GET of path from the API server into v.
 func (p *ipam) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.server+path, nil)
+	body, err := p.open(ctx, path)
 	if err != nil {
 		return err
+	}
+	defer body.Close()
+	return json.NewDecoder(body).Decode(v)
+}
+
+// open GETs path from the API server: the body of a 200, else an error
+// with the API's message.
+func (p *ipam) open(ctx context.Context, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.server+path, nil)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return resp.Body, nil
 }

@@ -269,6 +269,12 @@ const ProxyUser = "system:kube-proxy"
 // CheckPublicKey) as ProxyUser, for KubeletValidity. It returns the
 // certificate with the Kubernetes CA, created on first use.
 func (p *PKI) Proxy(ctx context.Context, pub crypto.PublicKey) (ca, cert *x509.Certificate, err error) {
+	return p.client(ctx, pub, ProxyUser, KubeletValidity)
+}
+
+// client certifies pub (see CheckPublicKey) as user, in no group, for
+// validity, with the Kubernetes CA (returned too).
+func (p *PKI) client(ctx context.Context, pub crypto.PublicKey, user string, validity time.Duration) (ca, cert *x509.Certificate, err error) {
 	if err := CheckPublicKey(pub); err != nil {
 		return nil, nil, err
 	}
@@ -276,7 +282,7 @@ func (p *PKI) Proxy(ctx context.Context, pub crypto.PublicKey) (ca, cert *x509.C
 	if err != nil {
 		return nil, nil, err
 	}
-	if cert, err = a.issue(pub, clientTemplate(ProxyUser), KubeletValidity); err != nil {
+	if cert, err = a.issue(pub, clientTemplate(user), validity); err != nil {
 		return nil, nil, err
 	}
 	return a.cert, cert, nil
@@ -289,17 +295,7 @@ const NodeIPAMUser = "plinth:node-ipam"
 // NodeIPAM certifies pub (see CheckPublicKey) as NodeIPAMUser for
 // validity. It returns the certificate with the Kubernetes CA.
 func (p *PKI) NodeIPAM(ctx context.Context, pub crypto.PublicKey, validity time.Duration) (ca, cert *x509.Certificate, err error) {
-	if err := CheckPublicKey(pub); err != nil {
-		return nil, nil, err
-	}
-	a, err := p.authority(ctx, secretCA)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cert, err = a.issue(pub, clientTemplate(NodeIPAMUser), validity); err != nil {
-		return nil, nil, err
-	}
-	return a.cert, cert, nil
+	return p.client(ctx, pub, NodeIPAMUser, validity)
 }
 
 // Admin certifies pub (see CheckPublicKey) as a Kubernetes superuser:
