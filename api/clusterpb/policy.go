@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"plinth.dev/plinth/platform/layout"
 )
 
 // PodSecurityLevels are the Pod Security levels KubernetesPolicy may name.
@@ -13,9 +15,10 @@ var PodSecurityLevels = []string{"privileged", "baseline", "restricted"}
 
 // Check reports what is wrong with the policy, if anything: an unknown
 // Pod Security level, or an allowed host path that is not clean and
-// absolute (or is / itself, which would allow everything). The API
-// servers' admission configuration is generated from it, so the curator
-// refuses a bad policy before storing it.
+// absolute (or is / itself, which would allow everything), or that would
+// open node state or secrets to pods (a *ProtectedHostPathError). The
+// API servers' admission configuration is generated from it, so the
+// curator refuses a bad policy before storing it.
 func (p *KubernetesPolicy) Check() error {
 	if l := p.GetPodSecurityLevel(); l != "" && !slices.Contains(PodSecurityLevels, l) {
 		return fmt.Errorf("pod security level %q: want one of %s", l, strings.Join(PodSecurityLevels, ", "))
@@ -24,8 +27,55 @@ func (p *KubernetesPolicy) Check() error {
 		if !CleanHostPath(a) {
 			return fmt.Errorf("allowed host path %q: want a clean absolute path other than /, of letters, digits and ._-/ only", a)
 		}
+		if err := checkAllowedHostPath(a); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// ProtectedHostPathError is Check's refusal of an allowed host path that
+// is, contains or lies under a protected one (layout.ProtectedHostPaths)
+// outside layout.HostVolumesDir: a pod given it could read the node's
+// credentials or reach its etcd member.
+type ProtectedHostPathError struct {
+	Path      string // the allowed path
+	Protected string // the protected path it meets
+	How       string // "is", "contains" or "lies under"
+}
+
+func (e *ProtectedHostPathError) Error() string {
+	return fmt.Sprintf("allowed host path %s %s %s, which holds node state or secrets (a pod with it could read the node's credentials "+
+		"or reach its etcd member); below the protected paths, only %s and what lies under it may be allowed",
+		e.Path, e.How, e.Protected, layout.HostVolumesDir)
+}
+
+// checkAllowedHostPath refuses a (clean, absolute) allowed host path
+// that would open a protected one. The admission policy holds the same
+// line on its own (an allowed path opens nothing outside
+// layout.HostVolumesDir), so a policy that got past this check anyway
+// still opens nothing of the node's.
+func checkAllowedHostPath(a string) error {
+	if under(a, layout.HostVolumesDir) {
+		return nil
+	}
+	for _, q := range layout.ProtectedHostPaths() {
+		switch {
+		case a == q:
+			return &ProtectedHostPathError{Path: a, Protected: q, How: "is"}
+		case under(a, q):
+			return &ProtectedHostPathError{Path: a, Protected: q, How: "lies under"}
+		case under(q, a):
+			return &ProtectedHostPathError{Path: a, Protected: q, How: "contains"}
+		}
+	}
+	return nil
+}
+
+// under reports whether the clean absolute path p is dir or below it
+// (/database is not below /data).
+func under(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 // CleanHostPath reports whether p is a clean absolute path other than /

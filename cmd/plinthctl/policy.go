@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/layout"
 )
 
 func init() {
@@ -38,7 +39,7 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs := newFlagSet("policy", stderr)
 	configFlagVar(fs, &c.config)
 	fs.StringVar(&c.podSecurity, "pod-security", "", "Pod Security level enforced in namespaces that name none: "+strings.Join(clusterpb.PodSecurityLevels, "|")+" (privileged is node root)")
-	fs.Var(&c.hostPaths, "allow-host-path", "host `path` below the node's state that pods and PersistentVolumes may use anyway (repeat; replaces the list)")
+	fs.Var(&c.hostPaths, "allow-host-path", "host `path` under "+layout.HostVolumesDir+" (the only place below the node's state that may be opened) that pods and PersistentVolumes may use (repeat; replaces the list)")
 	fs.BoolVar(&c.noHostPaths, "no-host-paths", false, "allow no host path below the node's state (the default)")
 	fs.Var(&c.addKeys, "add-release-key", "ed25519 public key `file` whose signatures on an image let nodes install it (repeat)")
 	fs.Var(&c.removeKeys, "remove-release-key", "release key `file` to remove (the last one cannot be)")

@@ -2,8 +2,9 @@
 // the Role Server and the operator tools must agree on: where things are
 // in the initramfs, and the fixed ports of a node's cluster services.
 //
-// It is deliberately tiny and imports nothing, so that /init can share
-// these values with the builder without linking the builder.
+// It is deliberately tiny and imports nothing but the standard library,
+// so that /init can share these values with the builder without linking
+// the builder.
 //
 //	initramfs                          node (every node, same ports)
 //	  /system.img    SystemImagePath     :7834  ConsensusPeerPort   etcd peers (mTLS)

@@ -1,5 +1,10 @@
 package layout
 
+import (
+	"path"
+	"slices"
+)
+
 // The root filesystem of a running node: the read-only system image with
 // writable filesystems mounted on its mount points and a few links into
 // them. The builder writes the links and mount points into the system
@@ -11,8 +16,10 @@ package layout
 //	/dev /proc /sys /run   MovedMounts: the kernel's filesystems and the
 //	                       runtime tmpfs, moved from the initramfs
 //	/tmp                   TmpMount
-//	/data /ephemeral       the data volume and the ephemeral tmpfs
-//	                       (roleserver/localstorage places them)
+//	/data /ephemeral       DataMount, EphemeralMount: the data volume and
+//	                       the ephemeral tmpfs (roleserver/localstorage's
+//	                       tree, placed at /)
+//	/data/volumes          HostVolumesDir: the owner's, for pods' volumes
 //	/var/lib/kubelet       KubeletDir: the kubelet's directory on /data
 //	/var/lib/cni           CNICacheDir: containerd's CNI cache on /ephemeral
 //	/etc/resolv.conf …     SystemLinks: files written at run time, in /run
@@ -57,3 +64,47 @@ const KubeletDir = "/var/lib/kubelet"
 // CNICacheDir is where containerd's CNI library keeps results, a fixed
 // path; the worker mounts a directory of its tmpfs here.
 const CNICacheDir = "/var/lib/cni"
+
+// DataMount and EphemeralMount are where /init mounts the data volume and
+// the ephemeral tmpfs: the roots of roleserver/localstorage's tree placed
+// at / (its struct tags name them; roleserver/kubernetes's tests hold
+// the two to these).
+const (
+	DataMount      = "/data"
+	EphemeralMount = "/ephemeral"
+)
+
+// HostVolumesDir is the directory of the data volume that the node never
+// uses itself: the one place below a protected host path that the
+// cluster owner may open to pods (the cluster policy's allowed host
+// paths: local PersistentVolumes, a volume provisioner's directory).
+// Everything else below DataMount is the node's (etcd, credentials, the
+// kubelet's pods' Secrets).
+const HostVolumesDir = DataMount + "/volumes"
+
+// ProtectedHostPaths are the host paths that hold or reach node state
+// or secrets, clean and sorted: the data volume and the ephemeral tmpfs
+// (etcd, the node's credentials, the confined etcd endpoint, the logs),
+// the kernel's filesystems and /run (the devices, the decrypted data
+// volume and the TPM among them; every process's root; the cgroups the
+// confined endpoint trusts; the ESP below /run), the worker's mounts on
+// fixed paths (the kubelet's directory holds pods' Secrets), /tmp (the
+// one other writable directory: a pod writing there could plant a link
+// into the others for another's host path to follow) and the system
+// image's links with their targets. / and every directory above one of
+// them contain them. No pod or PersistentVolume may use any of them, and
+// the cluster policy may open none of them but HostVolumesDir: the
+// Kubernetes controller's host path policy and the policy's check
+// (clusterpb.KubernetesPolicy.Check) both derive from this one list.
+func ProtectedHostPaths() []string {
+	ps := []string{DataMount, EphemeralMount, KubeletDir, CNICacheDir, ESPMount, TmpMount}
+	ps = append(ps, MovedMounts...)
+	for _, l := range SystemLinks {
+		ps = append(ps, l.Path, l.Target)
+	}
+	for i, p := range ps {
+		ps[i] = path.Clean(p)
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps)
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -37,13 +38,16 @@ func listenUnixFor(path string, uid int, log *slog.Logger) (net.Listener, error)
 
 // peerUIDListener accepts only connections whose peer (SO_PEERCRED: the
 // process that connected, as of connect(2)) runs as uid, in the core's
-// own cgroup. The others are
-// closed at once and logged; Accept goes on with the next connection, so
-// that gRPC's server does not stop serving.
+// own cgroup. The others are closed at once and logged; Accept goes on
+// with the next connection, so that gRPC's server does not stop serving.
 type peerUIDListener struct {
 	net.Listener
 	uid int
 	log *slog.Logger
+	// cgroup reads a process's /proc/PID/cgroup ("self": this one's); nil
+	// is procCgroup. Only a test that cannot put a process into another
+	// cgroup (no writable cgroup2) sets it, to try the refusal anyway.
+	cgroup func(pid string) ([]byte, error)
 }
 
 func (l *peerUIDListener) Accept() (net.Conn, error) {
@@ -59,7 +63,7 @@ func (l *peerUIDListener) Accept() (net.Conn, error) {
 		case int(cred.Uid) != l.uid:
 			l.log.Warn("refusing a connection from another UID", "uid", cred.Uid, "pid", cred.Pid, "want-uid", l.uid)
 		default:
-			if err := sameCgroup(int(cred.Pid)); err != nil {
+			if err := sameCgroup(l.cgroup, int(cred.Pid)); err != nil {
 				// The UID alone is not enough: a container may run
 				// with any number, but never in the core's cgroup.
 				l.log.Warn("refusing a connection from outside the core's cgroup", "uid", cred.Uid, "pid", cred.Pid, "err", err)
@@ -96,14 +100,18 @@ func peerCred(c net.Conn) (*unix.Ucred, error) {
 }
 
 // sameCgroup checks that process pid is in this process's cgroup (v2,
-// /proc/PID/cgroup): the core's children are (the supervisor starts them
-// there), a container never is (runc puts it in its pod's).
-func sameCgroup(pid int) error {
-	self, err := os.ReadFile("/proc/self/cgroup")
+// /proc/PID/cgroup, read with read or procCgroup if nil): the core's
+// children are (the supervisor starts them there), a container never is
+// (runc puts it in its pod's).
+func sameCgroup(read func(pid string) ([]byte, error), pid int) error {
+	if read == nil {
+		read = procCgroup
+	}
+	self, err := read("self")
 	if err != nil {
 		return err
 	}
-	peer, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	peer, err := read(strconv.Itoa(pid))
 	if err != nil {
 		return err
 	}
@@ -111,4 +119,9 @@ func sameCgroup(pid int) error {
 		return fmt.Errorf("in cgroup %q, not %q", strings.TrimSpace(string(peer)), strings.TrimSpace(string(self)))
 	}
 	return nil
+}
+
+// procCgroup reads /proc/PID/cgroup.
+func procCgroup(pid string) ([]byte, error) {
+	return os.ReadFile("/proc/" + pid + "/cgroup")
 }

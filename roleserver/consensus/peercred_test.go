@@ -3,9 +3,11 @@ package consensus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -142,4 +144,150 @@ func TestKubernetesEndpointOtherUID(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestPeerCgroupRefused: a connection of the listener's own UID from a
+// process outside the core's cgroup (a container's process may run as
+// any number, the API server's included) is closed unread, and logged;
+// the same program in the core's cgroup gets through. The peer is a real
+// process (this test binary, TestPeerCgroupHelper) cloned into a child
+// cgroup of this one where cgroup2 is writable; elsewhere the listener
+// reads the cgroups from a stand-in that puts the peer into a pod's. It
+// needs root, as the confined endpoint's callers are: to make the cgroup.
+func TestPeerCgroupRefused(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root (a cgroup of its own for the peer); TestPeerUIDListener covers the UID check")
+	}
+	lt := logtree.New(100)
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	lis, err := listenUnixFor(sock, os.Getuid(), lt.Logger("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	cgroup, err := childCgroup(t)
+	if err != nil {
+		t.Logf("no cgroup for the peer (%v): the listener reads the peer's from a stand-in", err)
+		lis.(*peerUIDListener).cgroup = func(pid string) ([]byte, error) {
+			if pid == "self" {
+				return []byte("0::/plinth-core\n"), nil
+			}
+			return []byte("0::/kubepods/pod1/c1\n"), nil
+		}
+	}
+	// Whatever gets through is answered, so that the peer tells an
+	// accepted connection (a byte) from a refused one (EOF) at once.
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("x"))
+			c.Close()
+		}
+	}()
+	if got := dialFrom(t, sock, cgroup); got != "closed" {
+		t.Errorf("a peer of the right UID in another cgroup: connection %s, want closed", got)
+	}
+	if !logged(lt, "refusing a connection from outside the core's cgroup") {
+		t.Error("refusal not logged")
+	}
+	if cgroup != nil {
+		if got := dialFrom(t, sock, nil); got != "open" {
+			t.Errorf("the same peer in the core's cgroup: connection %s, want open", got)
+		}
+	}
+}
+
+// childCgroup makes a cgroup (v2) below this process's, removed at the
+// test's end, and returns it open, for a process to be cloned into.
+func childCgroup(t *testing.T) (*os.File, error) {
+	t.Helper()
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	mount := ""
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.Contains(l, " - cgroup2 ") {
+			mount = f[4]
+		}
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	own, ok := "", false
+	for _, l := range strings.Split(string(self), "\n") {
+		if p, found := strings.CutPrefix(l, "0::"); found {
+			own, ok = p, true
+		}
+	}
+	if mount == "" || !ok {
+		return nil, errors.New("no cgroup2")
+	}
+	dir := filepath.Join(mount, own, fmt.Sprintf("plinth-peercred-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	t.Cleanup(func() {
+		f.Close()
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("removing the test's cgroup: %v", err)
+		}
+	})
+	return f, nil
+}
+
+// dialFrom runs TestPeerCgroupHelper, in cgroup if not nil, against the
+// socket sock and returns what became of its connection.
+func dialFrom(t *testing.T, sock string, cgroup *os.File) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerCgroupHelper$")
+	cmd.Env = append(os.Environ(), peerHelperEnv+"="+sock)
+	cmd.Stderr = os.Stderr
+	if cgroup != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgroup.Fd())}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the peer process: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// peerHelperEnv names the socket TestPeerCgroupHelper dials.
+const peerHelperEnv = "PLINTH_PEERCRED_TEST_DIAL"
+
+// TestPeerCgroupHelper is TestPeerCgroupRefused's peer process, nothing
+// by itself: it dials the socket $PLINTH_PEERCRED_TEST_DIAL names and
+// prints "closed" if the other end closed the connection unread, "open"
+// if it sent something.
+func TestPeerCgroupHelper(t *testing.T) {
+	sock := os.Getenv(peerHelperEnv)
+	if sock == "" {
+		return
+	}
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	switch {
+	case errors.Is(err, io.EOF):
+		fmt.Println("closed")
+	case err == nil:
+		fmt.Println("open")
+	default:
+		fmt.Println(err)
+	}
+	os.Exit(0)
 }

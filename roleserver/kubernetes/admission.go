@@ -1,14 +1,11 @@
 package kubernetes
 
 import (
-	"fmt"
-	"path"
 	"slices"
 	"strings"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
-	"plinth.dev/plinth/roleserver/localstorage"
 )
 
 // What a workload may do to its node, enforced by the API server's
@@ -24,7 +21,9 @@ import (
 //	                             in any namespace, whatever its Pod
 //	                             Security level, uses a path that is,
 //	                             holds or lies under node state or
-//	                             secrets (protectedHostPaths)
+//	                             secrets (layout.ProtectedHostPaths),
+//	                             but what the owner allows below
+//	                             layout.HostVolumesDir
 //
 // The host path policy is a static manifest (Kubernetes' manifest-based
 // admission configuration, beta and on in this version): the API server
@@ -41,22 +40,31 @@ type AdmissionPolicy struct {
 	// without a pod-security.kubernetes.io/enforce label: baseline (the
 	// default, ""), restricted or privileged.
 	PodSecurity string
-	// AllowedHostPaths are host paths the owner allows pods and
-	// PersistentVolumes to use although they lie under protected ones
-	// (absolute; a path below one is allowed too).
+	// AllowedHostPaths are host paths in layout.HostVolumesDir the owner
+	// allows pods and PersistentVolumes to use (absolute; a path below
+	// one is allowed too).
 	AllowedHostPaths []string
 }
 
 // admissionPolicy is what cfg says of admission. The curator stores
-// only a policy that passes KubernetesPolicy.Check; anything else is
-// ignored here (Plinth's default: baseline, nothing allowed) rather than
-// put into the API server's configuration.
+// only a policy that passes KubernetesPolicy.Check; what does not (a
+// policy stored before a stricter check) is ignored here part by part
+// rather than put into the API server's configuration: an unknown level
+// is Plinth's default (baseline), a refused host path is not allowed,
+// and the rest of the policy holds (an owner's restricted level is not
+// lost to an allowed path that is no longer).
 func admissionPolicy(cfg *clusterpb.ClusterConfiguration) AdmissionPolicy {
 	k := cfg.GetKubernetes()
-	if k.Check() != nil {
-		return AdmissionPolicy{}
+	var p AdmissionPolicy
+	if (&clusterpb.KubernetesPolicy{PodSecurityLevel: k.GetPodSecurityLevel()}).Check() == nil {
+		p.PodSecurity = k.GetPodSecurityLevel()
 	}
-	return AdmissionPolicy{PodSecurity: k.GetPodSecurityLevel(), AllowedHostPaths: k.GetAllowedHostPaths()}
+	for _, a := range k.GetAllowedHostPaths() {
+		if (&clusterpb.KubernetesPolicy{AllowedHostPaths: []string{a}}).Check() == nil {
+			p.AllowedHostPaths = append(p.AllowedHostPaths, a)
+		}
+	}
+	return p
 }
 
 func (p AdmissionPolicy) equal(q AdmissionPolicy) bool {
@@ -70,32 +78,6 @@ const (
 	fileHostPathsPolicy = dirAdmissionStatic + "/host-paths.json"
 	hostPathsPolicyName = "plinth-host-paths.static.k8s.io"
 )
-
-// protectedHostPaths are the host paths that hold node state or secrets,
-// derived from what the node has: the local storage tree's two roots as
-// /init places the tree (at /, wherever a test puts its files)
-// (the data volume and the ephemeral tmpfs, with etcd, the node's
-// credentials, the sockets and the logs), the kernel's filesystems and
-// /run (moved into the system image by /init, the ESP mounted below it),
-// the worker's mounts on fixed paths (the kubelet's directory holds pods'
-// Secrets) and the system image's links with their targets. / and every
-// directory above one of them contain them.
-func protectedHostPaths() []string {
-	var root localstorage.Root
-	if err := localstorage.Place(&root, "/"); err != nil {
-		panic(fmt.Sprintf("kubernetes: the local storage tree: %v", err))
-	}
-	ps := []string{root.Data.Path(), root.Ephemeral.Path(), layout.KubeletDir, layout.CNICacheDir, layout.ESPMount}
-	ps = append(ps, layout.MovedMounts...)
-	for _, l := range layout.SystemLinks {
-		ps = append(ps, l.Path, l.Target)
-	}
-	for i, p := range ps {
-		ps[i] = path.Clean(p)
-	}
-	slices.Sort(ps)
-	return slices.Compact(ps)
-}
 
 // admissionFiles are the admission configuration (admission.json) and
 // the host path policy it loads, for the API server run from dir.
@@ -127,28 +109,32 @@ func admissionFiles(dir string, p AdmissionPolicy) files {
 	}
 	return files{
 		fileAdmission:       mustJSON(config),
-		fileHostPathsPolicy: hostPathsPolicy(protectedHostPaths(), p.AllowedHostPaths),
+		fileHostPathsPolicy: hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, p.AllowedHostPaths),
 	}
 }
 
 // hostPathsPolicy is the ValidatingAdmissionPolicy (and its binding)
 // refusing pods and PersistentVolumes whose host paths are, contain or
-// lie under a protected path, unless they lie under an allowed one.
-// Paths are compared normalised (empty and "." elements dropped, so
-// //data, /data/ and /./data are /data; a relative path is taken from /,
-// as the kubelet would resolve it; the API refuses ".." elements) with a
-// trailing slash, so /database is not under /data.
-func hostPathsPolicy(protected, allowed []string) []byte {
+// lie under a protected path, unless they lie under an allowed one that
+// is in the volumes directory: the allow list opens nothing else even if
+// it names more (defence in depth behind KubernetesPolicy.Check, which
+// refuses such a list). Paths are compared normalised (empty and "."
+// elements dropped, so //data, /data/ and /./data are /data; a relative
+// path is taken from /, as the kubelet would resolve it; the API refuses
+// ".." elements) with a trailing slash, so /database is not under /data.
+func hostPathsPolicy(protected []string, volumes string, allowed []string) []byte {
+	dir := func(p string) string { return "'" + strings.TrimSuffix(p, "/") + "/'" }
 	dirs := func(ps []string) string {
 		var q []string
 		for _, p := range ps {
-			q = append(q, "'"+strings.TrimSuffix(p, "/")+"/'")
+			q = append(q, dir(p))
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	}
 	parts := `p.split('/').filter(s, s != '' && s != '.')`
 	norm := `(` + parts + `.size() == 0 ? '/' : '/' + ` + parts + `.join('/') + '/')`
-	refused := `variables.protected.exists(q, ` + norm + `.startsWith(q) || q.startsWith(` + norm + `)) && !variables.allowed.exists(a, ` + norm + `.startsWith(a))`
+	refused := `variables.protected.exists(q, ` + norm + `.startsWith(q) || q.startsWith(` + norm + `)) && ` +
+		`!(` + norm + `.startsWith(variables.volumes) && variables.allowed.exists(a, ` + norm + `.startsWith(a)))`
 	policy := map[string]any{
 		"apiVersion": "admissionregistration.k8s.io/v1",
 		"kind":       "ValidatingAdmissionPolicy",
@@ -161,6 +147,7 @@ func hostPathsPolicy(protected, allowed []string) []byte {
 			}}},
 			"variables": []any{
 				map[string]string{"name": "protected", "expression": dirs(protected)},
+				map[string]string{"name": "volumes", "expression": dir(volumes)},
 				map[string]string{"name": "allowed", "expression": dirs(allowed)},
 				map[string]string{"name": "paths", "expression": `object.kind == 'Pod' ? ` +
 					`object.spec.?volumes.orValue([]).filter(v, has(v.hostPath)).map(v, v.hostPath.path) : ` +
@@ -171,7 +158,8 @@ func hostPathsPolicy(protected, allowed []string) []byte {
 				"expression": "size(variables.refused) == 0",
 				"message":    "a host path is refused by Plinth's host path policy: it is, holds or lies under node state or secrets",
 				"messageExpression": `'host path ' + variables.refused.join(', ') + ' refused by Plinth\'s host path policy (` + hostPathsPolicyName +
-					`): it is, holds or lies under node state or secrets (` + strings.Join(protected, " ") + `); the cluster owner can allow a path below them in the cluster policy'`,
+					`): it is, holds or lies under node state or secrets (` + strings.Join(protected, " ") + `); the cluster owner can allow a path below ` +
+					strings.TrimSuffix(volumes, "/") + ` in the cluster policy'`,
 				"reason": "Forbidden",
 			}},
 		},

@@ -26,8 +26,9 @@ var testAdmissionAllowed = []string{"/data/volumes"}
 // checkAdmission attacks the admission boundary of a real API server
 // (TestControlPlaneOnHost's) as a user allowed to create pods would: in
 // a namespace labelled privileged, a pod may use host paths, but none
-// that is, holds or lies under node state or secrets, however the path
-// is spelled; the owner's allow list opens a directory below them. In a
+// that is, holds or lies under node state or secrets (or /tmp), however
+// the path is spelled; the owner's allow list opens a directory in the
+// host volumes directory. In a
 // namespace that says nothing, Pod Security's baseline refuses host
 // paths and privileged containers, and restricted is warned of.
 func checkAdmission(t *testing.T, ctx context.Context, kapi *owner.KubeAPI) {
@@ -63,7 +64,10 @@ func checkAdmission(t *testing.T, ctx context.Context, kapi *owner.KubeAPI) {
 
 	for _, p := range []string{"/ephemeral/x", "/data", "//data", "/data/", "/./data", "/", "/var/run", "/var/run/x",
 		"/var/lib/kubelet", "/var/lib/kubelet/pods", "/var/lib", "/var", "/etc", "/etc/hosts", "/run/plinth/esp", "/proc/1",
-		"/dev", "/sys/kernel", "/var/log", "/data/volumesx"} {
+		"/dev", "/sys/kernel", "/var/log", "/data/volumesx",
+		// /tmp: a pod writing there could plant a link into the node's
+		// state for another pod's host path to follow.
+		"/tmp", "/tmp/x", "//tmp/./x/"} {
 		code, b, _ := pod("priv", hostPath(p), "")
 		if code != http.StatusForbidden || !strings.Contains(b, hostPathsPolicyName) || !strings.Contains(b, "node state or secrets") {
 			t.Errorf("a pod with host path %q in a privileged namespace: %d %s; want 403 from %s", p, code, b, hostPathsPolicyName)

@@ -92,7 +92,8 @@ func policyArgs(kind string, f map[string]string) []string {
 	case "audit":
 		// Who did what: one event per request, into the node's log tree
 		// (the runnable's stdout stream), nothing on a tmpfs file.
-		return []string{"--audit-policy-file=" + f[fileAuditPolicy], "--audit-log-path=-", "--audit-log-format=json"}
+		return []string{"--audit-policy-file=" + f[fileAuditPolicy], "--audit-log-path=-", "--audit-log-format=json",
+			"--audit-log-truncate-enabled=true", "--audit-log-truncate-max-event-size=" + strconv.Itoa(auditMaxEventSize)}
 	case "encryption":
 		// Secrets at rest in etcd: secretbox with the curator's keys
 		// (pki.SecretsKeys), on tmpfs like every key here.
@@ -146,14 +147,18 @@ func policyFiles(dir string, p AdmissionPolicy, k *pki.SecretsKeys) files {
 	return f
 }
 
-// auditPolicy is the API server's audit policy: Metadata (who, what,
-// when, the answer's code; never a body) for every request but health
-// probes, and the
-// requests and answers themselves for changes of RBAC and for exec,
-// attach and port-forward into pods (their options: the command run).
-// Secrets come first, so no later rule can ever log one's contents. The
-// first stage (request received) is left out: the completed one says it
-// all.
+// auditPolicy is the API server's audit policy, first matching rule
+// first: nothing for health probes; Metadata (who, what, when, the
+// answer's code; never a body) for Secrets and tokens (a service
+// account's token request, a TokenReview: their bodies are
+// credentials), whatever the verb, so no later rule can ever log one's
+// contents; the requests and answers themselves for changes of RBAC (who
+// gave whom which rights) and for exec, attach and port-forward into
+// pods (their options: the command run); Metadata for everything else,
+// reads of RBAC objects included (the objects say nothing the audit
+// needs, and a controller's list of every role would fill the stream).
+// The first stage (request received) is left out: the completed one says
+// it all.
 var auditPolicy = mustJSON(map[string]any{
 	"apiVersion": "audit.k8s.io/v1",
 	"kind":       "Policy",
@@ -163,14 +168,31 @@ var auditPolicy = mustJSON(map[string]any{
 		// four times a second while the API server starts): anonymous
 		// and a third of the events of a start, they say nothing.
 		map[string]any{"level": "None", "nonResourceURLs": []string{"/healthz*", "/readyz*", "/livez*"}},
-		map[string]any{"level": "Metadata", "resources": []any{map[string]any{"group": "", "resources": []string{"secrets", "serviceaccounts/token"}}}},
-		map[string]any{"level": "RequestResponse", "resources": []any{
+		map[string]any{"level": "Metadata", "resources": []any{
+			map[string]any{"group": "", "resources": []string{"secrets", "serviceaccounts/token"}},
+			map[string]any{"group": "authentication.k8s.io", "resources": []string{"tokenreviews"}},
+		}},
+		map[string]any{"level": "RequestResponse", "verbs": auditWriteVerbs, "resources": []any{
 			map[string]any{"group": "rbac.authorization.k8s.io"},
+		}},
+		map[string]any{"level": "RequestResponse", "resources": []any{
 			map[string]any{"group": "", "resources": []string{"pods/exec", "pods/attach", "pods/portforward"}},
 		}},
 		map[string]any{"level": "Metadata"},
 	},
 })
+
+// auditWriteVerbs are the verbs that change objects.
+var auditWriteVerbs = []string{"create", "update", "patch", "delete", "deletecollection"}
+
+// auditMaxEventSize bounds each audit event in bytes (the API server's
+// --audit-log-truncate-max-event-size): a larger one loses its request
+// and answer bodies, and is dropped if that is not enough. The audit
+// stream keeps auditEntries events (controller.go), so it holds at most
+// auditEntries × auditMaxEventSize bytes (64 MiB; a Metadata event is
+// about 1 KiB, so some 4 MiB in practice): the log tree bounds streams
+// in entries, not bytes.
+const auditMaxEventSize = 16 << 10
 
 // leaderElection is the controller manager's and scheduler's leader
 // election: twice Kubernetes's default times (15 s, 10 s, 2 s). A

@@ -3,12 +3,22 @@ package kubernetes
 import (
 	"encoding/json"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
 	"github.com/pelletier/go-toml/v2"
+	audit "k8s.io/apiserver/pkg/apis/audit"
+	auditpolicy "k8s.io/apiserver/pkg/audit/policy"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
@@ -71,6 +81,9 @@ func TestKubeletConfig(t *testing.T) {
 		"podLogsDir": "/data/kubernetes/pod-logs", "volumePluginDir": "/ephemeral/kubernetes/volume-plugins",
 		"containerRuntimeEndpoint": "unix:///ephemeral/containerd/containerd.sock",
 		"clusterDomain":            "cluster.local", "tlsCertFile": "/c.pem", "staticPodPath": "",
+		// Every container without a profile of its own runs under the
+		// runtime's default seccomp profile.
+		"seccompDefault": true,
 	} {
 		if c[k] != want {
 			t.Errorf("%s = %v, want %v", k, c[k], want)
@@ -85,16 +98,25 @@ func TestKubeletConfig(t *testing.T) {
 	}
 }
 
-// TestControlPlaneArgs: the API server uses the confined etcd endpoint,
-// the controller manager allocates pod CIDRs.
+// TestControlPlaneArgs: the API server uses the confined etcd endpoint
+// and never compacts it (the consensus service does), checks kubelets'
+// serving certificates against their own CA, starts with its admission,
+// audit and encryption policies; the controller manager's pod CIDR
+// allocator is off.
 func TestControlPlaneArgs(t *testing.T) {
 	f := map[string]string{}
-	for _, n := range []string{fileCA, fileAPIServerCert, fileAPIServerKey, fileServiceAccountKey, fileControllerManager, fileScheduler} {
+	for _, n := range []string{fileCA, fileAPIServerCert, fileAPIServerKey, fileServiceAccountKey, fileControllerManager, fileScheduler,
+		fileKubeletServingCA, fileAdmission, fileAuditPolicy, fileEncryption} {
 		f[n] = "/x/" + n
 	}
 	api := apiserverArgs(f, net.ParseIP("10.42.0.10"), "/ephemeral/kubernetes/etcd.sock")
 	for _, want := range []string{"--etcd-servers=unix:///ephemeral/kubernetes/etcd.sock", "--advertise-address=10.42.0.10",
-		"--service-cluster-ip-range=" + layout.ServiceCIDR, "--authorization-mode=Node,RBAC", "--client-ca-file=/x/ca.pem"} {
+		"--service-cluster-ip-range=" + layout.ServiceCIDR, "--authorization-mode=Node,RBAC", "--client-ca-file=/x/ca.pem",
+		"--etcd-compaction-interval=0", "--kubelet-certificate-authority=/x/kubelet-serving-ca.pem",
+		"--enable-admission-plugins=NodeRestriction", "--admission-control-config-file=/x/admission.json",
+		"--audit-policy-file=/x/audit-policy.json", "--audit-log-path=-", "--audit-log-format=json",
+		"--audit-log-truncate-enabled=true", "--audit-log-truncate-max-event-size=16384",
+		"--encryption-provider-config=/x/encryption.json"} {
 		if !slices.Contains(api, want) {
 			t.Errorf("apiserver args lack %s: %v", want, api)
 		}
@@ -140,6 +162,227 @@ func TestKubeconfigAndProxy(t *testing.T) {
 	for _, want := range []string{"bind " + layout.ClusterDNSIP, "kubernetes cluster.local", "kubeconfig /w/proxy.kubeconfig", "forward . /run/resolv.conf"} {
 		if !strings.Contains(cf, want) {
 			t.Errorf("Corefile lacks %q:\n%s", want, cf)
+		}
+	}
+}
+
+// TestAdmissionConfiguration: the cluster policy's Pod Security level is
+// the one enforced where a namespace says nothing (baseline by
+// default), restricted is warned of and audited, kube-system is exempt,
+// and the host path policy is loaded from the static manifests beside
+// it. A policy stored before a stricter check keeps its level while its
+// refused host paths are dropped.
+func TestAdmissionConfiguration(t *testing.T) {
+	type config struct {
+		Plugins []struct {
+			Name          string
+			Configuration struct {
+				Defaults           map[string]string
+				Exemptions         map[string][]string
+				StaticManifestsDir string
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		policy  *clusterpb.KubernetesPolicy
+		level   string
+		allowed []string
+	}{
+		{"default", nil, "baseline", nil},
+		{"restricted", &clusterpb.KubernetesPolicy{PodSecurityLevel: "restricted"}, "restricted", nil},
+		{"privileged", &clusterpb.KubernetesPolicy{PodSecurityLevel: "privileged"}, "privileged", nil},
+		{"unknown level", &clusterpb.KubernetesPolicy{PodSecurityLevel: "root"}, "baseline", nil},
+		{"refused host path", &clusterpb.KubernetesPolicy{PodSecurityLevel: "restricted", AllowedHostPaths: []string{"/ephemeral", "/data/volumes/db"}},
+			"restricted", []string{"/data/volumes/db"}},
+	} {
+		p := admissionPolicy(&clusterpb.ClusterConfiguration{Kubernetes: tc.policy})
+		if !slices.Equal(p.AllowedHostPaths, tc.allowed) {
+			t.Errorf("%s: allowed host paths %v, want %v", tc.name, p.AllowedHostPaths, tc.allowed)
+		}
+		f := admissionFiles("/c", p)
+		var c config
+		if err := json.Unmarshal(f[fileAdmission], &c); err != nil || len(c.Plugins) != 2 {
+			t.Fatalf("%s: admission configuration %v: %s", tc.name, err, f[fileAdmission])
+		}
+		ps, vap := c.Plugins[0], c.Plugins[1]
+		if d := ps.Configuration.Defaults; ps.Name != "PodSecurity" || d["enforce"] != tc.level || d["warn"] != "restricted" || d["audit"] != "restricted" {
+			t.Errorf("%s: Pod Security %s %v, want %s enforced, restricted warned and audited", tc.name, ps.Name, d, tc.level)
+		}
+		if ex := ps.Configuration.Exemptions["namespaces"]; !slices.Equal(ex, []string{"kube-system"}) {
+			t.Errorf("%s: namespaces exempt from Pod Security: %v", tc.name, ex)
+		}
+		if vap.Name != "ValidatingAdmissionPolicy" || vap.Configuration.StaticManifestsDir != "/c/"+dirAdmissionStatic || f[fileHostPathsPolicy] == nil {
+			t.Errorf("%s: the host path policy is not loaded from its static manifest: %+v", tc.name, vap)
+		}
+	}
+}
+
+// TestProtectedHostPaths: the protected host paths (platform/layout) are
+// the local storage tree's roots as the node places them, and hold the
+// node's sockets, credentials, mounts and links, /tmp among them (where
+// a pod could plant a link for another's host path to follow).
+func TestProtectedHostPaths(t *testing.T) {
+	root := testRoot(t)
+	if root.Data.Path() != layout.DataMount || root.Ephemeral.Path() != layout.EphemeralMount {
+		t.Errorf("the local storage tree's roots %s, %s are not layout's %s, %s", root.Data.Path(), root.Ephemeral.Path(), layout.DataMount, layout.EphemeralMount)
+	}
+	ps := layout.ProtectedHostPaths()
+	for _, want := range []string{"/data", "/ephemeral", "/run", "/var/run", "/var/lib/kubelet", "/var/lib/cni", "/var/log", "/run/plinth/esp",
+		"/proc", "/sys", "/dev", "/tmp", "/etc/hosts", "/etc/resolv.conf", "/etc/machine-id", "/etc/hostname"} {
+		if !slices.Contains(ps, want) {
+			t.Errorf("%s is not protected: %v", want, ps)
+		}
+	}
+}
+
+// TestHostPathsPolicy evaluates the host path policy's CEL as the API
+// server does (its variables in order, then the validation; Kubernetes's
+// string extensions and optional fields): protected paths are refused
+// however they are spelled, what is outside them passes, and the allow
+// list opens only paths in the host volumes directory, even a list that
+// names /ephemeral, /data or /tmp (which KubernetesPolicy.Check refuses
+// to store): defence in depth.
+func TestHostPathsPolicy(t *testing.T) {
+	policy := hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, []string{"/data/volumes/db", "/ephemeral", "/tmp", "/proc"})
+	for _, p := range []string{"/ephemeral", "/ephemeral/kubernetes/controller/apiserver", "/data", "//data", "/data/", "/./data", "/data/etcd",
+		"/data/volumes", "/data/volumes/x", "/data/volumesx", "/", "/var", "/var/run", "/var/lib/kubelet/pods", "/etc", "/etc/hosts",
+		"/run/plinth/esp", "/proc/1/root", "/dev/mapper", "/sys/fs/cgroup", "/tmp", "/tmp/x", "/var/log", "data/etcd"} {
+		for _, object := range []map[string]any{
+			{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}}},
+			{"kind": "PersistentVolume", "spec": map[string]any{"local": map[string]any{"path": p}}},
+			{"kind": "PersistentVolume", "spec": map[string]any{"hostPath": map[string]any{"path": p}}},
+		} {
+			if ok, refused := evalHostPathsPolicy(t, policy, object); ok || !slices.Equal(refused, []string{p}) {
+				t.Errorf("%s with host path %q: admitted %v, refused %v", object["kind"], p, ok, refused)
+			}
+		}
+	}
+	for _, p := range []string{"/data/volumes/db", "/data/volumes/db/x", "//data/volumes/./db/", "/usr/share", "/database", "/lib/modules", "/temp"} {
+		pod := map[string]any{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}}}
+		if ok, refused := evalHostPathsPolicy(t, policy, pod); !ok {
+			t.Errorf("a pod with host path %q: refused %v", p, refused)
+		}
+	}
+	// Even /data allowed opens only the host volumes directory.
+	podOf := func(p string) map[string]any {
+		return map[string]any{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}}}
+	}
+	data := hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, []string{"/data"})
+	for p, want := range map[string]bool{"/data/volumes/x": true, "/data/etcd": false, "/data": false, "/data/node/credentials": false} {
+		if ok, refused := evalHostPathsPolicy(t, data, podOf(p)); ok != want {
+			t.Errorf("/data allowed, a pod with host path %s: admitted %v (refused %v), want %v", p, ok, refused, want)
+		}
+	}
+	// A pod without host paths passes; one protected path of two refuses.
+	if ok, _ := evalHostPathsPolicy(t, policy, map[string]any{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "e", "emptyDir": map[string]any{}}}}}); !ok {
+		t.Error("a pod without host paths refused")
+	}
+	two := map[string]any{"kind": "Pod", "spec": map[string]any{"volumes": []any{
+		map[string]any{"name": "a", "hostPath": map[string]any{"path": "/usr/share"}}, map[string]any{"name": "b", "hostPath": map[string]any{"path": "/ephemeral"}}}}}
+	if ok, refused := evalHostPathsPolicy(t, policy, two); ok || !slices.Equal(refused, []string{"/ephemeral"}) {
+		t.Errorf("a pod with one protected host path of two: admitted %v, refused %v", ok, refused)
+	}
+}
+
+// evalHostPathsPolicy evaluates the generated policy on object: whether
+// its validation passes, and the host paths it refused.
+func evalHostPathsPolicy(t *testing.T, policy []byte, object map[string]any) (bool, []string) {
+	t.Helper()
+	var list struct {
+		Items []struct {
+			Kind string
+			Spec struct {
+				Variables   []struct{ Name, Expression string }
+				Validations []struct{ Expression string }
+			}
+		}
+	}
+	if err := json.Unmarshal(policy, &list); err != nil || len(list.Items) != 2 || list.Items[0].Kind != "ValidatingAdmissionPolicy" {
+		t.Fatalf("the host path policy: %v\n%s", err, policy)
+	}
+	env, err := cel.NewEnv(ext.Strings(), cel.OptionalTypes(),
+		cel.Variable("object", cel.DynType), cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]any{}
+	eval := func(expr string) ref.Val {
+		t.Helper()
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			t.Fatalf("compiling %s: %v", expr, iss.Err())
+		}
+		prg, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := prg.Eval(map[string]any{"object": object, "variables": vars})
+		if err != nil {
+			t.Fatalf("evaluating %s: %v", expr, err)
+		}
+		return out
+	}
+	spec := list.Items[0].Spec
+	for _, v := range spec.Variables {
+		vars[v.Name] = eval(v.Expression)
+	}
+	refused, err := vars["refused"].(ref.Val).ConvertToNative(reflect.TypeFor[[]string]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eval(spec.Validations[0].Expression) == types.True, refused.([]string)
+}
+
+// TestAuditPolicy evaluates the generated audit policy as the API
+// server does (its own policy evaluator): Secrets and tokens never above
+// Metadata whatever the verb; RBAC changes and exec, attach and
+// port-forward with their requests and answers, RBAC reads as Metadata;
+// health probes not at all.
+func TestAuditPolicy(t *testing.T) {
+	p, err := auditpolicy.LoadPolicyFromBytes(auditPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.OmitStages, []audit.Stage{audit.StageRequestReceived}) {
+		t.Errorf("stages left out: %v", p.OmitStages)
+	}
+	ev := auditpolicy.NewPolicyRuleEvaluator(p)
+	level := func(verb, group, resource, subresource string) audit.Level {
+		return ev.EvaluatePolicyRule(&authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "plinth-owner:1"}, Verb: verb,
+			APIGroup: group, APIVersion: "v1", Resource: resource, Subresource: subresource, Namespace: "default", Name: "x", ResourceRequest: true}).Level
+	}
+	for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+		for _, r := range [][3]string{{"", "secrets", ""}, {"", "serviceaccounts", "token"}, {"authentication.k8s.io", "tokenreviews", ""},
+			{"rbac.authorization.k8s.io", "clusterroles", ""}, {"", "configmaps", ""}, {"", "pods", ""}} {
+			want := audit.LevelMetadata
+			if r[0] == "rbac.authorization.k8s.io" && slices.Contains(auditWriteVerbs, verb) {
+				want = audit.LevelRequestResponse
+			}
+			if got := level(verb, r[0], r[1], r[2]); got != want {
+				t.Errorf("%s %s/%s/%s: %s, want %s", verb, r[0], r[1], r[2], got, want)
+			}
+		}
+	}
+	for _, r := range []string{"roles", "rolebindings", "clusterrolebindings"} {
+		if got := level("patch", "rbac.authorization.k8s.io", r, ""); got != audit.LevelRequestResponse {
+			t.Errorf("patch %s: %s", r, got)
+		}
+		if got := level("list", "rbac.authorization.k8s.io", r, ""); got != audit.LevelMetadata {
+			t.Errorf("list %s: %s", r, got)
+		}
+	}
+	for _, sub := range []string{"exec", "attach", "portforward"} {
+		for _, verb := range []string{"create", "get"} {
+			if got := level(verb, "", "pods", sub); got != audit.LevelRequestResponse {
+				t.Errorf("%s pods/%s: %s, want RequestResponse", verb, sub, got)
+			}
+		}
+	}
+	for path, want := range map[string]audit.Level{"/healthz": audit.LevelNone, "/readyz": audit.LevelNone, "/readyz/etcd": audit.LevelNone,
+		"/livez": audit.LevelNone, "/version": audit.LevelMetadata, "/api": audit.LevelMetadata} {
+		if got := ev.EvaluatePolicyRule(&authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "system:anonymous"}, Verb: "get", Path: path}).Level; got != want {
+			t.Errorf("GET %s: %s, want %s", path, got, want)
 		}
 	}
 }

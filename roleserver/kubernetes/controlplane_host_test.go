@@ -36,10 +36,11 @@ import (
 // TestControlPlaneOnHost runs the real control plane — the kube binary's
 // API server, controller manager and scheduler, as the Controller runs
 // them — on the build host against an in-process etcd member, through the
-// confined etcd endpoint: the API server serves, the owner's
+// confined etcd endpoint: the API server serves, the break-glass
 // certificate (pki.Admin) is system:masters, a Node gets a pod CIDR from
 // the core's node IPAM, a worker is cordoned, drained and uncordoned
-// as `plinthctl update` does (owner.KubeAPI), and the API server's keys
+// as `plinthctl update` does (owner.KubeAPI), the audit stream has what
+// it should and nothing it should not, and the API server's keys
 // land under /kubernetes/ only. Natively this takes seconds; under TCG it would take
 // minutes, so the VM tests only check what needs a node.
 func TestControlPlaneOnHost(t *testing.T) {
@@ -132,7 +133,8 @@ func TestControlPlaneOnHost(t *testing.T) {
 		t.Fatalf("API server never served: %v", err)
 	}
 
-	// An administrator's client, as plinthctl kubernetes-credential gets.
+	// A break-glass administrator's client (system:masters), as the
+	// controller's own steps use.
 	kv, err := st.CuratorClient()
 	if err != nil {
 		t.Fatal(err)
@@ -261,9 +263,62 @@ func TestControlPlaneOnHost(t *testing.T) {
 	}
 	defer k8s.Close()
 	checkSecretsAtRest(t, ctx, kapi, k8s, pki.New(kv), nodeID)
+	checkAudit(t, lt, api, nodeID)
 	resp, err := k8s.Get(ctx, "/registry/minions/plinth-test")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the Node is not under /kubernetes/registry: %v, %v", resp, err)
+	}
+}
+
+// checkAudit: the API server's audit stream (plinthctl logs -audit) has
+// the controller's RBAC changes with their bodies, under the break-glass
+// user (plinth-controller:<node ID>, never the owner's prefix); reads of
+// RBAC objects and Secrets as Metadata, never a Secret's contents (the
+// Secret checkSecretsAtRest wrote, and rewrote); no health probe; no
+// event over the size bound.
+func checkAudit(t *testing.T, lt *logtree.Tree, api func(method, path, body string) (int, []byte), nodeID string) {
+	t.Helper()
+	if code, b := api("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin", ""); code != http.StatusOK {
+		t.Fatalf("reading a ClusterRole: %d %s", code, b)
+	}
+	type event struct {
+		Level, Verb, RequestURI string
+		User                    struct{ Username string }
+		ObjectRef               struct{ Resource, Name string }
+		RequestObject           json.RawMessage
+	}
+	var rbacWrite, rbacRead, secret bool
+	for deadline := time.Now().Add(time.Minute); !rbacWrite || !rbacRead || !secret; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit stream lacks events: RBAC change by the controller %v, RBAC read %v, Secret %v", rbacWrite, rbacRead, secret)
+		}
+		for _, e := range lt.Read("root.controller.apiserver."+AuditStream, 0) {
+			var ev event
+			if err := json.Unmarshal([]byte(e.Message), &ev); err != nil {
+				t.Fatalf("not an audit event: %v: %s", err, e.Message)
+			}
+			if len(e.Message) > auditMaxEventSize || strings.Contains(e.Message, "hunter2") || strings.Contains(e.Message, "aHVudGVyMg") ||
+				strings.HasPrefix(ev.RequestURI, "/readyz") || strings.HasPrefix(ev.RequestURI, "/healthz") || strings.HasPrefix(ev.RequestURI, "/livez") {
+				t.Fatalf("an audit event that should not be (a Secret's contents, a health probe, over %d bytes): %.300s", auditMaxEventSize, e.Message)
+			}
+			switch {
+			case ev.ObjectRef.Resource == "clusterrolebindings" && ev.Verb == "patch" && ev.User.Username == pki.ControllerPrefix+nodeID:
+				rbacWrite = true
+				if ev.Level != "RequestResponse" || len(ev.RequestObject) == 0 {
+					t.Errorf("an RBAC change by the controller, at level %s with request %s; want RequestResponse with the body", ev.Level, ev.RequestObject)
+				}
+			case ev.ObjectRef.Resource == "clusterroles" && ev.ObjectRef.Name == "cluster-admin" && ev.Verb == "get":
+				rbacRead = true
+				if ev.Level != "Metadata" {
+					t.Errorf("an RBAC read at level %s, want Metadata", ev.Level)
+				}
+			case ev.ObjectRef.Resource == "secrets" && ev.ObjectRef.Name == "s1":
+				secret = true
+				if ev.Level != "Metadata" {
+					t.Errorf("a Secret's %s at level %s, want Metadata", ev.Verb, ev.Level)
+				}
+			}
+		}
 	}
 }
 

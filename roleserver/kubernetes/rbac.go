@@ -109,13 +109,15 @@ func applyRBAC(p *pki.PKI, nodeID, server string, policy *memory.Value[*clusterp
 }
 
 // applyObjects applies objects through server as a system:masters user
-// of a certificate that lives rbacValidity in memory only.
+// of a certificate that lives rbacValidity in memory only: the break-glass
+// user pki.ControllerPrefix+nodeID, which the audit log tells apart from
+// the owner's (pki.OwnerPrefix).
 func applyObjects(ctx context.Context, p *pki.PKI, nodeID, server string, objects []rbacObject) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
-	ca, cert, err := p.Admin(ctx, &key.PublicKey, "controller-"+nodeID, rbacValidity)
+	ca, cert, err := p.Admin(ctx, &key.PublicKey, nodeID, rbacValidity)
 	if err != nil {
 		return fmt.Errorf("certificate for applying Plinth's roles: %w", err)
 	}

@@ -31,8 +31,14 @@ const (
 	nameScheduler         = "system:kube-scheduler"
 	nameAPIServer         = "kube-apiserver"
 	nodeUserPrefix        = "system:node:"
-	// AdminPrefix starts the user name (CN) of Admin certificates.
-	AdminPrefix = "plinth-owner:"
+	// OwnerPrefix starts the user name (CN) of the owner's certificates
+	// (Owner).
+	OwnerPrefix = "plinth-owner:"
+	// ControllerPrefix starts the user name (CN) of the break-glass
+	// certificates of Plinth's own steps (Admin): another prefix than
+	// the owner's, so that the audit log never takes a controller's
+	// request for the owner's, nor the other way round.
+	ControllerPrefix = "plinth-controller:"
 )
 
 // KeyPair is a certificate and its private key, both PEM (the key
@@ -298,10 +304,12 @@ func (p *PKI) NodeIPAM(ctx context.Context, pub crypto.PublicKey, validity time.
 	return p.client(ctx, pub, NodeIPAMUser, validity)
 }
 
-// Admin certifies pub (see CheckPublicKey) as a Kubernetes superuser:
-// user AdminPrefix+name in group system:masters, for validity (at most
-// MaxAdminValidity: Kubernetes cannot revoke it). It returns the
-// certificate with the Kubernetes CA, created on first use.
+// Admin certifies pub (see CheckPublicKey) as a Kubernetes superuser, the
+// break-glass certificate of Plinth's own bootstrap steps (a controller
+// applying its RBAC objects, name its node ID; the caller keeps it in
+// memory only): user ControllerPrefix+name in group system:masters, for
+// validity (at most MaxAdminValidity: Kubernetes cannot revoke it). It
+// returns the certificate with the Kubernetes CA, created on first use.
 func (p *PKI) Admin(ctx context.Context, pub crypto.PublicKey, name string, validity time.Duration) (ca, cert *x509.Certificate, err error) {
 	if err := CheckPublicKey(pub); err != nil {
 		return nil, nil, err
@@ -316,7 +324,7 @@ func (p *PKI) Admin(ctx context.Context, pub crypto.PublicKey, name string, vali
 	if err != nil {
 		return nil, nil, err
 	}
-	if cert, err = a.issue(pub, clientTemplate(AdminPrefix+name, groupMasters), validity); err != nil {
+	if cert, err = a.issue(pub, clientTemplate(ControllerPrefix+name, groupMasters), validity); err != nil {
 		return nil, nil, err
 	}
 	return a.cert, cert, nil
@@ -327,7 +335,7 @@ func (p *PKI) Admin(ctx context.Context, pub crypto.PublicKey, name string, vali
 func OwnerGroup(epoch uint64) string { return fmt.Sprintf("plinth:owner:%d", epoch) }
 
 // Owner certifies pub (ECDSA P-256 or ed25519) for the owner's kubectl:
-// user AdminPrefix+<serial in hex> (each certificate its own name, so
+// user OwnerPrefix+<serial in hex> (each certificate its own name, so
 // the audit log tells them apart) in group OwnerGroup(epoch), which is
 // bound to cluster-admin while epoch is the cluster's (not
 // system:masters: that group bypasses authorization and can never be
@@ -349,7 +357,7 @@ func (p *PKI) Owner(ctx context.Context, pub crypto.PublicKey, epoch uint64, val
 	}
 	serial[0] &= 0x7f // positive, and 16 bytes in the certificate
 	serial[0] |= 0x40
-	tmpl := clientTemplate(AdminPrefix+hex.EncodeToString(serial[:]), OwnerGroup(epoch))
+	tmpl := clientTemplate(OwnerPrefix+hex.EncodeToString(serial[:]), OwnerGroup(epoch))
 	tmpl.SerialNumber = new(big.Int).SetBytes(serial[:])
 	if cert, err = a.issue(pub, tmpl, validity); err != nil {
 		return nil, nil, err
