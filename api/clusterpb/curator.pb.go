@@ -1225,8 +1225,14 @@ type IssueCertificateResponse_KubernetesWorker struct {
 	// certificate can never pass for an API server's; the API servers
 	// check kubelets against this one alone.
 	KubeletServingCaCertificate []byte `protobuf:"bytes,5,opt,name=kubelet_serving_ca_certificate,json=kubeletServingCaCertificate,proto3" json:"kubelet_serving_ca_certificate,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	// The node's pod CIDR (e.g. 10.244.3.0/24), allocated to it once and
+	// kept: the API servers' node IPAM sets the same one on its Node. The
+	// worker configures its pod network from it before any API server
+	// serves, so the Node is Ready as soon as the kubelet registers it.
+	// Empty from a curator that does not allocate them.
+	PodCidr       string `protobuf:"bytes,6,opt,name=pod_cidr,json=podCidr,proto3" json:"pod_cidr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IssueCertificateResponse_KubernetesWorker) Reset() {
@@ -1294,6 +1300,13 @@ func (x *IssueCertificateResponse_KubernetesWorker) GetKubeletServingCaCertifica
 	return nil
 }
 
+func (x *IssueCertificateResponse_KubernetesWorker) GetPodCidr() string {
+	if x != nil {
+		return x.PodCidr
+	}
+	return ""
+}
+
 var File_cluster_v1_curator_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_curator_proto_rawDesc = "" +
@@ -1350,15 +1363,16 @@ const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\x19kubelet_client_public_key\x18\x01 \x01(\fR\x16kubeletClientPublicKey\x129\n" +
 	"\x19kubelet_server_public_key\x18\x02 \x01(\fR\x16kubeletServerPublicKey\x12(\n" +
 	"\x10proxy_public_key\x18\x03 \x01(\fR\x0eproxyPublicKeyB\x06\n" +
-	"\x04kind\"\xca\x03\n" +
+	"\x04kind\"\xe5\x03\n" +
 	"\x18IssueCertificateResponse\x12k\n" +
-	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xb8\x02\n" +
+	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xd3\x02\n" +
 	"\x10KubernetesWorker\x126\n" +
 	"\x17identity_ca_certificate\x18\x01 \x01(\fR\x15identityCaCertificate\x12<\n" +
 	"\x1akubelet_client_certificate\x18\x02 \x01(\fR\x18kubeletClientCertificate\x12<\n" +
 	"\x1akubelet_server_certificate\x18\x03 \x01(\fR\x18kubeletServerCertificate\x12+\n" +
 	"\x11proxy_certificate\x18\x04 \x01(\fR\x10proxyCertificate\x12C\n" +
-	"\x1ekubelet_serving_ca_certificate\x18\x05 \x01(\fR\x1bkubeletServingCaCertificateB\x06\n" +
+	"\x1ekubelet_serving_ca_certificate\x18\x05 \x01(\fR\x1bkubeletServingCaCertificate\x12\x19\n" +
+	"\bpod_cidr\x18\x06 \x01(\tR\apodCidrB\x06\n" +
 	"\x04kind\"\x19\n" +
 	"\x17GetCurrentLeaderRequest\"x\n" +
 	"\x18GetCurrentLeaderResponse\x12\x0e\n" +

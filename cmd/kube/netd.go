@@ -24,7 +24,8 @@ import (
 
 // runNetd is `kube netd`: the node's part of the pod network.
 //
-//	controller manager ── Node.spec.podCIDR ──► netd ──► CNI configuration (ptp + host-local
+//	-pod-cidr (the curator's allocation) ─┐
+//	node IPAM ── Node.spec.podCIDR ───────┴─► netd ──► CNI configuration (ptp + host-local
 //	                                             │         over this node's pod CIDR)
 //	other nodes' podCIDR + InternalIP ───────────┴──► routes podCIDR via node address
 //
@@ -38,9 +39,24 @@ func runNetd(args []string) int {
 	node := fs.String("node", "", "this node's name")
 	confDir := fs.String("cni-conf-dir", "", "where the CNI configuration goes")
 	ipamDir := fs.String("ipam-dir", "", "host-local's state directory")
+	podCIDR := fs.String("pod-cidr", "", "this node's pod CIDR, if known before its Node has one (the curator's allocation)")
 	if err := fs.Parse(args); err != nil || *kubeconfig == "" || *node == "" || *confDir == "" || *ipamDir == "" {
-		fmt.Fprintln(os.Stderr, "usage: kube netd -kubeconfig FILE -node NAME -cni-conf-dir DIR -ipam-dir DIR")
+		fmt.Fprintln(os.Stderr, "usage: kube netd -kubeconfig FILE -node NAME -cni-conf-dir DIR -ipam-dir DIR [-pod-cidr CIDR]")
 		return 2
+	}
+	n := &netd{self: *node, confDir: *confDir, ipamDir: *ipamDir}
+	// The pod network first, before reading the Node: the kubelet
+	// reports its Node Ready only once the runtime has a CNI
+	// configuration, and the node IPAM sets this same CIDR on the Node.
+	if *podCIDR != "" {
+		_, cidr, err := net.ParseCIDR(*podCIDR)
+		if err == nil {
+			err = n.writeCNI(cidr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "netd:", err)
+			return 1
+		}
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -69,7 +85,6 @@ func runNetd(args []string) int {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	fmt.Println("netd: watching nodes")
-	n := &netd{self: *node, confDir: *confDir, ipamDir: *ipamDir}
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
@@ -167,7 +182,8 @@ func syncRoutes(want map[string]net.IP) error {
 }
 
 // writeCNI writes the CNI configuration for this node's pod CIDR (once;
-// the controller manager never changes a node's CIDR).
+// a Node's CIDR never changes, and the IPAM gives the Node the one
+// -pod-cidr named).
 func (n *netd) writeCNI(cidr *net.IPNet) error {
 	if n.written == cidr.String() {
 		return nil

@@ -16,6 +16,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
 	kpki "plinth.dev/plinth/roleserver/kubernetes/pki"
+	"plinth.dev/plinth/roleserver/kubernetes/podcidr"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
@@ -33,7 +34,8 @@ import (
 const kubernetesAdminValidity = time.Hour
 
 // IssueCertificate signs the kubelet's certificates with the Kubernetes
-// CA (created on first use). The serving certificate names only the
+// CA (created on first use) and hands the worker its pod CIDR (allocated
+// on first use, the same the node IPAM sets on its Node). The serving certificate names only the
 // caller's node ID (from its certificate, checked against its record by
 // checkCaller) and the addresses in its record; the request carries
 // nothing but public keys.
@@ -76,6 +78,10 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 	if err != nil {
 		return nil, kubernetesErr("issuing kube-proxy's certificate", err)
 	}
+	cidr, _, err := podcidr.Allocate(ctx, kv, n.Id)
+	if err != nil {
+		return nil, kubernetesErr("allocating the node's pod CIDR", err)
+	}
 	return &clusterpb.IssueCertificateResponse{Kind: &clusterpb.IssueCertificateResponse_KubernetesWorker_{
 		KubernetesWorker: &clusterpb.IssueCertificateResponse_KubernetesWorker{
 			IdentityCaCertificate:       kc.CA.Raw,
@@ -83,6 +89,7 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 			KubeletServerCertificate:    kc.Server.Raw,
 			ProxyCertificate:            proxyCert.Raw,
 			KubeletServingCaCertificate: kc.ServingCA.Raw,
+			PodCidr:                     cidr,
 		},
 	}}, nil
 }

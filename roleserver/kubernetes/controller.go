@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/consensus/client"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
@@ -68,9 +70,10 @@ type Controller struct {
 	KubeBinary string
 }
 
-// Run is a supervisor runnable.
+// Run is a supervisor runnable: the API server first, the rest once it
+// serves, then a restart when the certificates, the Secrets keys or the
+// admission policy change.
 func (c *Controller) Run(ctx context.Context) error {
-	log := supervisor.Logger(ctx)
 	policy := c.Policy
 	if policy == nil {
 		policy = &memory.Value[*clusterpb.ClusterConfiguration]{}
@@ -82,45 +85,82 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	admission := admissionPolicy(cfg)
 	kv, err := c.Consensus.CuratorClient()
 	if err != nil {
 		return err
 	}
 	defer kv.Close()
-	issued := time.Now()
-	creds, err := pki.New(kv).Controller(ctx, c.NodeID, []net.IP{c.Address})
+	r, err := c.prepare(ctx, kv, admissionPolicy(cfg))
 	if err != nil {
-		return fmt.Errorf("control plane credentials: %w", err)
+		return err
+	}
+	defer c.Status.Set(nil)
+	if err := r.startAPIServer(ctx); err != nil {
+		return err
+	}
+	if err := r.startOthers(ctx, policy); err != nil {
+		return err
+	}
+	return r.untilChanged(ctx, pw)
+}
+
+// controllerRun is one run of the control plane: what Controller.Run
+// prepared before any process started.
+type controllerRun struct {
+	c  *Controller
+	kv client.Namespaced
+	// issued is when creds were issued (they are renewed at two thirds
+	// of their life).
+	issued time.Time
+	creds  *pki.ControllerCredentials
+	// secrets are the Secrets encryption keys, read at secretsRev.
+	secrets    *pki.SecretsKeys
+	secretsRev int64
+	admission  AdmissionPolicy
+	// apiserver, controllerManager, scheduler are each one's files, by
+	// name, written into its own directory as its own user.
+	apiserver, controllerManager, scheduler map[string]string
+}
+
+// prepare issues the control plane's credentials from etcd and writes
+// every component's files.
+func (c *Controller) prepare(ctx context.Context, kv client.Namespaced, admission AdmissionPolicy) (*controllerRun, error) {
+	r := &controllerRun{c: c, kv: kv, issued: time.Now(), admission: admission}
+	var err error
+	if r.creds, err = pki.New(kv).Controller(ctx, c.NodeID, []net.IP{c.Address}); err != nil {
+		return nil, fmt.Errorf("control plane credentials: %w", err)
 	}
 	// Secrets are encrypted with keys the curator's namespace keeps; a
 	// change of them restarts the control plane with the new ones.
-	secrets, secretsRev, err := pki.New(kv).SecretsKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("secrets encryption keys: %w", err)
+	if r.secrets, r.secretsRev, err = pki.New(kv).SecretsKeys(ctx); err != nil {
+		return nil, fmt.Errorf("secrets encryption keys: %w", err)
 	}
 	ctl := &c.Root.Ephemeral.Kubernetes.Controller
-	fa, err := apiserverFiles(creds, admission, secrets, ctl.APIServer.Path()).writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser))
-	if err != nil {
-		return err
+	if r.apiserver, err = apiserverFiles(r.creds, admission, r.secrets, ctl.APIServer.Path()).writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser)); err != nil {
+		return nil, err
 	}
-	fc, err := controllerManagerFiles(creds).writeAs(ctl.ControllerManager.Path(), c.user(layout.ControllerManagerUser))
-	if err != nil {
-		return err
+	if r.controllerManager, err = controllerManagerFiles(r.creds).writeAs(ctl.ControllerManager.Path(), c.user(layout.ControllerManagerUser)); err != nil {
+		return nil, err
 	}
-	fs, err := schedulerFiles(creds).writeAs(ctl.Scheduler.Path(), c.user(layout.SchedulerUser))
-	if err != nil {
-		return err
+	if r.scheduler, err = schedulerFiles(r.creds).writeAs(ctl.Scheduler.Path(), c.user(layout.SchedulerUser)); err != nil {
+		return nil, err
 	}
-	etcdSock := ctl.APIServer.EtcdSocket.Path()
+	return r, nil
+}
+
+// startAPIServer starts the API server and its confined etcd endpoint,
+// and returns once the API server serves. The API server first: under
+// TCG its start takes minutes of CPU, and the controller manager and
+// scheduler only crash-loop (with a growing backoff) until it serves and
+// its default roles exist.
+func (r *controllerRun) startAPIServer(ctx context.Context) error {
+	c := r.c
+	etcdSock := c.Root.Ephemeral.Kubernetes.Controller.APIServer.EtcdSocket.Path()
 	apiUser := os.Getuid()
 	if u := c.user(layout.APIServerUser); u != nil {
 		apiUser = int(u.Uid)
 	}
-	served, ready := servedOnce(apiReady(apiServerLocalEndpoint, creds.CACertificate))
-	// The API server first: under TCG its start takes minutes of CPU,
-	// and the controller manager and scheduler only crash-loop (with a
-	// growing backoff) until it serves and its default roles exist.
+	served, ready := servedOnce(apiReady(apiServerLocalEndpoint, r.creds.CACertificate))
 	if err := runAll(ctx, []named{
 		{"etcd", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -129,39 +169,50 @@ func (c *Controller) Run(ctx context.Context) error {
 		{"apiserver", func(ctx context.Context) error {
 			// Its audit log (--audit-log-path=-) is a stream of the
 			// node's log tree: plinthctl logs NODE -audit.
-			return supervisor.RunCommand(ctx, supervisor.Command{Path: c.kube(), Args: apiserverArgs(fa, c.Address, etcdSock),
+			return supervisor.RunCommand(ctx, supervisor.Command{Path: c.kube(), Args: apiserverArgs(r.apiserver, c.Address, etcdSock),
 				User: c.user(layout.APIServerUser), Ready: ready, Stdout: AuditStream, StdoutEntries: auditEntries})
 		}},
 	}); err != nil {
 		return err
 	}
-	defer c.Status.Set(nil)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-served:
+		return nil
 	}
+}
+
+// startOthers starts what needs a serving API server (Plinth's RBAC,
+// the node IPAM, the controller manager and the scheduler) and then
+// says the control plane serves.
+func (r *controllerRun) startOthers(ctx context.Context, policy *memory.Value[*clusterpb.ClusterConfiguration]) error {
+	c := r.c
 	if err := runAll(ctx, []named{
-		{"rbac", applyRBAC(pki.New(kv), c.NodeID, apiServerLocalEndpoint, policy)},
-		{"nodeipam", nodeIPAM(kv, apiServerLocalEndpoint)},
-		{"controller-manager", c.command(layout.ControllerManagerUser, controllerManagerArgs(fc, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
-		{"scheduler", c.command(layout.SchedulerUser, schedulerArgs(fs), nil)},
+		{"rbac", applyRBAC(pki.New(r.kv), c.NodeID, apiServerLocalEndpoint, policy)},
+		{"nodeipam", nodeIPAM(r.kv, apiServerLocalEndpoint)},
+		{"controller-manager", c.command(layout.ControllerManagerUser, controllerManagerArgs(r.controllerManager, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
+		{"scheduler", c.command(layout.SchedulerUser, schedulerArgs(r.scheduler), nil)},
 	}); err != nil {
 		return err
 	}
 	// Every controller says which keys it runs with, so that a rotation
 	// moves on only once all can read what the next step writes.
-	if err := pki.New(kv).SetSecretsLoaded(ctx, c.NodeID, secrets.Generation); err != nil {
+	if err := pki.New(r.kv).SetSecretsLoaded(ctx, c.NodeID, r.secrets.Generation); err != nil {
 		return err
 	}
-	log.Info("Kubernetes API server serving", "address", apiServerLocalEndpoint, "secrets-key-generation", secrets.Generation)
-	c.Status.Set(&Status{APIServer: apiServerLocalEndpoint, CACertificate: creds.CACertificate})
+	supervisor.Logger(ctx).Info("Kubernetes API server serving", "address", apiServerLocalEndpoint, "secrets-key-generation", r.secrets.Generation)
+	c.Status.Set(&Status{APIServer: apiServerLocalEndpoint, CACertificate: r.creds.CACertificate})
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	// New credentials at two thirds of their life: a restart issues them
-	// (from etcd, which this node serves: nothing to wait for). A new
-	// admission policy: a restart writes it (Pod Security's
-	// configuration is read once).
-	renew := time.After(time.Until(pki.RenewAt(issued, creds.NotAfter)))
+	return nil
+}
+
+// untilChanged waits for a reason to restart: new credentials at two
+// thirds of their life (a restart issues them from etcd, which this node
+// serves: nothing to wait for), new Secrets keys, or a new admission
+// policy (Pod Security's configuration is read once).
+func (r *controllerRun) untilChanged(ctx context.Context, pw event.Watcher[*clusterpb.ClusterConfiguration]) error {
+	renew := time.After(time.Until(pki.RenewAt(r.issued, r.creds.NotAfter)))
 	changed := make(chan error, 1)
 	go func() {
 		for {
@@ -170,13 +221,14 @@ func (c *Controller) Run(ctx context.Context) error {
 				changed <- err
 				return
 			}
-			if !admissionPolicy(cfg).equal(admission) {
+			if !admissionPolicy(cfg).equal(r.admission) {
 				changed <- fmt.Errorf("the cluster policy's admission changed: %w", supervisor.ErrRestart)
 				return
 			}
 		}
 	}()
-	keysChanged := pki.New(kv).WatchSecretsKeys(ctx, kv, secretsRev)
+	keysChanged := pki.New(r.kv).WatchSecretsKeys(ctx, r.kv, r.secretsRev)
+	log := supervisor.Logger(ctx)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -187,7 +239,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		log.Info("restarting the control plane with the new Secrets encryption keys")
 		return fmt.Errorf("the Secrets encryption keys changed: %w", supervisor.ErrRestart)
 	case <-renew:
-		return fmt.Errorf("renewing the control plane's certificates (valid until %v): %w", creds.NotAfter, supervisor.ErrRestart)
+		return fmt.Errorf("renewing the control plane's certificates (valid until %v): %w", r.creds.NotAfter, supervisor.ErrRestart)
 	case err := <-changed:
 		log.Info("restarting the control plane", "reason", err)
 		return err

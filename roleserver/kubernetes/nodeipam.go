@@ -7,12 +7,10 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -21,9 +19,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
+	"plinth.dev/plinth/roleserver/kubernetes/podcidr"
 )
 
 // The node IPAM gives every Node without a pod CIDR one (spec.podCIDR,
@@ -31,8 +29,8 @@ import (
 // the controller's core instead of the controller manager:
 //
 //	kubelet registers Node ──► API server ──watch──► nodeipam (every controller)
-//	                                                   │ allocate: one etcd Txn on
-//	                                                   │ /kubernetes-ipam/pod-cidrs
+//	                                                   │ podcidr.Allocate: the CIDR the
+//	                                                   │ curator gave the worker already
 //	netd ◄──watch── API server ◄──PATCH spec.podCIDR───┘
 //
 // Why: the controller manager sets a pod CIDR only once it has built
@@ -42,24 +40,15 @@ import (
 // the README's "Where the start goes"). The core's IPAM is running when
 // the API server starts serving and answers a new Node at once.
 //
-// Allocations are kept in etcd (the curator's namespace), keyed by node
-// name, each /layout.NodeCIDRMaskSize of layout.ClusterCIDR: a node
-// registered again gets its CIDR back, and two controllers allocating at
-// once cannot hand one CIDR to two nodes (compare-and-swap on the key).
-// Pod CIDRs Nodes already have (the controller manager's, from before)
-// are kept and never handed out again.
-
-// keyPodCIDRs holds the allocations (podCIDRs, JSON).
-const keyPodCIDRs = "/kubernetes-ipam/pod-cidrs"
+// Allocations are the podcidr package's, the same the curator hands
+// workers with their certificates: a Node gets the CIDR its worker
+// already configured its pod network with. Pod CIDRs Nodes already have
+// (the controller manager's, from before) are recorded and never handed
+// out again.
 
 // ipamValidity is how long the IPAM's client certificate lasts; the
 // runnable restarts with a new one before then.
 const ipamValidity = time.Hour
-
-// podCIDRs are the allocations: node name → CIDR.
-type podCIDRs struct {
-	Nodes map[string]string `json:"nodes"`
-}
 
 // ipamNode is what the IPAM reads of a Node.
 type ipamNode struct {
@@ -184,29 +173,17 @@ func (p *ipam) ensure(ctx context.Context, n ipamNode) error {
 		if p.known[name] == n.Spec.PodCIDR {
 			return nil
 		}
-		_, err := p.update(ctx, func(a *podCIDRs) (string, bool, error) {
-			if a.Nodes[name] == n.Spec.PodCIDR {
-				return n.Spec.PodCIDR, false, nil
-			}
-			a.Nodes[name] = n.Spec.PodCIDR
-			return n.Spec.PodCIDR, true, nil
-		})
+		known, err := podcidr.Record(ctx, p.kv, name, n.Spec.PodCIDR)
+		if err == nil {
+			p.known = known
+		}
 		return err
 	}
-	cidr, err := p.update(ctx, func(a *podCIDRs) (string, bool, error) {
-		if c, ok := a.Nodes[name]; ok {
-			return c, false, nil
-		}
-		c, err := freeCIDR(layout.ClusterCIDR, layout.NodeCIDRMaskSize, *a)
-		if err != nil {
-			return "", false, err
-		}
-		a.Nodes[name] = c
-		return c, true, nil
-	})
+	cidr, known, err := podcidr.Allocate(ctx, p.kv, name)
 	if err != nil {
 		return err
 	}
+	p.known = known
 	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, cidr, cidr)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, p.server+"/api/v1/nodes/"+url.PathEscape(n.Metadata.Name), strings.NewReader(patch))
 	if err != nil {
@@ -231,73 +208,6 @@ func (p *ipam) ensure(ctx context.Context, n ipamNode) error {
 		return fmt.Errorf("setting %s's pod CIDR: %s: %s", n.Metadata.Name, resp.Status, strings.TrimSpace(string(b)))
 	}
 	return nil
-}
-
-// update applies change to the allocations in etcd (compare-and-swap,
-// retried when another controller changed them meanwhile) and returns
-// the CIDR change names; change says whether it changed anything.
-func (p *ipam) update(ctx context.Context, change func(*podCIDRs) (string, bool, error)) (string, error) {
-	for range 10 {
-		resp, err := p.kv.Get(ctx, keyPodCIDRs)
-		if err != nil {
-			return "", err
-		}
-		a := podCIDRs{Nodes: map[string]string{}}
-		var rev int64
-		if len(resp.Kvs) > 0 {
-			if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
-				return "", fmt.Errorf("%s: %w", keyPodCIDRs, err)
-			}
-			rev = resp.Kvs[0].ModRevision
-			if a.Nodes == nil {
-				a.Nodes = map[string]string{}
-			}
-		}
-		c, changed, err := change(&a)
-		if err != nil {
-			return "", err
-		}
-		if changed {
-			b, _ := json.Marshal(&a)
-			txn, err := p.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyPodCIDRs), "=", rev)).
-				Then(clientv3.OpPut(keyPodCIDRs, string(b))).Commit()
-			if err != nil {
-				return "", err
-			}
-			if !txn.Succeeded {
-				continue
-			}
-		}
-		p.known = a.Nodes
-		return c, nil
-	}
-	return "", errors.New("pod CIDRs: the allocations kept changing")
-}
-
-// freeCIDR is the lowest /size of cluster that a does not hold.
-func freeCIDR(cluster string, size int, a podCIDRs) (string, error) {
-	_, n, err := net.ParseCIDR(cluster)
-	if err != nil {
-		return "", err
-	}
-	ones, bits := n.Mask.Size()
-	if bits != 32 || size < ones || size > 30 {
-		return "", fmt.Errorf("pod CIDRs of /%d in %s", size, cluster)
-	}
-	taken := map[string]bool{}
-	for _, c := range a.Nodes {
-		taken[c] = true
-	}
-	base := binary.BigEndian.Uint32(n.IP.To4())
-	for i := uint32(0); i < 1<<(size-ones); i++ {
-		ip := make(net.IP, 4)
-		binary.BigEndian.PutUint32(ip, base+i<<(32-size))
-		c := (&net.IPNet{IP: ip, Mask: net.CIDRMask(size, 32)}).String()
-		if !taken[c] {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("no pod CIDR left in %s (/%d each)", cluster, size)
 }
 
 // get decodes a GET of path from the API server into v.

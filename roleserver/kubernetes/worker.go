@@ -38,6 +38,9 @@ type WorkerCertificates struct {
 	// ServingCA signed KubeletServer (the API servers check kubelets
 	// against it alone).
 	ServingCA *x509.Certificate
+	// PodCIDR is the node's pod CIDR (nil from a curator that does not
+	// allocate them: netd then waits for the Node's spec.podCIDR).
+	PodCIDR *net.IPNet
 }
 
 // nodeIP is the address the kubelet registers its Node with (and the API
@@ -55,6 +58,17 @@ func nodeIP(own net.IP, serving *x509.Certificate) net.IP {
 		return serving.IPAddresses[0]
 	}
 	return own
+}
+
+// netdArgs runs netd for this node; with the pod CIDR the curator
+// allocated, netd configures the pod network as it starts, before it
+// reads the Node.
+func netdArgs(kubeconfig, node, cniConfDir, ipamDir string, podCIDR *net.IPNet) []string {
+	args := []string{"netd", "-kubeconfig", kubeconfig, "-node", node, "-cni-conf-dir", cniConfDir, "-ipam-dir", ipamDir}
+	if podCIDR != nil {
+		args = append(args, "-pod-cidr", podCIDR.String())
+	}
+	return args
 }
 
 // Worker runs what a node with the KubernetesWorker role needs to run
@@ -92,9 +106,45 @@ type Worker struct {
 	running atomic.Pointer[workerCredentials]
 }
 
-// Run is a supervisor runnable.
+// Run is a supervisor runnable: the node made ready for pods, the
+// credentials from the curator, the processes, and a restart when the
+// certificates are renewed.
 func (w *Worker) Run(ctx context.Context) error {
-	log := supervisor.Logger(ctx)
+	if err := w.prepareNode(); err != nil {
+		return err
+	}
+	cred := w.renewed
+	w.renewed = nil
+	if cred == nil || time.Now().After(cred.certs.KubeletClient.NotAfter) {
+		supervisor.Logger(ctx).Info("asking the curator for the kubelet's and kube-proxy's certificates")
+		var err error
+		if cred, err = w.certify(ctx); err != nil {
+			return err
+		}
+	}
+	w.running.Store(cred)
+	f, err := workerFiles(w, cred.keys, cred.certs)
+	if err != nil {
+		return err
+	}
+	paths, err := f.write(w.Root.Ephemeral.Kubernetes.Worker.Path())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(w.Root.Ephemeral.Containerd.Config.Path(), containerdConfig(w.Root), 0o600); err != nil {
+		return err
+	}
+	if err := runAll(ctx, w.processes(paths, cred.certs)); err != nil {
+		return err
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	return w.renewWhenDue(ctx, cred)
+}
+
+// prepareNode makes the node ready to run pods: kernel modules, IPv4
+// forwarding, the DNS address, the machine ID, the worker's directories
+// and the bind mounts of the kubelet's and CNI's fixed paths.
+func (w *Worker) prepareNode() error {
 	if w.LoadModules != nil {
 		if err := w.LoadModules(); err != nil {
 			return fmt.Errorf("loading kernel modules: %w", err)
@@ -119,31 +169,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := bindMount(w.Root.Data.Kubernetes.Kubelet.Path(), kubeletDir, true); err != nil {
 		return err
 	}
-	if err := bindMount(w.Root.Ephemeral.Kubernetes.CNICache.Path(), cniCacheDir, false); err != nil {
-		return err
-	}
-	cred := w.renewed
-	w.renewed = nil
-	if cred == nil || time.Now().After(cred.certs.KubeletClient.NotAfter) {
-		log.Info("asking the curator for the kubelet's and kube-proxy's certificates")
-		var err error
-		if cred, err = w.certify(ctx); err != nil {
-			return err
-		}
-	}
-	w.running.Store(cred)
-	keys, certs := cred.keys, cred.certs
-	f, err := workerFiles(w, keys, certs)
-	if err != nil {
-		return err
-	}
-	paths, err := f.write(w.Root.Ephemeral.Kubernetes.Worker.Path())
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(w.Root.Ephemeral.Containerd.Config.Path(), containerdConfig(w.Root), 0o600); err != nil {
-		return err
-	}
+	return bindMount(w.Root.Ephemeral.Kubernetes.CNICache.Path(), cniCacheDir, false)
+}
+
+// processes are the worker's runnables, with their files (paths, by
+// name) and certificates.
+//
+// Everything that talks to the API waits for an API server to pass
+// /readyz (the kubelet for containerd too): on a controller node they
+// would only take CPU from its start. Tried: the kubelet started with
+// containerd, so that its own start (~6 s under TCG) overlaps the API
+// server's. Until its Node is registered it logs errors several times a
+// second, each a line on the serial console, which under TCG costs the
+// guest CPU per byte: with two kubelets at it the API server's start took
+// four minutes instead of one. netd writes the pod network for the
+// curator's CIDR as it starts, before the kubelet has registered, so the
+// Node is Ready when it registers.
+func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) []named {
 	sock := w.Root.Ephemeral.Containerd.Socket.Path()
 	containerdUp := func(ctx context.Context) error {
 		c, err := net.DialTimeout("unix", sock, time.Second)
@@ -152,22 +194,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	// after runs r once ready passes: the kubelet needs containerd, and
-	// the API's clients wait for an API server (on a controller node,
-	// they would only take CPU from its start).
-	after := func(interval time.Duration, ready func(context.Context) error, r supervisor.Runnable) supervisor.Runnable {
-		return func(ctx context.Context) error {
-			if err := waitFor(ctx, interval, ready); err != nil {
-				return err
-			}
-			return r(ctx)
-		}
-	}
 	apiUp := apiReady(fmt.Sprintf("https://127.0.0.1:%d", layout.KubernetesAPIProxyPort), pki.CertificatePEM(certs.CA))
 	afterAPI := func(r supervisor.Runnable) supervisor.Runnable { return after(2*time.Second, apiUp, r) }
 	afterContainerd := func(r supervisor.Runnable) supervisor.Runnable { return after(500*time.Millisecond, containerdUp, r) }
 	proxy := &apiProxy{servers: w.APIServers}
-	if err := runAll(ctx, []named{
+	return []named{
 		{"apiproxy", proxy.run},
 		{"containerd", func(ctx context.Context) error {
 			return supervisor.RunCommand(ctx, supervisor.Command{
@@ -187,25 +218,36 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"kubelet", afterAPI(afterContainerd(command("", kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
 			kubeletDir, w.NodeID, nodeIP(w.Address, certs.KubeletServer)), nil)))},
 		{"proxy", afterAPI(command("", []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil))},
-		{"netd", afterAPI(command("", []string{"netd", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID,
-			"-cni-conf-dir", w.Root.Ephemeral.Kubernetes.CNI.Path(), "-ipam-dir", filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam")}, nil))},
+		{"netd", afterAPI(command("", netdArgs(paths[fileProxyKubeconfig], w.NodeID, w.Root.Ephemeral.Kubernetes.CNI.Path(),
+			filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam"), certs.PodCIDR), nil))},
 		{"dns", afterAPI(command("", []string{"dns", "-conf", paths[fileCorefile]}, nil))},
-	}); err != nil {
-		return err
 	}
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	// New certificates at two thirds of their life, asked for while
-	// these still serve (retried until the curator answers), then a
-	// restart with them.
-	next, err := renewWhenDue(ctx, kpki.RenewAt(cred.issued, certs.KubeletClient.NotAfter), time.Minute, w.certify,
+}
+
+// after runs r once ready passes (polled every interval).
+func after(interval time.Duration, ready func(context.Context) error, r supervisor.Runnable) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		if err := waitFor(ctx, interval, ready); err != nil {
+			return err
+		}
+		return r(ctx)
+	}
+}
+
+// renewWhenDue asks for new certificates at two thirds of cred's life,
+// while these still serve (retried until the curator answers), and then
+// ends the run for a restart with them.
+func (w *Worker) renewWhenDue(ctx context.Context, cred *workerCredentials) error {
+	notAfter := cred.certs.KubeletClient.NotAfter
+	next, err := renewWhenDue(ctx, kpki.RenewAt(cred.issued, notAfter), time.Minute, w.certify,
 		func(err error) {
-			log.Warn("renewing the worker's certificates", "err", err, "valid until", certs.KubeletClient.NotAfter)
+			supervisor.Logger(ctx).Warn("renewing the worker's certificates", "err", err, "valid until", notAfter)
 		})
 	if err != nil {
 		return err
 	}
 	w.renewed = next
-	return fmt.Errorf("renewing the worker's certificates (valid until %v): %w", certs.KubeletClient.NotAfter, supervisor.ErrRestart)
+	return fmt.Errorf("renewing the worker's certificates (valid until %v): %w", notAfter, supervisor.ErrRestart)
 }
 
 // renewWhenDue waits until due, then calls certify until it succeeds
