@@ -20,7 +20,6 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -30,12 +29,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"time"
 
 	"plinth.dev/plinth/board"
-	"plinth.dev/plinth/platform/layout"
 )
 
 // Config of one build.
@@ -124,17 +119,55 @@ type Artefact struct {
 	Size   int64  `json:"size"`
 }
 
+// buildState is one build: its configuration and what each step gives
+// the steps after it. Build runs the steps in the order steps() lists
+// them; a step reads only fields set before it and sets its own, as the
+// comments on the fields say.
 type buildState struct {
 	Config
-	board         *board.Board
-	version       string
-	kernel        *Kernel
-	kernelSHA     string
+	board   *board.Board
+	version string    // Config.Version, or "dev"
+	tmp     string    // scratch directory in OutDir, removed after the build
+	prog    *progress // for a long step's signs of life
+	// m is the manifest each step adds its part to; the last writes it.
+	m *Manifest
+
+	// readKernel
+	kernel    *Kernel
+	kernelSHA string
+	// resolveModules
 	earlyModules  []*Module
 	systemModules []*Module
 	kubeModules   []*Module // in system image, loaded by the Kubernetes worker
-	kubeFiles     []sysFile
-	caCerts       []byte
+	// kubernetesBinaries
+	kubeFiles []sysFile
+	// systemImage (caCerts before the tree is made: systemTree reads it)
+	caCerts []byte
+	// buildInitramfs: the whole initramfs (network boot) and its boot
+	// segment alone (the slots' UKIs, whose system image is a partition)
+	initramfs, bootInitramfs []byte
+}
+
+// buildStep is one step of a build: its name in the progress output
+// (cmd/plinthbench reports each step's time under it), and what it does,
+// which returns a one-line summary.
+type buildStep struct {
+	name string
+	run  func(context.Context) (detail string, err error)
+}
+
+// steps are the build's steps in order (see the package comment).
+func (b *buildState) steps() []buildStep {
+	return []buildStep{
+		{"read kernel package " + filepath.Base(b.KernelPackage), b.readKernel},
+		{"resolve module dependencies", b.resolveModules},
+		{"check Kubernetes binaries, write container images", b.kubernetesBinaries},
+		{"build system image (squashfs + dm-verity)", b.systemImage},
+		{"build initramfs", b.buildInitramfs},
+		{"build UKIs (network boot, slot a, slot b)", b.writeUKIs},
+		{"write disk image", b.writeDiskImage},
+		{"write kernel, command line and manifest", b.writeManifest},
+	}
 }
 
 // Build runs every step and returns the manifest it wrote.
@@ -158,207 +191,22 @@ func Build(ctx context.Context, c Config) (*Manifest, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	p := newProgress(c.Progress, 8)
-	m := &Manifest{Board: b.board.Name, Version: b.version, Release: c.Release, KernelPackage: b.board.KernelPackage,
+	b.tmp = tmp
+	steps := b.steps()
+	b.prog = newProgress(c.Progress, len(steps))
+	b.m = &Manifest{Board: b.board.Name, Version: b.version, Release: c.Release, KernelPackage: b.board.KernelPackage,
 		Artefacts: map[string]Artefact{}, SystemFiles: map[string]Artefact{}}
-
-	err = p.step("read kernel package "+filepath.Base(c.KernelPackage), func() (string, error) {
-		data, err := os.ReadFile(c.KernelPackage)
-		if err != nil {
-			return "", err
+	for _, s := range steps {
+		if err := b.prog.step(s.name, func() (string, error) { return s.run(ctx) }); err != nil {
+			return nil, err
 		}
-		sum := sha256.Sum256(data)
-		b.kernelSHA = hex.EncodeToString(sum[:])
-		if b.kernel, err = ReadKernelPackage(c.KernelPackage); err != nil {
-			return "", err
-		}
-		if !strings.HasSuffix(b.board.KernelPackage, b.kernel.Version) {
-			return "", fmt.Errorf("package holds kernel %s, board %s wants %s", b.kernel.Version, b.board.Name, b.board.KernelPackage)
-		}
-		return fmt.Sprintf("kernel %s, %d modules", b.kernel.Version, len(b.kernel.Modules)), nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	m.KernelVersion, m.KernelPackageSHA256 = b.kernel.Version, b.kernelSHA
-
-	err = p.step("resolve module dependencies", func() (string, error) {
-		if b.earlyModules, err = b.kernel.Closure(b.board.EarlyModules); err != nil {
-			return "", err
-		}
-		all, err := b.kernel.Closure(slices.Concat(b.board.EarlyModules, b.board.SystemModules, b.board.KubernetesModules))
-		if err != nil {
-			return "", err
-		}
-		kube, err := b.kernel.Closure(b.board.KubernetesModules)
-		if err != nil {
-			return "", err
-		}
-		early := map[string]bool{}
-		for _, e := range b.earlyModules {
-			early[e.Name] = true
-			m.EarlyModules = append(m.EarlyModules, e.Name)
-		}
-		for _, s := range all {
-			if !early[s.Name] {
-				b.systemModules = append(b.systemModules, s)
-				m.SystemModules = append(m.SystemModules, s.Name)
-			}
-		}
-		// Early modules are loaded at boot and live only in the initramfs.
-		for _, k := range kube {
-			if !early[k.Name] {
-				b.kubeModules = append(b.kubeModules, k)
-				m.KubernetesModules = append(m.KubernetesModules, k.Name)
-			}
-		}
-		return fmt.Sprintf("%d early (from %d asked), %d in the system image, %d of them for Kubernetes (from %d asked)",
-			len(b.earlyModules), len(b.board.EarlyModules), len(b.systemModules), len(b.kubeModules), len(b.board.KubernetesModules)), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	err = p.step("check Kubernetes binaries, write container images", func() (string, error) {
-		if b.kubeFiles, err = kubernetesFiles(c.Binaries, b.board.Arch); err != nil {
-			return "", err
-		}
-		var total int64
-		var sizes []string
-		for _, f := range b.kubeFiles {
-			a, err := fileArtefact(f)
-			if err != nil {
-				return "", err
-			}
-			m.SystemFiles["/"+f.Path] = a
-			total += a.Size
-			sizes = append(sizes, fmt.Sprintf("%s %s", filepath.Base(f.Path), mib(a.Size)))
-		}
-		return fmt.Sprintf("%s in all: %s", mib(total), strings.Join(sizes, ", ")), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	sysPath := filepath.Join(c.OutDir, SystemFile)
-	err = p.step("build system image (squashfs + dm-verity)", func() (string, error) {
-		ca := c.CACertificates
-		if ca == "" {
-			ca = "/etc/ssl/certs/ca-certificates.crt"
-		}
-		if data, err := os.ReadFile(ca); err == nil {
-			b.caCerts = data
-		} else if c.CACertificates != "" {
-			return "", err
-		}
-		tree, err := systemTree(b)
-		if err != nil {
-			return "", err
-		}
-		vp, dataSize, err := buildSquashfs(ctx, tmp, sysPath, tree, p)
-		if err != nil {
-			return "", err
-		}
-		m.Verity = VerityInfo{RootHash: hex.EncodeToString(vp.RootHash), Salt: hex.EncodeToString(vp.Salt),
-			DataBlocks: vp.DataBlocks, HashStartBlock: vp.HashStartBlock}
-		m.Cmdline = strings.Join(append(b.board.KernelCmdline(), "plinth.verity="+vp.String()), " ")
-		st, err := os.Stat(sysPath)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s data + %s hash tree, root hash %s", mib(dataSize), mib(st.Size()-dataSize), m.Verity.RootHash[:16]), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	var initramfs, bootInitramfs []byte
-	err = p.step("build initramfs", func() (string, error) {
-		initBin, err := os.ReadFile(c.Init)
-		if err != nil {
-			return "", err
-		}
-		sys, err := os.ReadFile(sysPath)
-		if err != nil {
-			return "", err
-		}
-		files := []initramfsFile{{Path: "init", Data: initBin, Mode: 0o755}}
-		var load []string
-		for _, mod := range b.earlyModules {
-			files = append(files, initramfsFile{Path: modulePath(b.kernel.Version, mod.Path), Data: mod.Data, Mode: 0o644})
-			load = append(load, mod.Path)
-		}
-		files = append(files, initramfsFile{Path: layout.ModuleLoadList, Data: []byte(strings.Join(load, "\n") + "\n"), Mode: 0o644})
-		var buf, boot bytes.Buffer
-		if err := writeBootSegment(&boot, files); err != nil {
-			return "", err
-		}
-		if err := writeSystemSegment(&buf, sys); err != nil {
-			return "", err
-		}
-		buf.Write(boot.Bytes())
-		if err := writeFileAtomic(filepath.Join(c.OutDir, InitramfsFile), buf.Bytes()); err != nil {
-			return "", err
-		}
-		initramfs, bootInitramfs = buf.Bytes(), boot.Bytes()
-		return fmt.Sprintf("%s (/init %s, %d modules; %s without the system image)",
-			mib(int64(buf.Len())), mib(int64(len(initBin))), len(b.earlyModules), mib(int64(boot.Len()))), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	err = p.step("build UKIs (network boot, slot a, slot b)", func() (string, error) {
-		return b.writeUKIs(m, initramfs, bootInitramfs)
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	err = p.step("write disk image", func() (string, error) {
-		root, _ := hex.DecodeString(m.Verity.RootHash)
-		files := []espFile{
-			{Path: layout.ESPBootFile, Source: filepath.Join(c.OutDir, UKISlotFile("a"))},
-			{Path: layout.ESPSlotUKI("a"), Source: filepath.Join(c.OutDir, UKISlotFile("a"))},
-		}
-		m.Disk, err = writeDisk(ctx, tmp, filepath.Join(c.OutDir, DiskFile), sysPath, files, root)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s: ESP %d MiB, slots a and b %d MiB each (a holds the system image)", mib(m.Disk.Size), DiskESPMiB, DiskSlotMiB), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	err = p.step("write kernel, command line and manifest", func() (string, error) {
-		if err := writeFileAtomic(filepath.Join(c.OutDir, KernelFile), b.kernel.Image); err != nil {
-			return "", err
-		}
-		if err := writeFileAtomic(filepath.Join(c.OutDir, CmdlineFile), []byte(m.Cmdline+"\n")); err != nil {
-			return "", err
-		}
-		for _, name := range []string{KernelFile, InitramfsFile, SystemFile, CmdlineFile, UKIFile, UKISlotFile("a"), UKISlotFile("b"), DiskFile} {
-			a, err := hashFile(filepath.Join(c.OutDir, name))
-			if err != nil {
-				return "", err
-			}
-			m.Artefacts[name] = a
-		}
-		if err := WriteManifest(c.OutDir, m, c.SignKey); err != nil {
-			return "", err
-		}
-		if c.SignKey == nil {
-			return filepath.Join(c.OutDir, ManifestFile) + ", unsigned", nil
-		}
-		return fmt.Sprintf("%s, release %d signed by %s", filepath.Join(c.OutDir, ManifestFile), m.Release, m.ReleaseKey[:16]), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	p.done()
-	return m, nil
+	b.prog.done()
+	return b.m, nil
 }
+
+// out is the path of the artefact name in OutDir.
+func (b *buildState) out(name string) string { return filepath.Join(b.OutDir, name) }
 
 // ReadManifest loads the manifest of a build directory.
 func ReadManifest(dir string) (*Manifest, error) {
@@ -397,55 +245,3 @@ func writeFileAtomic(p string, data []byte) error {
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
-
-type progress struct {
-	w     io.Writer
-	n, of int
-	start time.Time
-}
-
-func newProgress(w io.Writer, steps int) *progress {
-	if w == nil {
-		w = io.Discard
-	}
-	return &progress{w: w, of: steps, start: time.Now()}
-}
-
-func (p *progress) step(name string, fn func() (string, error)) error {
-	p.n++
-	fmt.Fprintf(p.w, "[%d/%d] %s ...\n", p.n, p.of, name)
-	t := time.Now()
-	detail, err := fn()
-	if err != nil {
-		fmt.Fprintf(p.w, "[%d/%d] %s FAILED after %.2fs: %v\n", p.n, p.of, name, time.Since(t).Seconds(), err)
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	fmt.Fprintf(p.w, "[%d/%d] done in %.2fs: %s\n", p.n, p.of, time.Since(t).Seconds(), detail)
-	return nil
-}
-
-// every prints what status says every interval until the returned stop
-// is called: a sign of life in a long step.
-func (p *progress) every(interval time.Duration, status func() string) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	t := time.Now()
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				fmt.Fprintf(p.w, "[%d/%d]   ... %.0fs: %s\n", p.n, p.of, time.Since(t).Seconds(), status())
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-func (p *progress) done() {
-	fmt.Fprintf(p.w, "build finished in %.2fs\n", time.Since(p.start).Seconds())
-}

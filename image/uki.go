@@ -1,6 +1,7 @@
 package image
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -89,9 +90,10 @@ func buildUKI(stub []byte, out, cmdline string, sections []uki.Section) (UKIInfo
 	return UKIInfo{Cmdline: cmdline, PCR11: hex.EncodeToString(pcr11), Authenticode: hex.EncodeToString(auth)}, nil
 }
 
-// writeUKIs writes the network-boot UKI (initramfs: the whole one) and a
-// UKI per slot (boot: the initramfs without the system image).
-func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, error) {
+// writeUKIs is the build's step that writes the network-boot UKI (on the
+// whole initramfs) and a UKI per slot (on the initramfs without the system
+// image): sets the manifest's UKIs.
+func (b *buildState) writeUKIs(context.Context) (string, error) {
 	stubPath := b.Stub
 	if stubPath == "" {
 		stubPath = DefaultStub
@@ -100,9 +102,10 @@ func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, err
 	if err != nil {
 		return "", fmt.Errorf("reading the EFI stub (make deps installs systemd-boot-efi): %w", err)
 	}
+	m := b.m
 	m.UKIs = map[string]UKIInfo{}
 	netboot := strings.Join(append([]string{m.Cmdline}, b.NetbootArgs...), " ")
-	info, err := writeUKI(stub, filepath.Join(b.OutDir, UKIFile), b.kernel, b.version, netboot, initramfs)
+	info, err := writeUKI(stub, b.out(UKIFile), b.kernel, b.version, netboot, b.initramfs)
 	if err != nil {
 		return "", err
 	}
@@ -110,7 +113,7 @@ func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, err
 	var sizes []string
 	for _, s := range Slots {
 		cmdline := m.Cmdline + " " + layout.SlotArg + "=" + s
-		info, err := writeUKI(stub, filepath.Join(b.OutDir, UKISlotFile(s)), b.kernel, b.version, cmdline, boot)
+		info, err := writeUKI(stub, b.out(UKISlotFile(s)), b.kernel, b.version, cmdline, b.bootInitramfs)
 		if err != nil {
 			return "", err
 		}
@@ -118,7 +121,7 @@ func (b *buildState) writeUKIs(m *Manifest, initramfs, boot []byte) (string, err
 		m.UKIs[UKISlotFile(s)] = info
 	}
 	for _, n := range append([]string{UKIFile}, UKISlotFile(Slots[0])) {
-		st, err := os.Stat(filepath.Join(b.OutDir, n))
+		st, err := os.Stat(b.out(n))
 		if err != nil {
 			return "", err
 		}

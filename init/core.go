@@ -11,41 +11,47 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/grpclog"
 
-	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/bootdisk"
-	"plinth.dev/plinth/platform/cmdline"
 	"plinth.dev/plinth/platform/console"
-	"plinth.dev/plinth/platform/eventlog"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/logtree"
-	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/mount"
-	"plinth.dev/plinth/platform/network"
 	"plinth.dev/plinth/platform/power"
 	"plinth.dev/plinth/platform/reaper"
 	datadisk "plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/platform/sysimage"
-	"plinth.dev/plinth/platform/tpm"
-	"plinth.dev/plinth/platform/update"
 	"plinth.dev/plinth/platform/verity"
-	"plinth.dev/plinth/roleserver"
-	"plinth.dev/plinth/roleserver/enrolment"
-	"plinth.dev/plinth/roleserver/kubernetes"
 	"plinth.dev/plinth/roleserver/localstorage"
-	"plinth.dev/plinth/roleserver/parameters"
 )
 
 // bootCore brings the node up and returns the exit code that tells PID 1
-// what to do next (reaper.ExitPowerOff / ExitReboot).
+// what to do next (reaper.ExitPowerOff / ExitReboot): the boot steps
+// (boot.go), then the supervised node (node.go).
 func bootCore() int {
+	logs := startLogging()
+	// The console is written asynchronously: its last lines must be out
+	// before PID 1 powers off.
+	defer logs.Flush(3 * time.Second)
+	b := newBoot(logs)
+	b.l.Info("Plinth core starting", "version", b.version, "uptime", uptime())
+	if code, ok := b.run(); !ok {
+		return code
+	}
+	b.benchmark()
+	reportHardware(b.l)
+	return runNode(b)
+}
+
+// startLogging makes the node's log tree and sends the core's lines, the
+// standard logger's and gRPC's to it.
+func startLogging() *logtree.Tree {
 	logs := logtree.New(16384)
 	// The console gets the node's own lines; child processes (Kubernetes)
 	// report only errors there, the rest stays in the log buffer.
@@ -55,304 +61,11 @@ func bootCore() int {
 	for _, c := range console.OpenOthers() {
 		logs.AddSink(c, logtree.NotProcessOutput)
 	}
-	// The console is written asynchronously: its last lines must be out
-	// before PID 1 powers off.
-	defer logs.Flush(3 * time.Second)
 	log.SetFlags(0)
 	log.SetOutput(logs.Writer("init.stdlog", slog.LevelInfo))
 	// gRPC's own logger would write unformatted lines to the console.
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, logs.Writer("grpc", slog.LevelWarn), logs.Writer("grpc", slog.LevelError)))
-	l := logs.Logger("init")
-	l.Info("Plinth core starting", "version", version, "uptime", uptime())
-
-	var (
-		args   map[string]string
-		system verity.Params
-		params *parameters.Loaded
-		keys   datadisk.KeyProtector
-		chip   *tpm.TPM
-		local  = &localstorage.Root{}
-		// registering: the node parameters say register, so the data
-		// volume opens only after the cluster hands over its key.
-		registering bool
-		diskCfg     datadisk.Config
-		sysImage    *sysimage.Result
-		// boot is the flashed disk the node booted from, nil if none.
-		boot *bootdisk.Boot
-		// firmware is what the firmware measured this boot.
-		firmware measure.Firmware
-		// imageBad receives if the background read of the whole system
-		// image finds a block that does not match the root hash.
-		imageBad <-chan error
-		// upd is this node's side of A/B updates; volume the data volume
-		// once open (an update seals its key again).
-		upd    *update.Node
-		volume *datadisk.Result
-	)
-	// The boot, in order. Each step logs what it did and how long it took.
-	// A failed step leaves the node waiting, saying why, and still
-	// answering a power-off request: no silent hang, no reboot loop.
-	steps := []struct {
-		name string
-		run  func() (string, error)
-	}{
-		{"early mounts", func() (detail string, err error) {
-			if err := mount.All(runtimeMounts); err != nil {
-				return "", err
-			}
-			args, err = cmdline.Read()
-			return "devpts, shm, run", err
-		}},
-		{"load early kernel modules", loadModules},
-		// Before the system image: a trial boot that fails from here on
-		// reboots into the previous slot.
-		{"A/B update state", func() (detail string, err error) {
-			upd, detail, err = startUpdates(l, args)
-			return detail, err
-		}},
-		{"map and mount the system image (dm-verity)", func() (detail string, err error) {
-			system, sysImage, boot, detail, err = openSystemImage(args)
-			upd.Boot = boot
-			return detail, err
-		}},
-		{"switch root into the system image", func() (string, error) {
-			detail, err := switchRoot()
-			if board, v := imageRelease(); v != "" {
-				upd.Board, version = board, v
-				detail += fmt.Sprintf("; image version %s for board %s", v, board)
-			}
-			return detail, err
-		}},
-		{"verify the whole system image in the background", func() (string, error) {
-			imageBad = verifySystemImage(l, sysImage, system)
-			return fmt.Sprintf("%d MiB, reading %.0f%% of the time", sysImage.Size>>20, systemImagePace.Busy*100), nil
-		}},
-		{"cgroup2", setupCgroups},
-		// What this node is for. Without valid parameters it waits:
-		// nothing below may touch the disk on a guess.
-		{"read node parameters", func() (detail string, err error) {
-			params, detail, err = readParameters(args, boot)
-			registering = params != nil && params.Params.GetRegister() != nil
-			return detail, err
-		}},
-		{"TPM and measured boot", func() (detail string, err error) {
-			var events []eventlog.Event
-			firmware, events = firmwareMeasurements()
-			upd.Events = events
-			chip, keys, detail, err = measureBoot(l, params, system, firmware, upd)
-			if err == nil {
-				go checkPredictions(l, chip, boot, events)
-			}
-			return detail, err
-		}},
-		// Which disk is chosen here, once; enrolment uses the same one.
-		{"open data disk", func() (detail string, err error) {
-			if v, ok := args[haltArg]; ok {
-				if v == "hang" {
-					// A hang, as a test image needs one: the whole core
-					// stops (PID 1 keeps waiting for it).
-					l.Error(haltArg + "=hang on the kernel command line: the core stops here")
-					logs.Flush(3 * time.Second)
-					unix.Kill(os.Getpid(), unix.SIGSTOP)
-					// The stop reaches every thread, this one included,
-					// only when each is next interrupted (under TCG that
-					// took long enough for this step to fail and the
-					// trial to reboot by itself): wait for it here.
-					for {
-						time.Sleep(time.Hour)
-					}
-				}
-				return "", fmt.Errorf("%s=%s on the kernel command line: the image stops before it opens the data disk", haltArg, v)
-			}
-			diskCfg, volume, detail, err = openDataDisk(l, params, keys, chip, local, registering)
-			return detail, err
-		}},
-	}
-	for _, s := range steps {
-		t := time.Now()
-		detail, err := s.run()
-		if err != nil {
-			l.Error("boot step failed: "+s.name, "err", err)
-			if upd != nil && upd.Kind() == update.BootTrial {
-				closeDataVolume(l, local)
-				unix.Sync()
-				l.Error("trial boot of an update failed: rebooting into the previous slot")
-				l.Info("filesystems synced, handing over to PID 1", "action", "reboot")
-				return reaper.ExitReboot
-			}
-			l.Error("node halted: the boot cannot continue; power the node off, fix the cause and boot again")
-			return waitForPowerOff(logs)
-		}
-		l.Info(s.name, "detail", detail, "took", time.Since(t))
-		select {
-		case <-imageBad:
-			closeDataVolume(l, local)
-			unix.Sync()
-			l.Error(imageHaltedMessage)
-			return waitForPowerOff(logs)
-		default:
-		}
-	}
-	if args["plinth.bench"] == "storage" {
-		benchmarkStorage(l, diskCfg.Disk)
-	}
-	reportHardware(l)
-	return runNode(logs, l, &nodeState{params: params, local: local, keys: keys, chip: chip, disk: diskCfg, imageBad: imageBad, firmware: firmware, upd: upd, volume: volume})
-}
-
-// haltArg on the (measured) kernel command line stops the boot before the
-// data disk is opened: for images that must not join a cluster (a
-// debugging image; the update test's image that fails its trial boot).
-// "hang" stops the core process instead of failing the step.
-const haltArg = "plinth.halt"
-
-// nodeState is what the boot steps hand to the supervised node.
-type nodeState struct {
-	params *parameters.Loaded
-	local  *localstorage.Root
-	keys   datadisk.KeyProtector
-	chip   *tpm.TPM
-	disk   datadisk.Config
-	// imageBad: see verifySystemImage.
-	imageBad <-chan error
-	// firmware: what the firmware measured (an unmeasured boot is a
-	// problem in the node's status).
-	firmware measure.Firmware
-	// upd: A/B updates; volume: the data volume if init opened it (a
-	// registering node's is opened by enrolment).
-	upd    *update.Node
-	volume *datadisk.Result
-}
-
-// runNode runs the supervisor tree until a shutdown request, then stops
-// it, closes the data volume and returns PID 1's exit code.
-func runNode(logs *logtree.Tree, l *slog.Logger, n *nodeState) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	shutdown := make(chan int, 1)
-	requestShutdown := func(code int) {
-		select {
-		case shutdown <- code:
-		default:
-		}
-	}
-	netConfig, err := networkConfig(n.params)
-	if err != nil {
-		// Validated parameters cannot get here; keep DHCP rather than no network.
-		l.Error("static network configuration unusable, using DHCP", "err", err)
-	}
-	net := network.New(netConfig)
-	var (
-		sup   *supervisor.Supervisor
-		enrol *enrolment.Config
-		// volume is the open data volume, for an update's reseal.
-		volume atomic.Pointer[datadisk.Result]
-	)
-	roles := roleserver.New(roleserver.Config{
-		StorageRoot:  n.local,
-		Network:      net,
-		LogTree:      logs,
-		BootProblems: unmeasuredProblem(n.firmware),
-		Version:      version,
-		BootTime:     bootTime(),
-		HostsPath:    "/run/hosts",
-		Power: func(reboot bool) {
-			if reboot {
-				requestShutdown(reaper.ExitReboot)
-			} else {
-				requestShutdown(reaper.ExitPowerOff)
-			}
-		},
-		Runnables:  func() []supervisor.Status { return sup.Snapshot() },
-		ResolvConf: "/run/resolv.conf",
-		LoadKubernetesModules: func() error {
-			loaded, _, err := kmod.LoadList(moduleDir(), layout.KubernetesModuleLoadList)
-			if err == nil {
-				l.Info("Kubernetes kernel modules loaded", "modules", len(loaded))
-			}
-			return err
-		},
-		StopPods:         kubernetes.StopPods,
-		LocalClusterKey:  func(keep bool) error { return enrol.KeepClusterKeyLocally(keep) },
-		CuratorEndpoints: n.params.Params.GetRegister().GetCuratorEndpoints(),
-		Updates:          n.upd,
-		DirectoryChanged: func(d *clusterpb.ClusterDirectory) error { return enrol.UpdateDirectory(d) },
-	})
-	enrol = &enrolment.Config{
-		Parameters: n.params.Params,
-		Root:       n.local,
-		Keys:       n.keys,
-		TPMUsage:   tpmUsage(n.chip),
-		Disk:       n.disk,
-		VolumeOpened: func(r *datadisk.Result) error {
-			volume.Store(r)
-			_, err := volumeOpened(l, n.chip, n.local, r)
-			return err
-		},
-		Network:    net,
-		RoleServer: roles,
-		Version:    version,
-		BootTime:   bootTime(),
-	}
-	if n.volume != nil {
-		volume.Store(n.volume)
-	}
-	if n.chip != nil {
-		n.upd.Reseal = func() error {
-			v := volume.Load()
-			if v == nil {
-				return errors.New("the data volume is not open yet")
-			}
-			if err := v.ResealNodeKey(n.keys); err != nil {
-				return err
-			}
-			return enrol.Reseal()
-		}
-	}
-	watchTrial(l, n.upd, func() { requestShutdown(reaper.ExitReboot) })
-	sup = supervisor.New(ctx, logs, func(ctx context.Context) error {
-		for _, r := range []struct {
-			name string
-			run  supervisor.Runnable
-		}{
-			{"power", power.WatchButton(func() { requestShutdown(reaper.ExitPowerOff) })},
-			{"network", net.Run},
-			{"enrolment", enrol.Run},
-			{"roleserver", roles.Run},
-		} {
-			if err := supervisor.Run(ctx, r.name, r.run); err != nil {
-				return err
-			}
-		}
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}, supervisor.Options{})
-	go reportReadiness(ctx, l, sup)
-	go confirmWhenReady(ctx, l, sup, n.upd, n.disk.Disk)
-
-	code, corrupt := waitForShutdownRequest(l, shutdown, n.imageBad)
-	if corrupt != nil {
-		l.Error("halting: the system image is corrupt; stopping all runnables")
-	} else {
-		l.Info("shutting down: stopping all runnables")
-	}
-	cancel()
-	stopped := make(chan struct{})
-	go func() { sup.Wait(); close(stopped) }()
-	select {
-	case <-stopped:
-		l.Info("all runnables stopped")
-	case <-time.After(15 * time.Second):
-		l.Error("runnables still running after 15s, going down anyway", "still", notStopped(sup))
-	}
-	closeDataVolume(l, n.local)
-	unix.Sync()
-	if corrupt != nil {
-		l.Error(imageHaltedMessage)
-		return waitForPowerOff(logs)
-	}
-	l.Info("filesystems synced, handing over to PID 1", "action", map[int]string{reaper.ExitPowerOff: "power off", reaper.ExitReboot: "reboot"}[code])
-	return code
+	return logs
 }
 
 func closeDataVolume(l *slog.Logger, local *localstorage.Root) {
@@ -391,45 +104,49 @@ func loadModules() (string, error) {
 
 // openSystemImage maps the system image through dm-verity and mounts it.
 // Every block a process reads is checked against the root hash from the
-// (measured) command line; verifySystemImage reads the rest. In a disk
+// (measured) command line; watchSystemImage reads the rest. In a disk
 // boot (plinth.slot= in the UKI's command line) the image is the slot's
 // partition on the disk the UKI came from; otherwise it is the file in
-// the initramfs. boot is that disk, also when the UKI came from a disk
-// without naming a slot, nil when the node did not boot from a disk.
-func openSystemImage(args map[string]string) (p verity.Params, r *sysimage.Result, boot *bootdisk.Boot, detail string, err error) {
-	raw, ok := args["plinth.verity"]
+// the initramfs. b.bootDisk is that disk, also when the UKI came from a
+// disk without naming a slot, nil when the node did not boot from a disk.
+func (b *boot) openSystemImage() (string, error) {
+	raw, ok := b.args["plinth.verity"]
 	if !ok {
-		return p, nil, nil, "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
+		return "", errors.New("no plinth.verity= on the kernel command line: refusing to use an unverified system image")
 	}
-	if p, err = verity.ParseParams(raw); err != nil {
-		return p, nil, nil, "", err
+	p, err := verity.ParseParams(raw)
+	if err != nil {
+		return "", err
 	}
-	slot := args[layout.SlotArg]
+	slot := b.args[layout.SlotArg]
 	if slot != "" && slot != "a" && slot != "b" {
-		return p, nil, nil, "", fmt.Errorf("%s=%q on the kernel command line: want a or b", layout.SlotArg, slot)
+		return "", fmt.Errorf("%s=%q on the kernel command line: want a or b", layout.SlotArg, slot)
 	}
-	if boot, err = findBootDisk(slot); err != nil {
-		return p, nil, nil, "", err
+	disk, err := findBootDisk(slot)
+	if err != nil {
+		return "", err
 	}
 	source, where := "/"+layout.SystemImagePath, "the initramfs"
 	if slot != "" {
-		if source, _, err = boot.Slot(slot); err != nil {
-			return p, nil, nil, "", err
+		if source, _, err = disk.Slot(slot); err != nil {
+			return "", err
 		}
 		where = "slot " + slot
 	}
-	if r, err = sysimage.Open(source, p); err != nil {
-		return p, nil, nil, "", err
+	r, err := sysimage.Open(source, p)
+	if err != nil {
+		return "", err
 	}
 	if err := sysimage.Mount(r.Device, "/newroot", "squashfs"); err != nil {
 		// dm-verity refused a block the mount read: say which, and that
 		// it is the image, not the node.
 		if _, verr := sysimage.Verify(context.Background(), r.Device, r.Size, sysimage.Pace{Busy: 1}); errors.Is(verr, sysimage.ErrTampered) {
-			return p, nil, nil, "", fmt.Errorf("the system image in %s does not match its root hash (tampered or corrupt; nothing else on the disk was touched): %w", where, verr)
+			return "", fmt.Errorf("the system image in %s does not match its root hash (tampered or corrupt; nothing else on the disk was touched): %w", where, verr)
 		}
-		return p, nil, nil, "", err
+		return "", err
 	}
-	return p, r, boot, fmt.Sprintf("%s on %s (%s), %d MiB, root hash %x: every block is checked when read", r.Device, r.Loop, where, r.Size>>20, p.RootHash), nil
+	b.system, b.image, b.bootDisk = p, r, disk
+	return fmt.Sprintf("%s on %s (%s), %d MiB, root hash %x: every block is checked when read", r.Device, r.Loop, where, r.Size>>20, p.RootHash), nil
 }
 
 // findBootDisk returns the flashed disk the UKI was loaded from (or, for
@@ -458,13 +175,13 @@ var systemImagePace = sysimage.Pace{Chunk: 1 << 20, Busy: 0.25}
 // imageHaltedMessage ends a node whose system image failed verification.
 const imageHaltedMessage = "node halted: the system image does not match its root hash (tampered or corrupt); power the node off and boot a good image"
 
-// verifySystemImage reads the whole system image in the background, so
+// watchSystemImage reads the whole system image in the background, so
 // that a tampered block is found even if nothing reads it for a long time
 // (dm-verity already refuses it to any reader). The returned channel
 // receives if a block does not match: the core then stops everything and
 // halts, as for a failed boot step. An error that says nothing about the
 // image (it could not be opened for reading) is logged, not halted for.
-func verifySystemImage(l *slog.Logger, r *sysimage.Result, p verity.Params) <-chan error {
+func watchSystemImage(l *slog.Logger, r *sysimage.Result, p verity.Params) <-chan error {
 	bad := make(chan error, 1)
 	go func() {
 		v, err := sysimage.Verify(context.Background(), r.Device, r.Size, systemImagePace)
@@ -482,7 +199,9 @@ func verifySystemImage(l *slog.Logger, r *sysimage.Result, p verity.Params) <-ch
 	return bad
 }
 
-func switchRoot() (string, error) {
+// enterSystemImage switches root into the mounted system image and
+// mounts what the node needs there.
+func enterSystemImage() (string, error) {
 	if err := mount.SwitchRoot("/newroot", layout.MovedMounts); err != nil {
 		return "", err
 	}

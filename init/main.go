@@ -4,7 +4,9 @@
 //
 //	PID 1  (reaper.Run)   mounts /proc /sys /dev, starts itself again as the core,
 //	                      reaps orphans, forwards signals, powers off / reboots.
-//	core   (bootCore)     everything else, in the order of core.go.
+//	core   (bootCore)     everything else: the boot steps (boot.go, type boot:
+//	                      each step's inputs and outputs are its fields),
+//	                      then the supervised node (node.go).
 package main
 
 import (

@@ -15,16 +15,12 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
-	"plinth.dev/plinth/platform/blockdev"
-	"plinth.dev/plinth/platform/bootdisk"
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/measure"
 	"plinth.dev/plinth/platform/network"
 	datadisk "plinth.dev/plinth/platform/storage"
 	"plinth.dev/plinth/platform/tpm"
-	"plinth.dev/plinth/platform/update"
-	"plinth.dev/plinth/platform/verity"
 	"plinth.dev/plinth/roleserver/localstorage"
 	"plinth.dev/plinth/roleserver/parameters"
 )
@@ -37,52 +33,70 @@ const espMount = layout.ESPMount
 
 // readParameters reads the node parameters from fw_cfg, the boot disk's
 // ESP (if the node booted from a disk) or the command line, in that order.
-func readParameters(args map[string]string, boot *bootdisk.Boot) (*parameters.Loaded, string, error) {
-	src := parameters.Sources{Cmdline: args}
-	if boot != nil {
+func (b *boot) readParameters() (string, error) {
+	src := parameters.Sources{Cmdline: b.args}
+	if disk := b.bootDisk; disk != nil {
 		if err := os.MkdirAll(espMount, 0o700); err != nil {
-			return nil, "", err
+			return "", err
 		}
-		if err := unix.Mount(boot.ESPDevice(), espMount, "vfat", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return nil, "", fmt.Errorf("mounting the boot disk's ESP %s: %w", boot.ESPDevice(), err)
+		if err := unix.Mount(disk.ESPDevice(), espMount, "vfat", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return "", fmt.Errorf("mounting the boot disk's ESP %s: %w", disk.ESPDevice(), err)
 		}
 		defer unix.Unmount(espMount, 0)
 		src.ESPDir = espMount
 	}
 	p, err := parameters.Read(src)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	parameters.Defaults(p.Params)
+	b.params, b.registering = p, p.Params.GetRegister() != nil
 	kind := "bootstrap a new cluster"
 	if p.Params.GetRegister() != nil {
 		kind = "register with a cluster"
 	}
-	return p, fmt.Sprintf("from %s (%d bytes, sha256 %x): %s, TPM %s, storage %s/%s", p.Source, len(p.Raw), p.SHA256[:8],
+	return fmt.Sprintf("from %s (%d bytes, sha256 %x): %s, TPM %s, storage %s/%s", p.Source, len(p.Raw), p.SHA256[:8],
 		kind, p.Params.GetTpm().GetPolicy(), p.Params.GetStorage().GetSecurity(), p.Params.GetStorage().GetFilesystem()), nil
 }
 
-// measureBoot opens the TPM, measures the parameters and system image
-// into PCR 15 and returns the node's key protector. fw is what the
+// measureBoot finds what the firmware measured, opens the TPM and
+// measures the parameters and system image into it (openTPM), and tells
+// the update side about the running slot (describeSlot). The live PCRs
+// are checked against the UKI's predictions beside the boot.
+func (b *boot) measureBoot() (string, error) {
+	b.firmware, b.events = firmwareMeasurements()
+	detail, err := b.openTPM()
+	if err != nil {
+		return "", err
+	}
+	go checkPredictions(b.l, b.chip, b.bootDisk, b.events)
+	b.describeSlot()
+	return detail, nil
+}
+
+// openTPM opens the TPM, measures the parameters and system image into
+// PCR 15 and sets the node's key protector. b.firmware is what the
 // firmware measured: on an unmeasured boot the protector creates no new
 // sealed key unless the parameters allow it (existing keys still open).
-func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw measure.Firmware, upd *update.Node) (*tpm.TPM, datadisk.KeyProtector, string, error) {
+func (b *boot) openTPM() (string, error) {
+	p, fw := b.params, b.firmware
 	if gap := fw.Gap(); gap != "" {
-		l.Warn("unmeasured boot: " + gap)
+		b.l.Warn("unmeasured boot: " + gap)
 	}
 	if p.Params.GetTpm().GetPolicy() == nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT {
-		l.Warn("TPM disabled for development by the node parameters: the data disk key is NOT protected; never use this for a real node")
-		return nil, measure.InsecureKeys{}, "no TPM used", nil
+		b.l.Warn("TPM disabled for development by the node parameters: the data disk key is NOT protected; never use this for a real node")
+		b.keys = measure.InsecureKeys{}
+		return "no TPM used", nil
 	}
 	chip, err := tpm.Open()
 	if errors.Is(err, tpm.ErrNoTPM) {
-		return nil, nil, "", errors.New("the node parameters require a TPM and this machine has none (for development only, set the TPM policy to disabled)")
+		return "", errors.New("the node parameters require a TPM and this machine has none (for development only, set the TPM policy to disabled)")
 	}
 	if err != nil {
-		return nil, nil, "", err
+		return "", err
 	}
-	if err := measure.Boot(chip, p.SHA256, system.RootHash); err != nil {
-		return nil, nil, "", err
+	if err := measure.Boot(chip, p.SHA256, b.system.RootHash); err != nil {
+		return "", err
 	}
 	var pcrs []int
 	for _, n := range p.Params.GetTpm().GetSealPcrs() {
@@ -95,11 +109,10 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw 
 	// unseal at the next one.
 	v, err := chip.ReadPCRs(pcrs)
 	if err != nil {
-		return nil, nil, "", err
+		return "", err
 	}
 	// While an update is pending, keys seal to the other slot's PCRs too.
-	keys := measure.TPMKeys{TPM: chip, PCRs: pcrs, Expected: v, Other: upd.Other}
-	upd.SealPCRs, upd.Current, upd.ParametersDigest = pcrs, v, p.SHA256
+	keys := measure.TPMKeys{TPM: chip, PCRs: pcrs, Expected: v, Other: b.updates.Other}
 	firmware := "firmware measured the UKI"
 	if !fw.Measured() {
 		firmware = "unmeasured boot, new keys allowed by tpm.allow_unmeasured_boot"
@@ -108,33 +121,39 @@ func measureBoot(l *slog.Logger, p *parameters.Loaded, system verity.Params, fw 
 			firmware = "unmeasured boot: existing keys open, no new key is sealed"
 		}
 	}
-	return chip, keys, fmt.Sprintf("%s: parameters and system image measured, PCR %d = %x…, keys sealed to PCRs %v; %s",
+	b.chip, b.keys, b.sealed = chip, keys, sealedTo{pcrs: pcrs, current: v, parameters: p.SHA256}
+	return fmt.Sprintf("%s: parameters and system image measured, PCR %d = %x…, keys sealed to PCRs %v; %s",
 		chip.Name(), measure.PCR, v[measure.PCR][:8], pcrs, firmware), nil
 }
 
 // openDataDisk chooses the data disk — once per boot: enrolment's Peek,
-// UpdateEnrolment and Open get this choice in the returned Config.Disk —
-// and opens it, unless the node registers: its volume key needs the
-// cluster unlock key, so enrolment opens the volume once the network is up.
-func openDataDisk(l *slog.Logger, p *parameters.Loaded, keys datadisk.KeyProtector, chip *tpm.TPM, root *localstorage.Root, registering bool) (datadisk.Config, *datadisk.Result, string, error) {
-	cfg, err := dataDiskConfig(l, p, keys, root)
-	if err != nil {
-		return cfg, nil, "", err
+// UpdateEnrolment and Open get this choice in b.disk.Disk — and opens it,
+// unless the node registers: its volume key needs the cluster unlock key,
+// so enrolment opens the volume once the network is up. An image built
+// to stop before this step does so here (haltBeforeDataDisk).
+func (b *boot) openDataDisk() (string, error) {
+	if err := b.haltBeforeDataDisk(); err != nil {
+		return "", err
 	}
-	disk, err := datadisk.FindDataDisk(context.Background(), p.Params.GetStorage().GetDataDisk(), l)
+	cfg, err := dataDiskConfig(b.l, b.params, b.keys, b.local)
 	if err != nil {
-		return cfg, nil, "", err
+		return "", err
+	}
+	disk, err := datadisk.FindDataDisk(context.Background(), b.params.Params.GetStorage().GetDataDisk(), b.l)
+	if err != nil {
+		return "", err
 	}
 	cfg.Disk = disk.Path
-	if registering {
-		return cfg, nil, disk.String() + "; opening deferred: this node's volume key needs the cluster unlock key, which enrolment fetches once the network is up", nil
+	b.disk = cfg
+	if b.registering {
+		return disk.String() + "; opening deferred: this node's volume key needs the cluster unlock key, which enrolment fetches once the network is up", nil
 	}
 	r, err := datadisk.Open(context.Background(), cfg)
 	if err != nil {
-		return cfg, nil, "", err
+		return "", err
 	}
-	detail, err := volumeOpened(l, chip, root, r)
-	return cfg, r, detail, err
+	b.volume = r
+	return volumeOpened(b.l, b.chip, b.local, r)
 }
 
 // dataDiskConfig places the local storage tree and says how to open the
@@ -239,33 +258,6 @@ func countBoot(l *slog.Logger, root *localstorage.Root) (string, error) {
 	}
 	l.Info("boot counter", "count", n)
 	return f.Path(), nil
-}
-
-// benchmarkStorage runs only when the kernel command line asks for it
-// (plinth.bench=storage, set by `make bench`): it measures dm-crypt
-// against the raw disk on a second disk, which the benchmark provides as
-// scratch space, and never on the data disk.
-func benchmarkStorage(l *slog.Logger, dataDisk string) {
-	disks, err := blockdev.Disks()
-	var scratch string
-	for _, d := range disks {
-		if d.Path != dataDisk && scratch == "" {
-			scratch = d.Path
-		}
-	}
-	if err != nil || scratch == "" || dataDisk == "" {
-		l.Error("storage benchmark needs a second (scratch) disk besides the data disk", "err", err)
-		return
-	}
-	const size = 128 << 20
-	r, err := datadisk.BenchmarkCrypt(scratch, size)
-	if err != nil {
-		l.Error("storage benchmark", "err", err)
-		return
-	}
-	l.Info("storage benchmark", "disk", scratch, "bytes", size,
-		"raw_write_mbps", fmt.Sprintf("%.1f", r.Raw.WriteMBps), "raw_read_mbps", fmt.Sprintf("%.1f", r.Raw.ReadMBps),
-		"crypt_write_mbps", fmt.Sprintf("%.1f", r.Crypt.WriteMBps), "crypt_read_mbps", fmt.Sprintf("%.1f", r.Crypt.ReadMBps))
 }
 
 // networkConfig turns the parameters' network section into the network

@@ -19,10 +19,11 @@ import (
 
 // The node's side of an A/B update (platform/update), step by step:
 //
-//	update state   (before the system image)  efivarfs: PlinthUpdate ─► normal / trial / rolled back
-//	system image   the slot's partition        ─► upd.Boot
-//	measured boot  keys.Other = upd.Other      ─► keys open on either slot while an update is pending
-//	data volume    ─► upd.Reseal (node unlock key + join state, with the kept keys)
+//	update state   (before the system image)  efivarfs: PlinthUpdate ─► normal / trial / rolled back (boot.updates)
+//	system image   the slot's partition        ─► boot.bootDisk
+//	measured boot  keys.Other = upd.Other      ─► keys open on either slot while an update is pending;
+//	               describeSlot                ─► upd.Boot, Board, Events, SealPCRs, Current, ParametersDigest
+//	running node   ─► upd.Reseal (node unlock key + join state, with the kept keys)
 //	platform ready ─► upd.Healthy: a trial boot is confirmed; stale seals dropped
 //	a failed step on a trial boot ─► reboot: the firmware boots the old slot (BootNext is spent)
 
@@ -34,35 +35,37 @@ const trialDeadline = 20 * time.Minute
 // startUpdates reads the update state before anything else is mapped and
 // settles it for this boot (update.Settle): this boot is normal, the
 // trial of a new slot, or the old slot after an update failed.
-func startUpdates(l *slog.Logger, args map[string]string) (*update.Node, string, error) {
-	slot := args[layout.SlotArg]
+func (b *boot) startUpdates() (string, error) {
+	l := b.l
+	slot := b.args[layout.SlotArg]
 	n := &update.Node{Running: slot, Store: efivar.Store{Dir: efivar.Dir}, Log: l}
+	b.updates = n
 	if slot == "" || !bootdisk.UEFI() {
-		return n, "no system slots (not booted from a flashed disk): updates are a new boot image", nil
+		return "no system slots (not booted from a flashed disk): updates are a new boot image", nil
 	}
 	if err := bootdisk.MountEFIVars(); err != nil {
-		return n, "", err
+		return "", err
 	}
 	kind, failed, err := n.Start(time.Now())
 	if err != nil {
 		// The boot goes on: a variable store that cannot be read or
 		// written must not keep the node from running.
 		l.Error("update state: the UEFI variable could not be read or written", "err", err)
-		return n, "slot " + slot + ", update state unavailable", nil
+		return "slot " + slot + ", update state unavailable", nil
 	}
 	switch kind {
 	case update.BootTrial:
 		st := n.Status()
-		return n, fmt.Sprintf("slot %s: trial boot of version %s; it becomes permanent when the node is healthy, a failure boots the previous slot%s", slot, st.Pending.Version, armTrialWatchdog(l, n)), nil
+		return fmt.Sprintf("slot %s: trial boot of version %s; it becomes permanent when the node is healthy, a failure boots the previous slot%s", slot, st.Pending.Version, armTrialWatchdog(l, n)), nil
 	case update.BootRolledBack:
 		l.Error("update failed", "version", failed.Version, "slot", failed.Slot, "reason", failed.Reason)
-		return n, fmt.Sprintf("slot %s: the update to version %s FAILED (see above); this slot runs as before", slot, failed.Version), nil
+		return fmt.Sprintf("slot %s: the update to version %s FAILED (see above); this slot runs as before", slot, failed.Version), nil
 	}
 	if p := n.Status().Pending; p != nil {
 		// Staged: kept across this boot until activated or cancelled.
-		return n, fmt.Sprintf("slot %s; version %s is staged in slot %s: it boots when activated", slot, p.Version, p.To), nil
+		return fmt.Sprintf("slot %s; version %s is staged in slot %s: it boots when activated", slot, p.Version, p.To), nil
 	}
-	return n, "slot " + slot + ", no update pending", nil
+	return "slot " + slot + ", no update pending", nil
 }
 
 // imageRelease reads the board and version of the running system image

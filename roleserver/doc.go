@@ -53,30 +53,46 @@
 // Each runnable that Service.Run starts is a worker: a type in its own
 // file (worker_<runnable>.go) whose fields are its named inputs and
 // outputs, and whose run method is the runnable. Run builds them from the
-// Service's values. State that several workers share is a small type
-// with its own lock, handed to each as a field: problems (the node's
-// ongoing problems, in its status), resolverEndpoints (the resolver's
-// curator endpoints), rolesFile (/data/node/roles and its retried
-// writes), hostsFile (HostsPath and its cache) and directorySaver
-// (Config.DirectoryChanged). The values between the workers:
+// Service's values, then runs the curator connection (workerCurator)
+// itself: it lives as long as the Role Server. State that several
+// workers share is a small type with its own lock, handed to each as a
+// field: problems (the node's ongoing problems, in its status),
+// resolverEndpoints (the resolver's curator endpoints), rolesFile
+// (/data/node/roles and its retried writes), hostsFile (HostsPath and its
+// cache) and clusterKeyRequests (the ClusterKey requests, clusterkey.go).
+// The supervisor's runnables (in the node's status, crash loops as
+// problems) come through each worker's own context
+// (supervisor.Snapshot). The values between the workers:
 //
 //	runnable      type                inputs                           outputs
 //	controlplane  workerControlPlane  node, Credentials, Roles,        ControlPlane (children consensus,
-//	                                  addresses, status                curator), hostsFile, cluster key;
+//	                                  addresses, status                curator), hostsFile, ClusterKey
+//	                                                                   (keep, answered before etcd);
 //	                                                                   bootstrap: Credentials, Roles, rolesFile
 //	nodemgmt      workerNodeMgmt      Credentials, LogTree, status,    NodeManagement API, Power
-//	                                  Runnables, CuratorConnection
+//	                                  runnables, CuratorConnection
 //	                                  (Update: the release keys)
 //	rolefetch     workerRoleFetch     node, CuratorConnection          Roles, rolesFile (→ problems),
-//	                                                                   cluster key
+//	                                                                   ClusterKey (drop)
 //	statuspush    workerStatusPush    node, CuratorConnection,         the node's status at the curator
 //	                                  addresses, status (← problems)
 //	heartbeat     workerHeartbeat     CuratorConnection                heartbeats, Resolver.Recheck,
 //	                                                                   cluster CRL (acceptCRL)
 //	hosts         workerHosts         node, CuratorConnection          hostsFile, resolverEndpoints,
-//	                                                                   directorySaver, kubernetesControllers
+//	                                                                   Directory, kubernetesControllers
 //	kubernetes    workerKubernetes    node, Roles, ControlPlane,       children controller and worker,
 //	                                  CuratorConnection, address,      KubernetesStatus
 //	                                  kubernetesControllers
-//	(Run itself)                      node, Credentials, ControlPlane  CuratorConnection, resolverEndpoints
+//	(Run itself)  workerCurator       node, Credentials, ControlPlane  CuratorConnection, resolverEndpoints
+//
+// # Enrolment
+//
+// Enrolment (roleserver/enrolment) is built with the Role Server; the
+// Role Server never calls it. Enrolment calls Provide*Data, and watches
+// two values the Role Server publishes for it (answering a ClusterKey
+// request on the request itself):
+//
+//	Directory   the curators as the cluster lists them (hosts)  → sealed into the join state
+//	ClusterKey  keep (controlplane, a member, before etcd) or   → the cluster unlock key sealed
+//	            drop (rolefetch, the curator's roles)             locally or removed; Done(err)
 package roleserver

@@ -4,21 +4,16 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
-	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/logtree"
@@ -54,15 +49,9 @@ type Config struct {
 	// Power reboots (true) or powers off (false) the node, for
 	// NodeManagement.Reboot/PowerOff. nil: those RPCs fail.
 	Power func(reboot bool)
-	// Runnables returns the supervisor's state, for NodeManagement.Status
-	// (typically (*supervisor.Supervisor).Snapshot).
-	Runnables func() []supervisor.Status
 	// CuratorEndpoints (host:port, from the node parameters) seed the
 	// curator resolver next to the cluster directory.
 	CuratorEndpoints []string
-	// DirectoryChanged, if set, is given the curators' directory whenever
-	// it changes (see enrolment.Config.UpdateDirectory).
-	DirectoryChanged func(*clusterpb.ClusterDirectory) error
 	// ResolvConf is the node's resolver configuration (default
 	// /run/resolv.conf), for Kubernetes' DNS server and pods.
 	ResolvConf string
@@ -73,10 +62,6 @@ type Config struct {
 	// running (kubernetes.StopPods), on a node without the
 	// KubernetesWorker role (nil: nothing is stopped, e.g. in tests).
 	StopPods func() (int, error)
-	// LocalClusterKey, if set, is called with true before this node starts
-	// etcd as a consensus member and with false when it is not one: see
-	// enrolment.Config.KeepClusterKeyLocally.
-	LocalClusterKey func(keep bool) error
 	// Updates installs A/B updates (NodeManagement.Update) and reports
 	// the node's slot and updates in its status; nil: Update fails.
 	Updates Updater
@@ -205,6 +190,22 @@ type Service struct {
 	// (nodes with the KubernetesController role).
 	KubernetesStatus memory.Value[*kubernetes.Status]
 
+	// For enrolment, which keeps the node's sealed join state (a
+	// registered node's) in step with the cluster:
+	//
+	// Directory is the cluster's curators (its consensus members, sorted
+	// by node ID) as the hosts worker last saw them, every time it sees
+	// them; nil before. Sealed into the join state, it lets the node find
+	// the cluster after a reboot even when the curators it registered
+	// with have moved.
+	Directory memory.Value[*clusterpb.ClusterDirectory]
+	// ClusterKey is the latest request to keep or drop the cluster unlock
+	// key sealed locally (clusterkey.go); nil before the first. Something
+	// must answer every request: the controlplane waits for the answer
+	// before it starts etcd. enrolment.Service does; tests answer
+	// themselves.
+	ClusterKey memory.Value[*ClusterKeyRequest]
+
 	// kubernetesControllers are the API servers the cluster lists, for
 	// the Kubernetes worker's local proxy.
 	kubernetesControllers memory.Value[[]string]
@@ -213,11 +214,11 @@ type Service struct {
 
 	// State shared by workers (and kept across restarts of Run), each
 	// with its own lock.
-	problems  problems
-	endpoints resolverEndpoints
-	rolesFile rolesFile
-	hosts     hostsFile
-	directory directorySaver
+	problems   problems
+	endpoints  resolverEndpoints
+	rolesFile  rolesFile
+	hosts      hostsFile
+	clusterKey clusterKeyRequests
 }
 
 // New makes a Role Server; nothing runs until Run and a Provide*Data call.
@@ -234,7 +235,7 @@ func New(c Config) *Service {
 		s.rolesFile.beforeWrite, s.rolesFile.retryEvery = c.knobs.saveRoles, c.knobs.retryInterval
 	}
 	s.hosts = hostsFile{path: c.HostsPath, root: c.StorageRoot, addresses: s.addresses}
-	s.directory = directorySaver{save: c.DirectoryChanged}
+	s.clusterKey = clusterKeyRequests{value: &s.ClusterKey}
 	// Every value starts set (to nil where unknown), so that get never
 	// blocks; wait filters for non-nil.
 	s.Roles.Set(nil)
@@ -244,6 +245,8 @@ func New(c Config) *Service {
 	s.KubernetesStatus.Set(nil)
 	s.kubernetesControllers.Set(nil)
 	s.node.Set(nil)
+	s.Directory.Set(nil)
+	s.ClusterKey.Set(nil)
 	return s
 }
 
@@ -316,31 +319,13 @@ func (s *Service) loadRoles() {
 	s.Roles.Set(roles)
 }
 
-// keepClusterKeyLocally tells enrolment whether this node must be able to
-// open its data volume without the cluster: a consensus member must, or a
-// cluster whose members all reboot could never start again (each would
-// wait for a curator that needs the others). Kept before etcd starts, so a
-// member never runs without it; dropped only when the curator's roles say
-// so (the rolefetch worker's setRoles), never on a guess from local
-// files.
-func (c *Config) keepClusterKeyLocally(member bool) error {
-	if c.LocalClusterKey == nil {
-		return nil
-	}
-	if err := c.LocalClusterKey(member); err != nil {
-		return fmt.Errorf("sealing the cluster unlock key locally: %w", err)
-	}
-	return nil
-}
-
 // Run is the Role Server's supervised runnable: it starts the workers
-// (see the package documentation), then builds the curator connection
-// once the node has credentials.
+// (see the package documentation), then runs the curator connection
+// (workerCurator) itself.
 func (s *Service) Run(ctx context.Context) error {
 	if s.StorageRoot == nil {
 		return errors.New("roleserver: Config.StorageRoot is required")
 	}
-	log := supervisor.Logger(ctx)
 	for _, w := range []struct {
 		name string
 		fn   supervisor.Runnable
@@ -350,16 +335,16 @@ func (s *Service) Run(ctx context.Context) error {
 			addresses: s.waitAddresses, status: s.status,
 			consensusTuning: s.consensusTuning(), curatorSettings: s.curatorSettings(),
 			controlPlane: &s.ControlPlane, rolesFile: &s.rolesFile, hosts: &s.hosts,
-			keepClusterKey: s.keepClusterKeyLocally,
+			clusterKey: &s.clusterKey,
 		}).run},
 		{"nodemgmt", (&workerNodeMgmt{
 			credentials: &s.Credentials, listen: s.listenAddress(s.nodeMgmtPort()),
-			logTree: s.LogTree, status: s.status, runnables: s.Runnables, power: s.Power, updates: s.Updates,
+			logTree: s.LogTree, status: s.status, power: s.Power, updates: s.Updates,
 			curator: &s.CuratorConnection,
 		}).run},
 		{"rolefetch", (&workerRoleFetch{
 			node: &s.node, curator: &s.CuratorConnection,
-			roles: &s.Roles, rolesFile: &s.rolesFile, keepClusterKey: s.keepClusterKeyLocally,
+			roles: &s.Roles, rolesFile: &s.rolesFile, clusterKey: &s.clusterKey,
 		}).run},
 		{"statuspush", (&workerStatusPush{
 			node: &s.node, curator: &s.CuratorConnection, addresses: s.waitAddresses, status: s.status,
@@ -369,7 +354,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}).run},
 		{"hosts", (&workerHosts{
 			node: &s.node, curator: &s.CuratorConnection, curatorPort: s.curatorPort(),
-			hosts: &s.hosts, endpoints: &s.endpoints, directory: &s.directory, controllers: &s.kubernetesControllers,
+			hosts: &s.hosts, endpoints: &s.endpoints, directory: &s.Directory, controllers: &s.kubernetesControllers,
 		}).run},
 		{"kubernetes", (&workerKubernetes{
 			root: s.StorageRoot, node: &s.node, roles: &s.Roles, controlPlane: &s.ControlPlane,
@@ -383,232 +368,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-
-	if get(&s.node) == nil {
-		log.Info("waiting for cluster enrolment (bootstrap, register or join)")
-	}
-	nd, err := wait(ctx, &s.node)
-	if err != nil {
-		return err
-	}
-	log.Info("node identity known", "node", nd.nodeID)
-	creds, err := wait(ctx, &s.Credentials)
-	if err != nil {
-		return err
-	}
-	res := rpc.NewResolver(log, func() credentials.TransportCredentials {
-		return credentials.NewTLS(creds.ClientTLSConfig(identity.ServerCurator))
-	})
-	defer res.Close()
-	// The directory saved at registration first, then the parameters'
-	// endpoints: the directory may name only curators that have since
-	// moved or lost the role.
-	s.endpoints.update(res, func(e *curatorEndpoints) {
-		e.directory = s.directoryEndpoints(nd.directory)
-		e.fallback = s.CuratorEndpoints
-	})
-	conn, err := res.Dial()
-	if err != nil {
-		return fmt.Errorf("roleserver: curator connection: %w", err)
-	}
-	defer conn.Close()
-	s.CuratorConnection.Set(&CuratorConnection{Credentials: creds, Resolver: res, Conn: conn})
-	defer s.CuratorConnection.Set(nil)
-
-	// The local curator is an endpoint while it runs.
-	w := s.ControlPlane.Watch()
-	defer w.Close()
-	var logged string
-	for {
-		cp, err := w.Get(ctx)
-		if err != nil {
-			return err
-		}
-		s.endpoints.update(res, func(e *curatorEndpoints) {
-			e.local = ""
-			if cp != nil && cp.Running {
-				e.local = s.localCurator()
-			}
-		})
-		if eps := fmt.Sprint(res.Endpoints()); eps != logged {
-			log.Info("looking for the curator leader", "endpoints", eps)
-			logged = eps
-		}
-	}
-}
-
-// directoryEndpoints are the curator endpoints of a directory.
-func (s *Service) directoryEndpoints(dir *clusterpb.ClusterDirectory) []string {
-	var out []string
-	for _, n := range dir.GetNodes() {
-		for _, a := range n.GetAddresses() {
-			out = append(out, net.JoinHostPort(a, strconv.Itoa(s.curatorPort())))
-		}
-	}
-	return out
-}
-
-var nonNilRoles = event.Filter(func(r *clusterpb.NodeRoles) bool { return r != nil })
-
-// wait returns the first non-nil value of v.
-func wait[T any](ctx context.Context, v *memory.Value[*T]) (*T, error) {
-	w := v.Watch()
-	defer w.Close()
-	return w.Get(ctx, event.Filter(func(t *T) bool { return t != nil }))
-}
-
-// get returns the current value of v. New sets every value, so this
-// never blocks.
-func get[T any](v *memory.Value[*T]) *T { return current(v) }
-
-// current returns the current value of v (set at New, so it never blocks).
-func current[T any](v *memory.Value[T]) T {
-	w := v.Watch()
-	defer w.Close()
-	t, _ := w.Get(context.Background())
-	return t
-}
-
-// addresses are the node's current addresses, most preferred first.
-func (s *Service) addresses() []string {
-	if s.knobs != nil && s.knobs.addresses != nil {
-		return append([]string(nil), s.knobs.addresses...)
-	}
-	if s.Network == nil {
-		return nil
-	}
-	st, ok := s.Network.Status()
-	if !ok || !st.Address.IsValid() {
-		return nil
-	}
-	return []string{st.Address.Addr().String()}
-}
-
-// waitAddresses blocks until the node has an address.
-func (s *Service) waitAddresses(ctx context.Context) ([]string, error) {
-	if a := s.addresses(); len(a) > 0 || s.Network == nil {
-		return a, nil
-	}
-	supervisor.Logger(ctx).Info("waiting for a network address")
-	if _, err := s.Network.WaitAddress(ctx); err != nil {
-		return nil, err
-	}
-	return s.addresses(), nil
-}
-
-// waitAddress is the node's preferred address, once it has one.
-func (s *Service) waitAddress(ctx context.Context) (net.IP, error) {
-	a, err := s.waitAddresses(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, x := range a {
-		if ip := net.ParseIP(x); ip != nil {
-			return ip, nil
-		}
-	}
-	return nil, errors.New("roleserver: the node has no address")
-}
-
-// status is the node's own status, as pushed to the curator.
-func (s *Service) status() *clusterpb.NodeStatus {
-	st := &clusterpb.NodeStatus{Addresses: s.addresses(), Version: s.Version, BootCount: s.bootCount(), Problems: s.currentProblems()}
-	if !s.BootTime.IsZero() {
-		st.BootTimeUnixNanos = s.BootTime.UnixNano()
-	}
-	if s.Updates != nil {
-		st.Software = software(s.Updates.Status())
-	}
-	return st
-}
-
-// bootCount is Config.BootCount or, when that is unset, the counter init
-// keeps on the data volume (a registering node opens it only after the
-// Role Server started).
-func (s *Service) bootCount() int64 {
-	if s.BootCount != 0 || s.StorageRoot == nil {
-		return s.BootCount
-	}
-	b, err := s.StorageRoot.Data.Node.BootCount.Read()
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n
-}
-
-// currentProblems are the ongoing problems, by component: those the
-// workers set and the runnables in a crash loop.
-func (s *Service) currentProblems() []*clusterpb.NodeProblem {
-	out := s.problems.list()
-	for _, p := range s.BootProblems {
-		out = append(out, proto.CloneOf(p))
-	}
-	if s.Runnables != nil {
-		out = append(out, crashLoops(s.Runnables())...)
-	}
-	slices.SortFunc(out, func(a, b *clusterpb.NodeProblem) int { return strings.Compare(a.Component, b.Component) })
-	return out
-}
-
-// crashLoopFailures is how many failures in a row make a runnable a
-// problem of the node (a Kubernetes component that keeps crashing).
-const crashLoopFailures = 3
-
-// crashLoops are the runnables that failed crashLoopFailures times in a
-// row without staying healthy in between.
-func crashLoops(runnables []supervisor.Status) []*clusterpb.NodeProblem {
-	var out []*clusterpb.NodeProblem
-	for _, r := range runnables {
-		if r.Failures < crashLoopFailures {
-			continue
-		}
-		out = append(out, &clusterpb.NodeProblem{
-			Component: r.DN,
-			Message:   fmt.Sprintf("failed %d times in a row, last: %s", r.Failures, r.LastErr),
-		})
-	}
-	return out
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// backoff is a retry delay doubling from 250ms up to 5s.
-type backoff time.Duration
-
-func (b *backoff) next() time.Duration {
-	d := time.Duration(*b)
-	if d == 0 {
-		d = 250 * time.Millisecond
-	}
-	*b = backoff(min(2*d, 5*time.Second))
-	return d
-}
-
-func (b *backoff) reset() { *b = 0 }
-
-// retrySleep waits d before a retry at the curator leader, or less if the
-// resolver learns of a new leader meanwhile: after a failover the retry
-// goes there at once instead of after the backoff.
-func retrySleep(ctx context.Context, conn *CuratorConnection, d time.Duration) error {
-	changed := conn.Resolver.LeaderChanged()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-changed:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
+	return (&workerCurator{
+		node: &s.node, credentials: &s.Credentials, controlPlane: &s.ControlPlane,
+		fallback: s.CuratorEndpoints, curatorPort: s.curatorPort(), localCurator: s.localCurator(),
+		curator: &s.CuratorConnection, endpoints: &s.endpoints,
+	}).run(ctx)
 }

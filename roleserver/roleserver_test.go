@@ -3,14 +3,11 @@ package roleserver
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"io"
-	"net"
 	"os"
-	"strconv"
+	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,170 +20,10 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/supervisor"
-	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
-	"plinth.dev/plinth/roleserver/internal/testutil"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func genKey(t *testing.T) ed25519.PrivateKey {
-	t.Helper()
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// testNode is one Role Server on loopback with its own storage tree, log
-// tree and supervisor.
-type testNode struct {
-	t     *testing.T
-	root  localstorage.Root
-	hosts string
-	lt    *logtree.Tree
-	old   []*logtree.Tree // of earlier runs, for the failure dump
-	knobs knobs
-	// config, if set, changes the Config before the Service is made.
-	config func(*Config)
-
-	svc    *Service
-	sup    atomic.Pointer[supervisor.Supervisor]
-	cancel context.CancelFunc
-	power  chan bool
-}
-
-func newTestNode(t *testing.T) *testNode {
-	t.Helper()
-	// Short: the etcd client socket path is limited to ~107 bytes.
-	dir, err := os.MkdirTemp("", "rs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	n := &testNode{t: t, lt: logtree.New(50000), hosts: dir + "/run-hosts", power: make(chan bool, 4)}
-	if err := localstorage.Place(&n.root, dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := localstorage.Create(&n.root.Data.Node, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	peerPort := freePort(t)
-	n.knobs = knobs{
-		curatorPort:     freePort(t),
-		nodeMgmtPort:    freePort(t),
-		listenHost:      "127.0.0.1",
-		addresses:       []string{"127.0.0.1"},
-		consensusTuning: testutil.LoopbackTuning(peerPort),
-		addNodeOptions: func(string) []*consensus.AddNodeOption {
-			return []*consensus.AddNodeOption{testutil.LoopbackPeer(peerPort)}
-		},
-		curatorLeaderTTL: 2 * time.Second,
-	}
-	t.Cleanup(func() {
-		n.stop()
-		nlog, _ := strconv.Atoi(os.Getenv("ROLESERVER_TEST_LOGS"))
-		if t.Failed() {
-			nlog = max(nlog, 300)
-		}
-		if nlog > 0 {
-			for i, lt := range append(n.old, n.lt) {
-				t.Logf("--- logs of run %d", i+1)
-				for _, e := range lt.Read("", nlog) {
-					t.Log(e.String())
-				}
-			}
-		}
-	})
-	return n
-}
-
-func (n *testNode) start() {
-	n.t.Helper()
-	k := n.knobs
-	cfg := Config{
-		StorageRoot: &n.root,
-		LogTree:     n.lt,
-		Version:     "v0.0.0-test",
-		BootCount:   3,
-		BootTime:    time.Unix(1700000000, 0),
-		HostsPath:   n.hosts,
-		Power:       func(reboot bool) { n.power <- reboot },
-		Runnables: func() []supervisor.Status {
-			if s := n.sup.Load(); s != nil {
-				return s.Snapshot()
-			}
-			return nil
-		},
-		knobs: &k,
-	}
-	if n.config != nil {
-		n.config(&cfg)
-	}
-	n.svc = New(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	n.sup.Store(supervisor.New(ctx, n.lt, func(ctx context.Context) error {
-		if err := supervisor.Run(ctx, "roleserver", n.svc.Run); err != nil {
-			return err
-		}
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}, supervisor.Options{InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}))
-}
-
-func (n *testNode) stop() {
-	if n.cancel == nil {
-		return
-	}
-	n.cancel()
-	n.sup.Load().Wait()
-	n.cancel = nil
-}
-
-func (n *testNode) curatorAddr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.knobs.curatorPort))
-}
-
-func (n *testNode) nodeMgmtAddr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.knobs.nodeMgmtPort))
-}
-
-// eventually retries fn until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = fn(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-}
-
-func dialTLS(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
 
 // takeOwnership runs AAA.Escrow against the node's curator and returns
 // owner credentials.
@@ -256,27 +93,6 @@ func waitHealthy(t *testing.T, mgmt clusterpb.ManagementClient, id string) *clus
 		return nil
 	})
 	return node
-}
-
-func logContains(lt *logtree.Tree, dnSuffix, msg string) bool {
-	for _, e := range lt.Read("", 0) {
-		if strings.HasSuffix(e.DN, dnSuffix) && strings.Contains(e.Message, msg) {
-			return true
-		}
-	}
-	return false
-}
-
-// logEventually is logContains, polled until within.
-func logEventually(lt *logtree.Tree, dnSuffix, msg string, within time.Duration) bool {
-	deadline := time.Now().Add(within)
-	for !logContains(lt, dnSuffix, msg) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
 }
 
 // TestBootstrap bootstraps a one-node cluster in-process (real etcd, real
@@ -468,5 +284,69 @@ func TestBootstrap(t *testing.T) {
 	})
 	if logContains(n.lt, "roleserver.controlplane", "bootstrapping cluster") {
 		t.Error("restart bootstrapped again")
+	}
+}
+
+func TestDamagedRolesFileNeverDemotesAMember(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		etcdData   bool
+		wantMember bool
+	}{
+		{"etcd data on disk", true, true},
+		{"no etcd data", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := &localstorage.Root{}
+			if err := localstorage.Place(root, t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+			if err := localstorage.Create(&root.Data, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := root.Data.Node.Roles.Write([]byte("\xff\xff not a NodeRoles"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.etcdData {
+				if err := os.WriteFile(filepath.Join(root.Data.Etcd.Data.Path(), "member"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lt := logtree.New(100)
+			s := New(Config{StorageRoot: root, LogTree: lt})
+			s.loadRoles()
+			if got := get(&s.Roles).GetConsensusMember() != nil; got != tc.wantMember {
+				t.Fatalf("consensus member = %v, want %v", got, tc.wantMember)
+			}
+			found := false
+			for _, e := range lt.Read("roleserver", 10) {
+				found = found || strings.Contains(e.Message, "persisted roles unreadable")
+			}
+			if !found {
+				t.Error("the damaged roles file was not reported")
+			}
+		})
+	}
+}
+
+// TestStaleRolesFileKeepsMember: a roles file without the consensus
+// member role (a write of newer roles failed) next to etcd data does not
+// retire the member at boot: only the curator's word does.
+func TestStaleRolesFileKeepsMember(t *testing.T) {
+	n := newTestNode(t)
+	b, _ := proto.Marshal(&clusterpb.NodeRoles{KubernetesWorker: &clusterpb.NodeRoles_KubernetesWorker{}})
+	if err := n.root.Data.Node.Roles.Write(b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(n.root.Data.Etcd.Data.Path(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.root.Data.Etcd.Data.Path(), "member"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	n.svc.loadRoles()
+	if r := get(&n.svc.Roles); r.GetConsensusMember() == nil || r.GetKubernetesWorker() == nil {
+		t.Fatalf("roles %v: want the saved ones plus consensus member", r)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -89,10 +88,11 @@ func (e *curatorEndpoints) list() []string {
 	return out
 }
 
-// resolverEndpoints are the curator endpoint groups, changed by Run (the
-// registration directory, the parameters' and the local curator) and by
-// the hosts worker (the cluster's consensus members, former nodes). The
-// zero value is ready to use.
+// resolverEndpoints are the curator endpoint groups, changed by the
+// curator connection (workerCurator: the registration directory, the
+// parameters' and the local curator) and by the hosts worker (the
+// cluster's consensus members, former nodes). The zero value is ready to
+// use.
 type resolverEndpoints struct {
 	mu sync.Mutex
 	e  curatorEndpoints
@@ -180,37 +180,4 @@ func (f *rolesFile) retry(ctx context.Context) {
 			f.persist(supervisor.Logger(ctx), roles)
 		}
 	}
-}
-
-// directorySaver hands the curators' current directory to
-// Config.DirectoryChanged when it differs from the last one handed over,
-// so that the node finds the cluster after a reboot even when the
-// curators it registered with have moved.
-type directorySaver struct {
-	save func(*clusterpb.ClusterDirectory) error // nil: nothing is saved
-
-	mu   sync.Mutex
-	last *clusterpb.ClusterDirectory
-}
-
-// changed saves dir (sorted by node ID) unless it is empty or the last
-// one saved.
-func (d *directorySaver) changed(ctx context.Context, dir *clusterpb.ClusterDirectory) {
-	if d.save == nil || len(dir.GetNodes()) == 0 {
-		return
-	}
-	slices.SortFunc(dir.Nodes, func(a, b *clusterpb.DirectoryNode) int { return strings.Compare(a.Id, b.Id) })
-	d.mu.Lock()
-	same := proto.Equal(d.last, dir)
-	d.mu.Unlock()
-	if same {
-		return
-	}
-	if err := d.save(dir); err != nil {
-		supervisor.Logger(ctx).Warn("saving the cluster directory", "err", err)
-		return
-	}
-	d.mu.Lock()
-	d.last = dir
-	d.mu.Unlock()
 }

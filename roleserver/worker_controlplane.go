@@ -35,9 +35,10 @@ var errMembershipChanged = fmt.Errorf("consensus_member role changed: %w", super
 // node's addresses and status when it bootstraps). It produces the
 // control plane (ControlPlane: running, with the local consensus member)
 // and its child runnables consensus and curator, the hosts file before
-// etcd starts, and the locally sealed cluster key of a consensus member
-// (keepClusterKey); on bootstrap also the node's first credentials and
-// roles, saved to /data/node.
+// etcd starts, and the request that a consensus member keeps the cluster
+// unlock key sealed locally (clusterKey: answered before etcd starts); on
+// bootstrap also the node's first credentials and roles, saved to
+// /data/node.
 type workerControlPlane struct {
 	// root holds etcd's data and, after a bootstrap, the credentials.
 	root *localstorage.Root
@@ -46,9 +47,10 @@ type workerControlPlane struct {
 	credentials *memory.Value[*identity.Credentials] // also an output on bootstrap
 	roles       *memory.Value[*clusterpb.NodeRoles]  // also an output on bootstrap
 	// addresses waits for the node's addresses; status is the node's
-	// status (the bootstrap node's first one).
+	// status (the bootstrap node's first one), given the supervisor's
+	// runnables.
 	addresses func(ctx context.Context) ([]string, error)
-	status    func() *clusterpb.NodeStatus
+	status    func([]supervisor.Status) *clusterpb.NodeStatus
 	// consensusTuning and curatorSettings are the settings of the local
 	// etcd member and curator.
 	consensusTuning consensus.Tuning
@@ -60,8 +62,9 @@ type workerControlPlane struct {
 	// etcd starts (it names the etcd peers).
 	rolesFile *rolesFile
 	hosts     *hostsFile
-	// keepClusterKey is Config.keepClusterKeyLocally.
-	keepClusterKey func(member bool) error
+	// clusterKey asks enrolment to keep the cluster unlock key sealed
+	// locally, and waits for the answer.
+	clusterKey *clusterKeyRequests
 }
 
 func (w *workerControlPlane) run(ctx context.Context) error {
@@ -86,7 +89,7 @@ func (w *workerControlPlane) run(ctx context.Context) error {
 	}
 	member := roles.GetConsensusMember() != nil
 	if member {
-		if err := w.keepClusterKey(true); err != nil {
+		if err := w.clusterKey.keep(ctx); err != nil {
 			return err
 		}
 	}
@@ -164,7 +167,7 @@ func (w *workerControlPlane) bootstrap(ctx context.Context, nd *nodeData) error 
 		return err
 	}
 	log.Info("consensus running: writing the initial cluster state")
-	creds, err := bootstrapCluster(ctx, st, bd, w.status())
+	creds, err := bootstrapCluster(ctx, st, bd, w.status(supervisor.Snapshot(ctx)))
 	if err != nil {
 		return err
 	}

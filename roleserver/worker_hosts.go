@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
@@ -25,8 +26,9 @@ const hostsRefresh = 5 * time.Second
 // It consumes the node data and the curator connection, and watches all
 // of the cluster's nodes at the curator. It produces the hosts file
 // (hosts), the resolver's directory and former-node endpoints
-// (endpoints), the curators' directory for Config.DirectoryChanged
-// (directory) and the cluster's Kubernetes API servers (controllers).
+// (endpoints), the curators' directory for enrolment (directory:
+// Service.Directory) and the cluster's Kubernetes API servers
+// (controllers).
 type workerHosts struct {
 	// inputs
 	node    *memory.Value[*nodeData]
@@ -37,7 +39,7 @@ type workerHosts struct {
 	// outputs
 	hosts       *hostsFile
 	endpoints   *resolverEndpoints
-	directory   *directorySaver
+	directory   *memory.Value[*clusterpb.ClusterDirectory]
 	controllers *memory.Value[[]string]
 }
 
@@ -135,13 +137,16 @@ func (w *workerHosts) watchAllNodes(ctx context.Context, conn *CuratorConnection
 		slices.Sort(curators)
 		apis := apiServerAddresses(nodes)
 		slices.Sort(apis)
-		if cur := current(w.controllers); !slices.Equal(cur, apis) {
+		if cur := get(w.controllers); !slices.Equal(cur, apis) {
 			w.controllers.Set(apis)
 		}
 		w.endpoints.update(conn.Resolver, func(e *curatorEndpoints) {
 			e.directory, e.former = curators, former
 		})
-		w.directory.changed(ctx, dir)
+		if len(dir.GetNodes()) > 0 {
+			slices.SortFunc(dir.Nodes, func(a, b *clusterpb.DirectoryNode) int { return strings.Compare(a.Id, b.Id) })
+			w.directory.Set(dir)
+		}
 		changed := w.hosts.setNodes(addrs)
 		if err := w.hosts.refresh(self); err != nil {
 			log.Warn("writing hosts file", "err", err)

@@ -137,7 +137,7 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 	if !worker && w.stopped != nil {
 		// The worker's last run has ended (its kubelet with it).
 		rctx, cancel := context.WithTimeout(ctx, reportStoppedTimeout)
-		if err := w.stopped(rctx, current(w.controllers)); err != nil {
+		if err := w.stopped(rctx, get(w.controllers)); err != nil {
 			log.Warn("reporting the stopped kubelet's Node NotReady (the node lifecycle controller will notice later)", "err", err)
 		} else {
 			log.Info("reported the stopped kubelet's Node NotReady")
@@ -243,6 +243,11 @@ func certifyWorker(ctx context.Context, conn *CuratorConnection, keys kubernetes
 	}
 	if err := out.KubeletServer.CheckSignatureFrom(out.ServingCA); err != nil {
 		return nil, fmt.Errorf("the kubelet's serving certificate from the curator is not from its kubelet serving CA: %w", err)
+	}
+	if c := kw.GetPodCidr(); c != "" {
+		if _, out.PodCIDR, err = net.ParseCIDR(c); err != nil {
+			return nil, fmt.Errorf("pod CIDR from the curator: %w", err)
+		}
 	}
 	return out, nil
 }

@@ -23,8 +23,9 @@ import (
 // Update: nodemgmt_update.go) with this node's credentials.
 //
 // It consumes the credentials, the node's log tree, its status, the
-// supervisor's runnables and (for Update) the curator connection; it produces nothing but the API, and the calls
-// of power.
+// supervisor's runnables (through its context: supervisor.Snapshot) and
+// (for Update) the curator connection; it produces nothing but the API,
+// and the calls of power.
 type workerNodeMgmt struct {
 	// inputs
 	credentials *memory.Value[*identity.Credentials]
@@ -32,9 +33,8 @@ type workerNodeMgmt struct {
 	listen string
 	// logTree is served by Logs (nil: the node keeps no logs).
 	logTree *logtree.Tree
-	// status and runnables are served by Status (runnables may be nil).
-	status    func() *clusterpb.NodeStatus
-	runnables func() []supervisor.Status
+	// status is served by Status, given the supervisor's runnables.
+	status func([]supervisor.Status) *clusterpb.NodeStatus
 
 	// output: power reboots (true) or powers off (false) the node (nil:
 	// Reboot and PowerOff fail).
@@ -57,7 +57,10 @@ func (w *workerNodeMgmt) run(ctx context.Context) error {
 		return fmt.Errorf("nodemgmt: %w", err)
 	}
 	srv := rpc.NewServer(creds, log)
-	clusterpb.RegisterNodeManagementServer(srv, &nodeManagement{w: w, log: log})
+	// A call's own context is not in the supervisor's tree: the worker's
+	// is.
+	runnables := func() []supervisor.Status { return supervisor.Snapshot(ctx) }
+	clusterpb.RegisterNodeManagementServer(srv, &nodeManagement{w: w, log: log, runnables: runnables})
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	log.Info("serving NodeManagement", "address", lis.Addr().String())
@@ -76,6 +79,8 @@ type nodeManagement struct {
 	clusterpb.UnimplementedNodeManagementServer
 	w   *workerNodeMgmt
 	log *slog.Logger
+	// runnables are the supervisor's, for Status (nil: none).
+	runnables func() []supervisor.Status
 }
 
 // logsBatch is the most entries sent in one LogsResponse.
@@ -209,20 +214,22 @@ func levelName(l slog.Level) string {
 }
 
 func (m *nodeManagement) Status(context.Context, *clusterpb.StatusRequest) (*clusterpb.StatusResponse, error) {
-	resp := &clusterpb.StatusResponse{Status: m.w.status()}
-	if m.w.runnables != nil {
-		for _, r := range m.w.runnables() {
-			rs := &clusterpb.RunnableStatus{
-				Dn: r.DN, State: string(r.State), Restarts: int32(r.Restarts), LastError: r.LastErr,
-			}
-			if r.PID != 0 {
-				if u, err := supervisor.ProcessUsage(r.PID); err == nil {
-					rs.Process = &clusterpb.ProcessUsage{Pid: int32(r.PID), CpuSeconds: u.CPUSeconds,
-						RssBytes: u.RSSBytes, PeakRssBytes: u.PeakRSSBytes}
-				}
-			}
-			resp.Runnables = append(resp.Runnables, rs)
+	var runnables []supervisor.Status
+	if m.runnables != nil {
+		runnables = m.runnables()
+	}
+	resp := &clusterpb.StatusResponse{Status: m.w.status(runnables)}
+	for _, r := range runnables {
+		rs := &clusterpb.RunnableStatus{
+			Dn: r.DN, State: string(r.State), Restarts: int32(r.Restarts), LastError: r.LastErr,
 		}
+		if r.PID != 0 {
+			if u, err := supervisor.ProcessUsage(r.PID); err == nil {
+				rs.Process = &clusterpb.ProcessUsage{Pid: int32(r.PID), CpuSeconds: u.CPUSeconds,
+					RssBytes: u.RSSBytes, PeakRssBytes: u.PeakRSSBytes}
+			}
+		}
+		resp.Runnables = append(resp.Runnables, rs)
 	}
 	return resp, nil
 }

@@ -16,19 +16,18 @@ import (
 //
 // It consumes the node data and the curator connection, and watches this
 // node at the curator. It produces the roles (Roles, and the roles file
-// through rolesFile, whose failed writes it retries) and drops the
-// locally sealed cluster key when the node is no consensus member
-// (keepClusterKey).
+// through rolesFile, whose failed writes it retries) and asks for the
+// locally sealed cluster unlock key to be dropped when the curator says
+// the node is no consensus member (clusterKey).
 type workerRoleFetch struct {
 	// inputs
 	node    *memory.Value[*nodeData]
 	curator *memory.Value[*CuratorConnection]
 
 	// outputs
-	roles     *memory.Value[*clusterpb.NodeRoles]
-	rolesFile *rolesFile
-	// keepClusterKey is Config.keepClusterKeyLocally.
-	keepClusterKey func(member bool) error
+	roles      *memory.Value[*clusterpb.NodeRoles]
+	rolesFile  *rolesFile
+	clusterKey *clusterKeyRequests
 }
 
 func (w *workerRoleFetch) run(ctx context.Context) error {
@@ -54,12 +53,10 @@ func (w *workerRoleFetch) run(ctx context.Context) error {
 			// The curator refuses a decommissioned node everything, so
 			// its tombstone may never arrive on a watch: the refusal is
 			// the tombstone. Dropping the roles also drops a locally
-			// sealed cluster unlock key (retried on every refusal).
+			// sealed cluster unlock key (asked again on every refusal).
 			log.Warn("the cluster says this node is decommissioned: dropping all roles")
 			w.setRoles(ctx, &clusterpb.NodeRoles{})
-			if err := w.keepClusterKey(false); err != nil {
-				log.Error("removing the locally sealed cluster unlock key", "err", err)
-			}
+			w.clusterKey.drop()
 		}
 		log.Warn("watching this node at the curator failed, retrying", "err", err)
 		if err := retrySleep(ctx, conn, b.next()); err != nil {
@@ -128,9 +125,7 @@ func (w *workerRoleFetch) setRoles(ctx context.Context, roles *clusterpb.NodeRol
 		"kubernetes_worker", roles.GetKubernetesWorker() != nil)
 	w.roles.Set(roles)
 	if roles.GetConsensusMember() == nil {
-		if err := w.keepClusterKey(false); err != nil {
-			log.Error("removing the locally sealed cluster unlock key", "err", err)
-		}
+		w.clusterKey.drop()
 	}
 }
 

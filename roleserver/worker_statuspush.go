@@ -31,9 +31,9 @@ type workerStatusPush struct {
 	node    *memory.Value[*nodeData]
 	curator *memory.Value[*CuratorConnection]
 	// addresses waits for the node's addresses; status is the node's
-	// status.
+	// status, given the supervisor's runnables.
 	addresses func(ctx context.Context) ([]string, error)
-	status    func() *clusterpb.NodeStatus
+	status    func([]supervisor.Status) *clusterpb.NodeStatus
 }
 
 func (w *workerStatusPush) run(ctx context.Context) error {
@@ -56,7 +56,7 @@ func (w *workerStatusPush) run(ctx context.Context) error {
 	var pushedAt time.Time
 	failing := false
 	for {
-		st := w.status()
+		st := w.status(supervisor.Snapshot(ctx))
 		if len(st.GetAddresses()) == 0 && pushed != nil {
 			st.Addresses = pushed.GetAddresses() // the link went away: keep the last known
 		}

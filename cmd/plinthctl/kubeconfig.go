@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -112,13 +113,17 @@ type kubeconfigContext struct {
 	} `json:"context"`
 }
 
-func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("kubeconfig", stderr)
+func (c *kubeconfigCmd) flags(fs *flag.FlagSet) {
 	configFlagVar(fs, &c.config)
 	fs.StringVar(&c.server, "server", "", "the API server's `URL` (default: https:// the first controller's address, port 6443), e.g. a forwarded https://127.0.0.1:PORT")
 	fs.StringVar(&c.out, "o", "", "write the kubeconfig to `file` (replaced whole, mode 0600) instead of standard output")
 	fs.DurationVar(&c.wait, "wait", 0, "wait up to `duration` for the API server to serve (default: check once, and fail if it does not serve yet)")
 	fs.BoolVar(&c.revokeAll, "revoke-all", false, "revoke every Kubernetes certificate issued to the owner so far (a stolen one among them), and write nothing")
+}
+
+func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("kubeconfig", stderr)
+	c.flags(fs)
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
@@ -138,34 +143,70 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
+	issued, server, err := c.credential(ctx, dir)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(newKubeconfig(server, pki.CertificatePEM(issued.kc.CA), self, dir), "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if c.out == "" {
+		if _, err = stdout.Write(b); err != nil {
+			return err
+		}
+	} else if err := atomicfile.Write(c.out, b, 0o600); err != nil {
+		return err
+	}
+	u, _ := url.Parse(server)
+	if err := waitServing(ctx, owner.NewKubeAPI(issued.kc, issued.key, u.Host), c.wait, stderr); err != nil {
+		if c.out != "" {
+			return fmt.Errorf("wrote %s, but %w", c.out, err)
+		}
+		return err
+	}
+	if c.out != "" {
+		fmt.Fprintf(stderr, "plinthctl: wrote %s (server %s, serving); try: kubectl --kubeconfig %s get nodes\n", c.out, server, c.out)
+	}
+	return nil
+}
+
+// credential checks that the cluster has a Kubernetes controller and gets
+// (and caches in dir) the owner's first Kubernetes credential; server is
+// -server, or else the first API server the cluster names.
+func (c *kubeconfigCmd) credential(ctx context.Context, dir string) (issued *issuedCredential, server string, err error) {
 	cl, err := dialOwner(dir)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	defer cl.Close()
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if err := hasController(cctx, cl); err != nil {
-		return err
+	if err := hasController(ctx, cl); err != nil {
+		return nil, "", err
 	}
-	issued, err := newKubeCredential(cctx, cl, dir)
-	if err != nil {
-		return err
+	if issued, err = newKubeCredential(ctx, cl, dir); err != nil {
+		return nil, "", err
 	}
-	kc := issued.kc
-	server := c.server
-	if server == "" {
-		if len(kc.APIServers) == 0 {
-			return errNoAPIServer
+	if server = c.server; server == "" {
+		if len(issued.kc.APIServers) == 0 {
+			return nil, "", errNoAPIServer
 		}
-		server = "https://" + kc.APIServers[0]
+		server = "https://" + issued.kc.APIServers[0]
 	}
+	return issued, server, nil
+}
 
+// newKubeconfig is the kubeconfig of the package comment: the cluster at
+// server with CA caPEM, and the owner as a user whose credential plugin is
+// self (plinthctl kubernetes-credential -config dir).
+func newKubeconfig(server string, caPEM []byte, self, dir string) kubeconfig {
 	cfg := kubeconfig{APIVersion: "v1", Kind: "Config", CurrentContext: kubeconfigContextName}
 	var cluster kubeconfigCluster
 	cluster.Name = kubeconfigClusterName
 	cluster.Cluster.Server = server
-	cluster.Cluster.CertificateAuthorityData = pki.CertificatePEM(kc.CA)
+	cluster.Cluster.CertificateAuthorityData = caPEM
 	cluster.Cluster.TLSServerName = kubeTLSServerName
 	var user kubeconfigUser
 	user.Name = kubeconfigUserName
@@ -180,29 +221,7 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	kctx.Name = kubeconfigContextName
 	kctx.Context.Cluster, kctx.Context.User = kubeconfigClusterName, kubeconfigUserName
 	cfg.Clusters, cfg.Users, cfg.Contexts = []kubeconfigCluster{cluster}, []kubeconfigUser{user}, []kubeconfigContext{kctx}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if c.out == "" {
-		if _, err = stdout.Write(b); err != nil {
-			return err
-		}
-	} else if err := atomicfile.Write(c.out, b, 0o600); err != nil {
-		return err
-	}
-	u, _ := url.Parse(server)
-	if err := waitServing(ctx, owner.NewKubeAPI(kc, issued.key, u.Host), c.wait, stderr); err != nil {
-		if c.out != "" {
-			return fmt.Errorf("wrote %s, but %w", c.out, err)
-		}
-		return err
-	}
-	if c.out != "" {
-		fmt.Fprintf(stderr, "plinthctl: wrote %s (server %s, serving); try: kubectl --kubeconfig %s get nodes\n", c.out, server, c.out)
-	}
-	return nil
+	return cfg
 }
 
 // revoke moves the owner's credential epoch and drops the cached

@@ -3,18 +3,14 @@ package main
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/owner"
 )
@@ -71,7 +68,7 @@ func TestKubeconfig(t *testing.T) {
 	}
 	// The first API server the cluster names; the Kubernetes CA, not
 	// the cluster CA; a name every API server certificate has.
-	if cl.Server != "https://"+f.apiServers[0] || string(cl.CertificateAuthorityData) != string(pki.CertificatePEM(f.k8sCA.Certificate)) ||
+	if cl.Server != "https://"+f.APIServers()[0] || string(cl.CertificateAuthorityData) != string(pki.CertificatePEM(f.KubernetesCA.Certificate)) ||
 		cl.TLSServerName != "kubernetes.default.svc" {
 		t.Errorf("cluster: server %q, tls-server-name %q, CA %q", cl.Server, cl.TLSServerName, cl.CertificateAuthorityData)
 	}
@@ -90,13 +87,13 @@ func TestKubeconfig(t *testing.T) {
 		t.Errorf("kubectl config view: %q", view)
 	}
 	// Writing it fetched (and cached) the first credential.
-	if n := f.kubernetesIssued(); n != 1 {
+	if n := f.KubernetesIssued(); n != 1 {
 		t.Errorf("%d credentials issued, want 1", n)
 	}
 
 	// -server wins; without -o the kubeconfig goes to stdout. The API
 	// server is asked whether it serves: a forwarded port of it does.
-	fwd := forward(t, f.api.Listener.Addr().String())
+	fwd := forward(t, f.API.Listener.Addr().String())
 	stdout, _, err := runVerb("kubeconfig", "-config", dir, "-server", "https://"+fwd)
 	if err != nil {
 		t.Fatal(err)
@@ -108,9 +105,7 @@ func TestKubeconfig(t *testing.T) {
 		t.Error("-server http:// accepted")
 	}
 	// No controller yet and no -server: nothing to write.
-	f.mu.Lock()
-	f.apiServers = nil
-	f.mu.Unlock()
+	f.SetAPIServers(nil)
 	if _, _, err := runVerb("kubeconfig", "-config", dir); err == nil || !strings.Contains(err.Error(), "-server") {
 		t.Errorf("without API servers: %v", err)
 	}
@@ -126,7 +121,7 @@ func TestKubeconfigNotServing(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "kubeconfig")
 
 	// Not ready: /readyz answers 500.
-	f.setAPIReady(false)
+	f.SetAPIReady(false)
 	_, _, err := runVerb("kubeconfig", "-config", dir, "-o", out)
 	if err == nil || !errors.Is(err, owner.ErrAPINotServing) || !strings.Contains(err.Error(), "the API server is not serving yet") ||
 		!strings.Contains(err.Error(), "the node is still starting Kubernetes") || !strings.Contains(err.Error(), "wrote "+out) {
@@ -145,19 +140,15 @@ func TestKubeconfigNotServing(t *testing.T) {
 	}
 	// Ready, but no pod can be made yet: the controller manager has not
 	// made the default service account.
-	f.setAPIReady(true)
-	f.mu.Lock()
-	f.noServiceAccount = true
-	f.mu.Unlock()
+	f.SetAPIReady(true)
+	f.SetDefaultServiceAccount(false)
 	if _, _, err := runVerb("kubeconfig", "-config", dir, "-o", out); !errors.Is(err, owner.ErrAPINotServing) || !strings.Contains(err.Error(), "default service account") {
 		t.Errorf("kubeconfig before the controller manager made the default service account: %v", err)
 	}
-	f.mu.Lock()
-	f.noServiceAccount = false
-	f.mu.Unlock()
-	f.setAPIReady(false)
+	f.SetDefaultServiceAccount(true)
+	f.SetAPIReady(false)
 	// -wait: it serves a little later.
-	time.AfterFunc(3*time.Second, func() { f.setAPIReady(true) })
+	time.AfterFunc(3*time.Second, func() { f.SetAPIReady(true) })
 	_, stderr, err := runVerb("kubeconfig", "-config", dir, "-o", out, "-wait", "1m")
 	if err != nil || !strings.Contains(stderr, "serving") {
 		t.Errorf("kubeconfig -wait: %v\n%s", err, stderr)
@@ -165,9 +156,7 @@ func TestKubeconfigNotServing(t *testing.T) {
 
 	// No node is a controller: nothing will ever serve.
 	os.Remove(out)
-	f.mu.Lock()
-	f.nodes[0].Roles.KubernetesController = nil
-	f.mu.Unlock()
+	f.EditNodes(func(nodes []*clusterpb.Node) { nodes[0].Roles.KubernetesController = nil })
 	_, _, err = runVerb("kubeconfig", "-config", dir, "-o", out)
 	if !errors.Is(err, errNoController) || !strings.Contains(err.Error(), "plinthctl roles add NODE kubernetes-controller kubernetes-worker") {
 		t.Errorf("kubeconfig without a controller: %v", err)
@@ -276,7 +265,7 @@ func parseCredential(t *testing.T, f *fakeCluster, out string) (execCredential, 
 	if err != nil {
 		t.Fatalf("ExecCredential key pair: %v", err)
 	}
-	if err := pki.Verify(f.k8sCA.Certificate, nil, pair.Leaf, pki.UsageClient); err != nil {
+	if err := pki.Verify(f.KubernetesCA.Certificate, nil, pair.Leaf, pki.UsageClient); err != nil {
 		t.Errorf("ExecCredential certificate: %v", err)
 	}
 	exp, err := time.Parse(time.RFC3339, cred.Status.ExpirationTimestamp)
@@ -302,8 +291,8 @@ func TestKubernetesCredential(t *testing.T) {
 	}
 	// The cache answers until shortly before expiry.
 	again, _, err := runVerb("kubernetes-credential", "-config", dir)
-	if err != nil || again != out || f.kubernetesIssued() != 1 {
-		t.Errorf("second call: %v, same output %v, %d issued", err, again == out, f.kubernetesIssued())
+	if err != nil || again != out || f.KubernetesIssued() != 1 {
+		t.Errorf("second call: %v, same output %v, %d issued", err, again == out, f.KubernetesIssued())
 	}
 	if _, ok := cachedKubeCredential(dir, time.Now().Add(time.Hour-kubeCredentialRenewBefore+time.Minute)); ok {
 		t.Error("a credential about to expire came from the cache")
@@ -313,18 +302,16 @@ func TestKubernetesCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, err = runVerb("kubernetes-credential", "-config", dir)
-	if err != nil || f.kubernetesIssued() != 2 {
-		t.Fatalf("after damage: %v, %d issued", err, f.kubernetesIssued())
+	if err != nil || f.KubernetesIssued() != 2 {
+		t.Fatalf("after damage: %v, %d issued", err, f.KubernetesIssued())
 	}
 	parseCredential(t, f, out)
 	// Certificates shorter than the renewal margin are never cached.
-	f.mu.Lock()
-	f.k8sValidity = kubeCredentialRenewBefore - time.Minute
-	f.mu.Unlock()
+	f.SetKubernetesValidity(kubeCredentialRenewBefore - time.Minute)
 	os.Remove(filepath.Join(dir, kubeCredentialFile))
 	for i := range 2 {
-		if _, _, err := runVerb("kubernetes-credential", "-config", dir); err != nil || f.kubernetesIssued() != 3+i {
-			t.Fatalf("short-lived %d: %v, %d issued", i, err, f.kubernetesIssued())
+		if _, _, err := runVerb("kubernetes-credential", "-config", dir); err != nil || f.KubernetesIssued() != 3+i {
+			t.Fatalf("short-lived %d: %v, %d issued", i, err, f.KubernetesIssued())
 		}
 	}
 	// Without owner credentials there is nothing to ask with.
@@ -342,30 +329,10 @@ func TestKubeconfigWithKubectl(t *testing.T) {
 	// An "API server" with a serving certificate from the Kubernetes CA
 	// for kubernetes.default.svc only, requiring a client certificate from
 	// the same CA.
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(7),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		DNSNames:     []string{"kubernetes.default.svc"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, f.k8sCA.Certificate, key.Public(), f.k8sCA.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := f.ServeAPI(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := r.TLS.PeerCertificates[0]
 		fmt.Fprintf(w, "%s %s", c.Subject.CommonName, strings.Join(c.Subject.Organization, ","))
 	}))
-	srv.TLS = &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    f.k8sCA.CertPool(),
-	}
-	srv.StartTLS()
-	defer srv.Close()
 
 	out := filepath.Join(t.TempDir(), "kubeconfig")
 	if _, stderr, err := runVerb("kubeconfig", "-config", dir, "-server", srv.URL, "-o", out); err != nil {
@@ -377,7 +344,7 @@ func TestKubeconfigWithKubectl(t *testing.T) {
 	if body := kubectl(t, "--kubeconfig", out, "get", "--raw", "/version"); body != "plinth-owner:owner system:masters" {
 		t.Errorf("the API server saw %q", body)
 	}
-	if n := f.kubernetesIssued(); n != 2 {
+	if n := f.KubernetesIssued(); n != 2 {
 		t.Errorf("%d credentials issued, want 2 (kubeconfig, then the plugin)", n)
 	}
 }

@@ -62,9 +62,61 @@ type paramsCmd struct {
 	dns           listFlag
 	hostname      string
 	printCmdline  bool
+
+	// given are the flags given on the command line (some apply only
+	// with others; -register without any of its flags asks the cluster).
+	given map[string]bool
 }
 
 func (c *paramsCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := c.flags(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	c.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.given[f.Name] = true })
+	if err := c.check(fs.Args()); err != nil {
+		return err
+	}
+
+	// The sections of the document, in its order; nothing is written
+	// before all of them are made and the whole validates.
+	p := &nodepb.Parameters{}
+	var newKey ed25519.PrivateKey
+	if c.bootstrap {
+		b, key, err := c.bootstrapSection()
+		if err != nil {
+			return err
+		}
+		p.Cluster, newKey = &nodepb.Parameters_Bootstrap{Bootstrap: b}, key
+	} else {
+		r, err := c.registerSection(ctx)
+		if err != nil {
+			return err
+		}
+		p.Cluster = &nodepb.Parameters_Register{Register: r}
+	}
+	var err error
+	if p.Storage, err = c.storageSection(); err != nil {
+		return err
+	}
+	if p.Tpm, err = c.tpmSection(); err != nil {
+		return err
+	}
+	p.Network = c.networkSection()
+
+	raw, err := parameters.Encode(p) // validates
+	if err != nil {
+		return fmt.Errorf("invalid parameters:\n%w", err)
+	}
+	return c.write(raw, newKey, stdout, stderr)
+}
+
+// flags defines the command's flags on a new flag set.
+func (c *paramsCmd) flags(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("params", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -103,18 +155,16 @@ ESP, or as a kernel argument (-print-cmdline).
 	fs.Var(&c.dns, "dns", "DNS resolver `IP`s for -static-address (repeat or comma-separate)")
 	fs.StringVar(&c.hostname, "hostname", "", "node hostname (default derived from the MAC address)")
 	fs.BoolVar(&c.printCmdline, "print-cmdline", false, "also print the "+parameters.CmdlineKey+"= kernel argument")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return fs
+}
 
+// check refuses combinations of flags that make no document, or not the
+// one asked for, before anything is read or made; args are the
+// arguments left after the flags.
+func (c *paramsCmd) check(args []string) error {
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	case len(args) > 0:
+		return fmt.Errorf("unexpected arguments %q", args)
 	case c.out == "":
 		return errors.New("-o FILE is required")
 	case c.bootstrap == c.register:
@@ -122,7 +172,7 @@ ESP, or as a kernel argument (-print-cmdline).
 	}
 	only := func(mode string, names ...string) error {
 		for _, n := range names {
-			if set[n] {
+			if c.given[n] {
 				return fmt.Errorf("-%s only applies with %s", n, mode)
 			}
 		}
@@ -141,110 +191,133 @@ ESP, or as a kernel argument (-print-cmdline).
 		// Validate would reject it too; this says which flag to change.
 		return errors.New("-tpm disabled founds a cluster whose policy requires a TPM; add -policy-tpm-required=false to make a development cluster explicitly")
 	}
+	if c.register && c.given["ticket"] && c.given["ticket-base64"] {
+		return errors.New("give -ticket or -ticket-base64, not both")
+	}
+	return nil
+}
 
-	p := &nodepb.Parameters{}
-	var newKey ed25519.PrivateKey
-	if c.bootstrap {
-		b := &nodepb.Bootstrap{InitialPolicy: &nodepb.ClusterPolicy{AllowNodesWithoutTpm: !c.policyTPM}}
-		var err error
-		if b.InitialPolicy.StorageSecurity, err = parseStorage(c.policyStorage); err != nil {
-			return fmt.Errorf("-policy-storage: %w", err)
-		}
-		if c.ownerKey != "" {
-			if b.OwnerPublicKey, err = readOwnerKey(c.ownerKey); err != nil {
-				return fmt.Errorf("-owner-key: %w", err)
-			}
-		} else {
-			// Refuse before generating: overwriting an owner key would lock
-			// its holder out of a cluster that may already exist.
-			if _, err := os.Lstat(filepath.Join(filepath.Dir(c.out), ownerKeyFile)); err == nil {
-				return fmt.Errorf("%s already exists next to %s; pass -owner-key %s to reuse it, or move it away",
-					ownerKeyFile, c.out, filepath.Join(filepath.Dir(c.out), ownerPubFile))
-			}
-			pub, priv, err := ed25519.GenerateKey(rand.Reader)
-			if err != nil {
-				return err
-			}
-			b.OwnerPublicKey, newKey = pub, priv
-		}
-		p.Cluster = &nodepb.Parameters_Bootstrap{Bootstrap: b}
-	} else {
-		r := &nodepb.Register{RegisterTicket: []byte(c.ticket), CuratorEndpoints: c.curators}
-		if set["ticket"] && set["ticket-base64"] {
-			return errors.New("give -ticket or -ticket-base64, not both")
-		}
-		if c.ticketB64 != "" {
-			var err error
-			if r.RegisterTicket, err = base64.StdEncoding.DecodeString(c.ticketB64); err != nil {
-				return fmt.Errorf("-ticket-base64: %w", err)
-			}
-		}
-		if c.caFile != "" {
-			var err error
-			if r.ClusterCaCertificate, err = readCert(c.caFile); err != nil {
-				return fmt.Errorf("-ca: %w", err)
-			}
-		}
-		if !set["ca"] && !set["ticket"] && !set["ticket-base64"] && !set["curator"] {
-			var err error
-			r, err = fetchRegister(ctx, c.config)
-			if errors.Is(err, owner.ErrCAMismatch) {
-				// Nodes must trust the CA the owner pinned: a curator that
-				// names another one is not to be believed, nor worked around.
-				return fmt.Errorf("refusing to write register parameters: %w (the pinned CA is %s)", err, filepath.Join(c.config, owner.CAFile))
-			}
-			if err != nil {
-				return fmt.Errorf("fetching the register parameters from the cluster (or give -ca, -ticket and -curator): %w", err)
-			}
-		}
-		p.Cluster = &nodepb.Parameters_Register{Register: r}
+// bootstrapSection is the document's Bootstrap: the initial cluster
+// policy and the owner's public key, read from -owner-key or of a key
+// pair made here (returned, to be written with the document).
+func (c *paramsCmd) bootstrapSection() (*nodepb.Bootstrap, ed25519.PrivateKey, error) {
+	b := &nodepb.Bootstrap{InitialPolicy: &nodepb.ClusterPolicy{AllowNodesWithoutTpm: !c.policyTPM}}
+	var err error
+	if b.InitialPolicy.StorageSecurity, err = parseStorage(c.policyStorage); err != nil {
+		return nil, nil, fmt.Errorf("-policy-storage: %w", err)
 	}
-
-	if c.storage != "" || c.fsType != "" {
-		s, err := parseStorage(c.storage)
-		if err != nil {
-			return fmt.Errorf("-storage: %w", err)
+	if c.ownerKey != "" {
+		if b.OwnerPublicKey, err = readOwnerKey(c.ownerKey); err != nil {
+			return nil, nil, fmt.Errorf("-owner-key: %w", err)
 		}
-		f, err := parseFS(c.fsType)
-		if err != nil {
-			return fmt.Errorf("-fs: %w", err)
-		}
-		p.Storage = &nodepb.NodeStorage{Security: s, Filesystem: f}
+		return b, nil, nil
 	}
-	if c.tpm != "" || c.sealPCRs != "" || c.unmeasured {
-		t := &nodepb.NodeTPM{AllowUnmeasuredBoot: c.unmeasured}
-		switch c.tpm {
-		case "":
-		case "required":
-			t.Policy = nodepb.NodeTPM_TPM_POLICY_REQUIRED
-		case "disabled":
-			t.Policy = nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT
-		default:
-			return fmt.Errorf("-tpm %q: want required or disabled", c.tpm)
-		}
-		for s := range strings.SplitSeq(c.sealPCRs, ",") {
-			if s = strings.TrimSpace(s); s == "" {
-				continue
-			}
-			n, err := strconv.ParseUint(s, 10, 32)
-			if err != nil {
-				return fmt.Errorf("-seal-pcrs: %q is not a PCR number", s)
-			}
-			t.SealPcrs = append(t.SealPcrs, uint32(n))
-		}
-		p.Tpm = t
+	// Refuse before generating: overwriting an owner key would lock its
+	// holder out of a cluster that may already exist.
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(c.out), ownerKeyFile)); err == nil {
+		return nil, nil, fmt.Errorf("%s already exists next to %s; pass -owner-key %s to reuse it, or move it away",
+			ownerKeyFile, c.out, filepath.Join(filepath.Dir(c.out), ownerPubFile))
 	}
-	if c.staticAddr != "" || c.hostname != "" {
-		p.Network = &nodepb.Network{Hostname: c.hostname}
-		if c.staticAddr != "" {
-			p.Network.Static = &nodepb.StaticConfig{Interface: c.iface, Address: c.staticAddr, Gateway: c.gateway, Dns: c.dns}
-		}
-	}
-
-	raw, err := parameters.Encode(p) // validates
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return fmt.Errorf("invalid parameters:\n%w", err)
+		return nil, nil, err
 	}
+	b.OwnerPublicKey = pub
+	return b, priv, nil
+}
+
+// registerSection is the document's Register: the CA, ticket and
+// curators from the flags or, when none of them is given, from the
+// cluster as its owner.
+func (c *paramsCmd) registerSection(ctx context.Context) (*nodepb.Register, error) {
+	r := &nodepb.Register{RegisterTicket: []byte(c.ticket), CuratorEndpoints: c.curators}
+	var err error
+	if c.ticketB64 != "" {
+		if r.RegisterTicket, err = base64.StdEncoding.DecodeString(c.ticketB64); err != nil {
+			return nil, fmt.Errorf("-ticket-base64: %w", err)
+		}
+	}
+	if c.caFile != "" {
+		if r.ClusterCaCertificate, err = readCert(c.caFile); err != nil {
+			return nil, fmt.Errorf("-ca: %w", err)
+		}
+	}
+	if c.given["ca"] || c.given["ticket"] || c.given["ticket-base64"] || c.given["curator"] {
+		return r, nil
+	}
+	r, err = fetchRegister(ctx, c.config)
+	if errors.Is(err, owner.ErrCAMismatch) {
+		// Nodes must trust the CA the owner pinned: a curator that names
+		// another one is not to be believed, nor worked around.
+		return nil, fmt.Errorf("refusing to write register parameters: %w (the pinned CA is %s)", err, filepath.Join(c.config, owner.CAFile))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetching the register parameters from the cluster (or give -ca, -ticket and -curator): %w", err)
+	}
+	return r, nil
+}
+
+// storageSection is the document's NodeStorage (nil: the node's
+// defaults).
+func (c *paramsCmd) storageSection() (*nodepb.NodeStorage, error) {
+	if c.storage == "" && c.fsType == "" {
+		return nil, nil
+	}
+	s, err := parseStorage(c.storage)
+	if err != nil {
+		return nil, fmt.Errorf("-storage: %w", err)
+	}
+	f, err := parseFS(c.fsType)
+	if err != nil {
+		return nil, fmt.Errorf("-fs: %w", err)
+	}
+	return &nodepb.NodeStorage{Security: s, Filesystem: f}, nil
+}
+
+// tpmSection is the document's NodeTPM (nil: the node's defaults).
+func (c *paramsCmd) tpmSection() (*nodepb.NodeTPM, error) {
+	if c.tpm == "" && c.sealPCRs == "" && !c.unmeasured {
+		return nil, nil
+	}
+	t := &nodepb.NodeTPM{AllowUnmeasuredBoot: c.unmeasured}
+	switch c.tpm {
+	case "":
+	case "required":
+		t.Policy = nodepb.NodeTPM_TPM_POLICY_REQUIRED
+	case "disabled":
+		t.Policy = nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT
+	default:
+		return nil, fmt.Errorf("-tpm %q: want required or disabled", c.tpm)
+	}
+	for s := range strings.SplitSeq(c.sealPCRs, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("-seal-pcrs: %q is not a PCR number", s)
+		}
+		t.SealPcrs = append(t.SealPcrs, uint32(n))
+	}
+	return t, nil
+}
+
+// networkSection is the document's Network (nil: DHCPv4 and a hostname
+// derived from the MAC address).
+func (c *paramsCmd) networkSection() *nodepb.Network {
+	if c.staticAddr == "" && c.hostname == "" {
+		return nil
+	}
+	n := &nodepb.Network{Hostname: c.hostname}
+	if c.staticAddr != "" {
+		n.Static = &nodepb.StaticConfig{Interface: c.iface, Address: c.staticAddr, Gateway: c.gateway, Dns: c.dns}
+	}
+	return n
+}
+
+// write writes the new owner key pair, if one was made, then the
+// encoded document raw, and prints the kernel argument if asked.
+func (c *paramsCmd) write(raw []byte, newKey ed25519.PrivateKey, stdout, stderr io.Writer) error {
 	if newKey != nil {
 		if err := writeOwnerKey(filepath.Dir(c.out), newKey); err != nil {
 			return err

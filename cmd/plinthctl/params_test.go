@@ -291,7 +291,7 @@ func TestParamsRegisterPinnedCA(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "reg.pb")
 	p, _ := params(t, "-o", out, "-register", "-config", dir)
-	if r := p.GetRegister(); !bytes.Equal(r.GetClusterCaCertificate(), f.ca.Certificate.Raw) ||
+	if r := p.GetRegister(); !bytes.Equal(r.GetClusterCaCertificate(), f.CA.Certificate.Raw) ||
 		string(r.GetRegisterTicket()) != "first ticket" || !slices.Equal(r.GetCuratorEndpoints(), []string{"10.42.0.10:7835"}) {
 		t.Errorf("register parameters %v", r)
 	}
@@ -302,7 +302,7 @@ func TestParamsRegisterPinnedCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.setInfoCA(impostor)
+	f.SetInfoCA(impostor)
 	before, _ := os.ReadFile(out)
 	fresh := filepath.Join(t.TempDir(), "fresh", "reg.pb")
 	for _, o := range []string{out, fresh} {

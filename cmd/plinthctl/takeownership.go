@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -49,56 +50,17 @@ type takeOwnershipCmd struct {
 
 func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("takeownership", stderr)
-	configFlagVar(fs, &c.config)
-	fs.Var(&c.endpoints, "endpoint", "the bootstrap node's curator `host:port` (repeat or comma-separate for more curators)")
-	fs.StringVar(&c.ownerKey, "owner-key", "", "owner private key `file` written by plinthctl params -bootstrap (default: owner.key in the configuration dir)")
-	fs.BoolVar(&c.directory, "directory-endpoints", true, "also use the curator addresses the cluster directory names (ignored unless given when every -endpoint is loopback, e.g. a forwarded port)")
-	fs.StringVar(&c.mgmtEndpoint, "mgmt-endpoint", "", "`host:port` where the bootstrap node's NodeManagement is reached (e.g. the 127.0.0.1 port plinthctl run forwards), recorded for it in the endpoints file")
-	fs.BoolVar(&c.force, "force", false, "replace an existing owner certificate in the configuration dir")
-	fs.StringVar(&c.caFingerprint, "ca-fingerprint", "", "the cluster CA's SHA-256 fingerprint (`hex`, colons optional; the bootstrap node logs it as ca-sha256=): refuse any other CA instead of trusting it on first use")
-	fs.DurationVar(&c.wait, "wait", 2*time.Minute, "keep trying for up to `duration` while the curator does not answer yet (a node still booting)")
+	c.flags(fs)
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	dir := c.config
-	if len(c.endpoints) == 0 {
-		return errors.New("-endpoint HOST:PORT is required")
-	}
-	if c.mgmtEndpoint != "" {
-		if _, _, err := net.SplitHostPort(c.mgmtEndpoint); err != nil {
-			return fmt.Errorf("-mgmt-endpoint: %w", err)
-		}
-	}
-	var opts []owner.TakeOwnershipOption
-	if c.caFingerprint != "" {
-		sum, err := pki.ParseFingerprint(c.caFingerprint)
-		if err != nil {
-			return fmt.Errorf("-ca-fingerprint: %w", err)
-		}
-		opts = append(opts, owner.WithCAFingerprint(sum))
-	}
-	if !flagSet(fs, "directory-endpoints") && allLoopback(c.endpoints) {
-		// The directory names the node's own addresses, which the host
-		// cannot reach through forwarded ports.
-		c.directory = false
-	}
-	keyFile := c.ownerKey
-	if keyFile == "" {
-		keyFile = filepath.Join(dir, owner.KeyFile)
-	}
-	key, err := owner.ReadKeyFile(keyFile)
-	if err != nil {
-		return fmt.Errorf("%w (pass -owner-key, the owner.key plinthctl params wrote)", err)
-	}
-	cfg, err := owner.LoadConfig(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		cfg, err = &owner.Config{Dir: dir, NodeEndpoints: map[string]string{}}, nil
-	}
+	opts, err := c.check(fs)
 	if err != nil {
 		return err
 	}
-	if cfg.Credentials != nil && !c.force {
-		return fmt.Errorf("%s already holds an owner certificate; use another -config or -force", dir)
+	key, cfg, err := c.loadConfig()
+	if err != nil {
+		return err
 	}
 	creds, info, err := c.takeOwnership(ctx, key, opts, stderr)
 	if err != nil {
@@ -115,26 +77,106 @@ func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.
 		}
 	}
 	if c.mgmtEndpoint != "" {
-		// A fresh cluster's directory is the bootstrap node alone.
-		d := info.GetDirectory().GetNodes()
-		if len(d) != 1 || d[0].GetId() == "" {
-			return fmt.Errorf("-mgmt-endpoint: the cluster directory lists %d nodes, want the bootstrap node alone (add a \"node ID HOST:PORT\" line to %s instead)",
-				len(d), filepath.Join(dir, owner.EndpointsFile))
+		if err := c.recordMgmtEndpoint(cfg, info); err != nil {
+			return err
 		}
-		if cfg.NodeEndpoints == nil {
-			cfg.NodeEndpoints = map[string]string{}
-		}
-		cfg.NodeEndpoints[d[0].GetId()] = c.mgmtEndpoint
 	}
 	if err := cfg.Save(); err != nil {
 		return err
 	}
+	c.report(cfg, stderr)
+	return nil
+}
+
+func (c *takeOwnershipCmd) flags(fs *flag.FlagSet) {
+	configFlagVar(fs, &c.config)
+	fs.Var(&c.endpoints, "endpoint", "the bootstrap node's curator `host:port` (repeat or comma-separate for more curators)")
+	fs.StringVar(&c.ownerKey, "owner-key", "", "owner private key `file` written by plinthctl params -bootstrap (default: owner.key in the configuration dir)")
+	fs.BoolVar(&c.directory, "directory-endpoints", true, "also use the curator addresses the cluster directory names (ignored unless given when every -endpoint is loopback, e.g. a forwarded port)")
+	fs.StringVar(&c.mgmtEndpoint, "mgmt-endpoint", "", "`host:port` where the bootstrap node's NodeManagement is reached (e.g. the 127.0.0.1 port plinthctl run forwards), recorded for it in the endpoints file")
+	fs.BoolVar(&c.force, "force", false, "replace an existing owner certificate in the configuration dir")
+	fs.StringVar(&c.caFingerprint, "ca-fingerprint", "", "the cluster CA's SHA-256 fingerprint (`hex`, colons optional; the bootstrap node logs it as ca-sha256=): refuse any other CA instead of trusting it on first use")
+	fs.DurationVar(&c.wait, "wait", 2*time.Minute, "keep trying for up to `duration` while the curator does not answer yet (a node still booting)")
+}
+
+// check checks the flags parsed in fs and returns the options of
+// owner.TakeOwnership they ask for.
+func (c *takeOwnershipCmd) check(fs *flag.FlagSet) ([]owner.TakeOwnershipOption, error) {
+	if len(c.endpoints) == 0 {
+		return nil, errors.New("-endpoint HOST:PORT is required")
+	}
+	if c.mgmtEndpoint != "" {
+		if _, _, err := net.SplitHostPort(c.mgmtEndpoint); err != nil {
+			return nil, fmt.Errorf("-mgmt-endpoint: %w", err)
+		}
+	}
+	var opts []owner.TakeOwnershipOption
+	if c.caFingerprint != "" {
+		sum, err := pki.ParseFingerprint(c.caFingerprint)
+		if err != nil {
+			return nil, fmt.Errorf("-ca-fingerprint: %w", err)
+		}
+		opts = append(opts, owner.WithCAFingerprint(sum))
+	}
+	if !flagSet(fs, "directory-endpoints") && allLoopback(c.endpoints) {
+		// The directory names the node's own addresses, which the host
+		// cannot reach through forwarded ports.
+		c.directory = false
+	}
+	return opts, nil
+}
+
+// loadConfig reads the owner key and the configuration directory (a new
+// one if it does not exist), which must not hold credentials already
+// unless -force.
+func (c *takeOwnershipCmd) loadConfig() (ed25519.PrivateKey, *owner.Config, error) {
+	dir := c.config
+	keyFile := c.ownerKey
+	if keyFile == "" {
+		keyFile = filepath.Join(dir, owner.KeyFile)
+	}
+	key, err := owner.ReadKeyFile(keyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (pass -owner-key, the owner.key plinthctl params wrote)", err)
+	}
+	cfg, err := owner.LoadConfig(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		cfg, err = &owner.Config{Dir: dir, NodeEndpoints: map[string]string{}}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Credentials != nil && !c.force {
+		return nil, nil, fmt.Errorf("%s already holds an owner certificate; use another -config or -force", dir)
+	}
+	return key, cfg, nil
+}
+
+// recordMgmtEndpoint records -mgmt-endpoint in cfg for the bootstrap
+// node, the one node of a fresh cluster's directory (info's).
+func (c *takeOwnershipCmd) recordMgmtEndpoint(cfg *owner.Config, info *clusterpb.GetClusterInfoResponse) error {
+	d := info.GetDirectory().GetNodes()
+	if len(d) != 1 || d[0].GetId() == "" {
+		return fmt.Errorf("-mgmt-endpoint: the cluster directory lists %d nodes, want the bootstrap node alone (add a \"node ID HOST:PORT\" line to %s instead)",
+			len(d), filepath.Join(c.config, owner.EndpointsFile))
+	}
+	if cfg.NodeEndpoints == nil {
+		cfg.NodeEndpoints = map[string]string{}
+	}
+	cfg.NodeEndpoints[d[0].GetId()] = c.mgmtEndpoint
+	return nil
+}
+
+// report says what was saved, and the CA's fingerprint to compare with the
+// bootstrap node's console unless -ca-fingerprint named it.
+func (c *takeOwnershipCmd) report(cfg *owner.Config, stderr io.Writer) {
+	dir := c.config
 	fmt.Fprintf(stderr, "plinthctl: you own the cluster (CA %q); owner configuration saved in %s, curators %s\n",
-		creds.CA.Subject.CommonName, dir, strings.Join(cfg.Curators, ", "))
+		cfg.Credentials.CA.Subject.CommonName, dir, strings.Join(cfg.Curators, ", "))
 	for id, ep := range cfg.NodeEndpoints {
 		fmt.Fprintf(stderr, "plinthctl: node %s: NodeManagement at %s\n", id, ep)
 	}
-	fp := pki.Fingerprint(creds.CA)
+	fp := pki.Fingerprint(cfg.Credentials.CA)
 	if c.caFingerprint != "" {
 		fmt.Fprintf(stderr, "plinthctl: cluster CA fingerprint (SHA-256) %s, as -ca-fingerprint said\n", fp)
 	} else {
@@ -142,7 +184,6 @@ func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.
 			"plinthctl: trusted on first use: compare it with ca-sha256= on the bootstrap node's \"cluster bootstrapped\" console line; "+
 			"if they differ, -endpoint was not your node: do not use %s, and take ownership of your node with -force -ca-fingerprint\n", fp, dir)
 	}
-	return nil
 }
 
 // allLoopback reports whether every endpoint's host is a loopback address

@@ -18,13 +18,13 @@ import (
 // -ca-fingerprint refuses any other CA before saving anything.
 func TestTakeOwnershipFingerprint(t *testing.T) {
 	f := newFakeCluster(t)
-	fp := pki.Fingerprint(f.ca.Certificate)
+	fp := pki.Fingerprint(f.CA.Certificate)
 
 	// A malformed fingerprint is refused before the cluster is contacted.
 	dir := f.ownerDir(t)
-	_, _, err := runVerb("takeownership", "-config", dir, "-endpoint", f.addr, "-ca-fingerprint", "AB:CD")
-	if !errors.Is(err, pki.ErrBadFingerprint) || f.escrowCount() != 0 {
-		t.Errorf("malformed -ca-fingerprint: %v, %d escrows", err, f.escrowCount())
+	_, _, err := runVerb("takeownership", "-config", dir, "-endpoint", f.Addr, "-ca-fingerprint", "AB:CD")
+	if !errors.Is(err, pki.ErrBadFingerprint) || f.EscrowCount() != 0 {
+		t.Errorf("malformed -ca-fingerprint: %v, %d escrows", err, f.EscrowCount())
 	}
 
 	// Another CA's fingerprint: refused, and the configuration still holds
@@ -33,7 +33,7 @@ func TestTakeOwnershipFingerprint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = runVerb("takeownership", "-config", dir, "-endpoint", f.addr, "-ca-fingerprint", pki.Fingerprint(other.Certificate))
+	_, _, err = runVerb("takeownership", "-config", dir, "-endpoint", f.Addr, "-ca-fingerprint", pki.Fingerprint(other.Certificate))
 	if !errors.Is(err, owner.ErrCAFingerprintMismatch) {
 		t.Fatalf("another CA's fingerprint: %v, want ErrCAFingerprintMismatch", err)
 	}
@@ -43,7 +43,7 @@ func TestTakeOwnershipFingerprint(t *testing.T) {
 
 	// The right one (as openssl prints it, lowercase here): owned, and the
 	// fingerprint is printed.
-	_, stderr, err := runVerb("takeownership", "-config", dir, "-endpoint", f.addr, "-ca-fingerprint", "sha256 Fingerprint="+strings.ToLower(fp))
+	_, stderr, err := runVerb("takeownership", "-config", dir, "-endpoint", f.Addr, "-ca-fingerprint", "sha256 Fingerprint="+strings.ToLower(fp))
 	if err != nil {
 		t.Fatalf("matching fingerprint: %v\n%s", err, stderr)
 	}
@@ -51,13 +51,13 @@ func TestTakeOwnershipFingerprint(t *testing.T) {
 		t.Errorf("stderr does not report the pinned fingerprint %s:\n%s", fp, stderr)
 	}
 	cfg, err := owner.LoadConfig(dir)
-	if err != nil || cfg.Credentials == nil || !cfg.Credentials.CA.Equal(f.ca.Certificate) {
+	if err != nil || cfg.Credentials == nil || !cfg.Credentials.CA.Equal(f.CA.Certificate) {
 		t.Fatalf("saved configuration: %+v, %v", cfg, err)
 	}
 
 	// Without the flag: trust on first use, with the fingerprint to check.
 	dir2 := f.ownerDir(t)
-	_, stderr, err = runVerb("takeownership", "-config", dir2, "-endpoint", f.addr)
+	_, stderr, err = runVerb("takeownership", "-config", dir2, "-endpoint", f.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTakeOwnershipWaitsForCurator(t *testing.T) {
 	dir := f.ownerDir(t)
 	ep := closedPort(t)
 	time.AfterFunc(3*time.Second, func() {
-		if _, err := listenOn(t, ep, proxyTo(f.addr)); err != nil {
+		if _, err := listenOn(t, ep, proxyTo(f.Addr)); err != nil {
 			t.Error(err)
 		}
 	})

@@ -65,18 +65,8 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	finishing := c.activate || c.cancel
-	switch {
-	case (len(pos) == 1) == c.all || len(pos) > 1, (c.image == "") != finishing, c.activate && c.cancel:
-		return errors.New(updateUsage)
-	case finishing && (c.all || c.stage || c.noReboot):
-		return errors.New("-activate and -cancel act on one NODE's installed update")
-	case finishing && c.allowDowngrade:
-		return errors.New("-allow-downgrade goes with -image: the node checks an image's release when it is installed, not when it is activated or cancelled")
-	case c.stage && c.noReboot:
-		return errors.New("-stage and -no-reboot exclude each other: a staged update waits for -activate, the other boots at the next reboot")
-	case c.all && c.noReboot:
-		return errors.New("-all updates one node after another and needs each to reboot: it cannot be combined with -no-reboot (-stage installs everywhere)")
+	if err := c.check(pos); err != nil {
+		return err
 	}
 	cl, err := dialOwner(c.config)
 	if err != nil {
@@ -86,33 +76,12 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	// Whole lines: a rolling update's next node reports as it installs.
 	mu := new(sync.Mutex)
 	out := &prefixWriter{mu: mu, w: stdout}
-	if finishing {
-		id, err := nodeID(ctx, cl, pos[0])
-		if err != nil {
-			return err
-		}
-		if c.cancel {
-			cctx, cancel := context.WithTimeout(ctx, callTimeout)
-			defer cancel()
-			r, err := cl.CancelUpdate(cctx, id, c.version)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "%s: the update to %s in slot %s is cancelled\n", id, r.GetVersion(), r.GetSlot())
-			return nil
-		}
-		return c.finish(ctx, cl, id, c.version, time.Now(), out)
+	if c.activate || c.cancel {
+		return c.activateOrCancel(ctx, cl, pos[0], out)
 	}
-	img, err := owner.ReadUpdateImage(c.image)
+	img, err := c.readImage(stderr)
 	if err != nil {
 		return err
-	}
-	if img.Signature == nil {
-		// Sent all the same: the node's policy decides, and says why.
-		fmt.Fprintf(stderr, "plinthctl: %s has no manifest.sig: the image is unsigned (plinthctl build -sign-key signs it)\n", c.image)
-	}
-	if img.AllowDowngrade = c.allowDowngrade; c.allowDowngrade {
-		fmt.Fprintf(stderr, "plinthctl: -allow-downgrade: nodes install release %d even if they run a newer one\n", img.Release)
 	}
 	var ids []string
 	if c.all {
@@ -131,6 +100,68 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 			return &prefixWriter{mu: mu, w: stdout, prefix: fmt.Sprintf("  [%d/%d %s]", i+1, len(ids), ids[i])}
 		})
 	}
+	return c.oneByOne(ctx, cl, ids, img, out)
+}
+
+// check refuses combinations of flags and arguments (pos) that say no
+// one thing to do.
+func (c *updateCmd) check(pos []string) error {
+	finishing := c.activate || c.cancel
+	switch {
+	case (len(pos) == 1) == c.all || len(pos) > 1, (c.image == "") != finishing, c.activate && c.cancel:
+		return errors.New(updateUsage)
+	case finishing && (c.all || c.stage || c.noReboot):
+		return errors.New("-activate and -cancel act on one NODE's installed update")
+	case finishing && c.allowDowngrade:
+		return errors.New("-allow-downgrade goes with -image: the node checks an image's release when it is installed, not when it is activated or cancelled")
+	case c.stage && c.noReboot:
+		return errors.New("-stage and -no-reboot exclude each other: a staged update waits for -activate, the other boots at the next reboot")
+	case c.all && c.noReboot:
+		return errors.New("-all updates one node after another and needs each to reboot: it cannot be combined with -no-reboot (-stage installs everywhere)")
+	}
+	return nil
+}
+
+// activateOrCancel is -activate and -cancel: node's installed update is
+// booted (and waited for as an update) or dropped.
+func (c *updateCmd) activateOrCancel(ctx context.Context, cl *owner.Client, node string, out io.Writer) error {
+	id, err := nodeID(ctx, cl, node)
+	if err != nil {
+		return err
+	}
+	if !c.cancel {
+		return c.finish(ctx, cl, id, c.version, time.Now(), out)
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	r, err := cl.CancelUpdate(cctx, id, c.version)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: the update to %s in slot %s is cancelled\n", id, r.GetVersion(), r.GetSlot())
+	return nil
+}
+
+// readImage reads the -image directory, saying on stderr what the nodes
+// will be told about it.
+func (c *updateCmd) readImage(stderr io.Writer) (*owner.UpdateImage, error) {
+	img, err := owner.ReadUpdateImage(c.image)
+	if err != nil {
+		return nil, err
+	}
+	if img.Signature == nil {
+		// Sent all the same: the node's policy decides, and says why.
+		fmt.Fprintf(stderr, "plinthctl: %s has no manifest.sig: the image is unsigned (plinthctl build -sign-key signs it)\n", c.image)
+	}
+	if img.AllowDowngrade = c.allowDowngrade; c.allowDowngrade {
+		fmt.Fprintf(stderr, "plinthctl: -allow-downgrade: nodes install release %d even if they run a newer one\n", img.Release)
+	}
+	return img, nil
+}
+
+// oneByOne installs img on ids in turn: staged (-stage), for the next
+// boot (-no-reboot), or booted and waited for before the next.
+func (c *updateCmd) oneByOne(ctx context.Context, cl *owner.Client, ids []string, img *owner.UpdateImage, out io.Writer) error {
 	mode := owner.UpdateStage
 	if c.noReboot {
 		mode = owner.UpdateNextBoot

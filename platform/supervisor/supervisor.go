@@ -191,6 +191,18 @@ func Logger(ctx context.Context) *slog.Logger {
 	return slog.Default()
 }
 
+// Snapshot returns the status of every runnable of the tree that owns
+// ctx (as (*Supervisor).Snapshot), nil outside a supervised runnable. A
+// runnable that reports the node's runnables (its status API) reads them
+// through its own context, so nobody hands it the Supervisor, which
+// exists only once the tree it is part of has been started.
+func Snapshot(ctx context.Context) []Status {
+	if n, ok := ctx.Value(ctxKey{}).(*node); ok {
+		return n.s.Snapshot()
+	}
+	return nil
+}
+
 // ErrRestart, returned (wrapped) by a runnable, restarts it and its subtree
 // at once, as a planned step rather than a failure: the way for a runnable
 // to stop children it no longer needs (e.g. etcd when a role is removed),

@@ -235,3 +235,52 @@ func TestRequestedRestartIsNotAFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotThroughContext: a runnable reads the whole tree's status
+// through its own context, the same as Supervisor.Snapshot; outside a
+// tree there is none.
+func TestSnapshotThroughContext(t *testing.T) {
+	if st := Snapshot(context.Background()); st != nil {
+		t.Fatalf("snapshot outside a tree: %v", st)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan []Status, 1)
+	s := New(ctx, logtree.New(100), func(ctx context.Context) error {
+		if err := Run(ctx, "sibling", func(ctx context.Context) error {
+			Signal(ctx, SignalHealthy)
+			<-ctx.Done()
+			return ctx.Err()
+		}); err != nil {
+			return err
+		}
+		return Run(ctx, "reader", func(ctx context.Context) error {
+			Signal(ctx, SignalHealthy)
+			for {
+				st := Snapshot(ctx)
+				if len(st) == 3 && st[1].State == StateHealthy && st[2].State == StateHealthy {
+					seen <- st
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}, fastOpts())
+	var got []Status
+	select {
+	case got = <-seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader never saw the whole tree")
+	}
+	var dns []string
+	for _, st := range got {
+		dns = append(dns, st.DN)
+	}
+	if strings.Join(dns, ",") != "root,root.reader,root.sibling" {
+		t.Fatalf("snapshot through the context: %v", dns)
+	}
+	if len(s.Snapshot()) != len(got) {
+		t.Fatalf("Supervisor.Snapshot has %d runnables, the context's %d", len(s.Snapshot()), len(got))
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 
 	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/event/memory"
@@ -172,50 +173,10 @@ func (s *Service) Run(ctx context.Context) error {
 	lg := newZapLogger(supervisor.Logger(ctx), ctx.Done())
 	d := newDisk(s.config.Data)
 
-	hasWAL, err := d.hasWAL()
+	join, err := s.prepareDisk(ctx, lg, k, d)
 	if err != nil {
 		return err
 	}
-	join := s.config.JoinCluster
-	switch {
-	case hasWAL:
-		// Restart: whatever is on disk decides which cluster this is. A
-		// JoinCluster handed in again (the caller does not know whether a
-		// previous join got far enough) is stale by now.
-		if join != nil {
-			supervisor.Logger(ctx).Info("etcd data present, ignoring JoinCluster and rejoining with the state on disk")
-			join = nil
-		}
-		if err := verifyDataDir(lg, d.dataDir()); err != nil {
-			return fmt.Errorf("consensus: refusing to start on a damaged data directory %s (left untouched): %w", d.dataDir(), err)
-		}
-		if err := d.checkPKI(s.config.NodePrivateKey); err != nil {
-			return err
-		}
-		// Only a bootstrap that got as far as moving its data into place
-		// leaves this behind; what is left in it is garbage.
-		if err := os.RemoveAll(d.bootstrapDir()); err != nil {
-			return err
-		}
-	case join != nil:
-		if err := validateJoin(join, s.config.NodePrivateKey); err != nil {
-			return err
-		}
-		if err := d.writePKI(join.CACertificate, join.NodeCertificate, s.config.NodePrivateKey, join.InitialCRL); err != nil {
-			return err
-		}
-	default:
-		if d.hasPKI() && !d.hasUnfinishedBootstrap() {
-			// Peer certificates without etcd data mean the data vanished
-			// (or a join never finished): bootstrapping would silently
-			// fork off a new cluster next to the real one.
-			return fmt.Errorf("consensus: peer PKI in %s but no etcd data in %s, and no JoinCluster: refusing to bootstrap a new cluster over a member's leftovers", d.pkiDir(), d.dataDir())
-		}
-		if err := s.bootstrap(ctx, k, d); err != nil {
-			return fmt.Errorf("consensus: bootstrapping a new cluster: %w", err)
-		}
-	}
-
 	cfg, err := s.etcdConfig(lg, k, d, join)
 	if err != nil {
 		return err
@@ -254,7 +215,63 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.value.Set(&Status{})
 	supervisor.Logger(ctx).Info("consensus member running", "member", e.Server.MemberID().String())
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	return waitStopped(ctx, e)
+}
 
+// prepareDisk makes the data directory ready for etcd and returns the
+// JoinCluster etcd is to start with: nil for a restart (the data on disk
+// decides) and for a new cluster, which it bootstraps.
+func (s *Service) prepareDisk(ctx context.Context, lg *zap.Logger, k Tuning, d disk) (*JoinCluster, error) {
+	hasWAL, err := d.hasWAL()
+	if err != nil {
+		return nil, err
+	}
+	join := s.config.JoinCluster
+	switch {
+	case hasWAL:
+		// Restart: whatever is on disk decides which cluster this is. A
+		// JoinCluster handed in again (the caller does not know whether a
+		// previous join got far enough) is stale by now.
+		if join != nil {
+			supervisor.Logger(ctx).Info("etcd data present, ignoring JoinCluster and rejoining with the state on disk")
+		}
+		return nil, s.checkRestart(lg, d)
+	case join != nil:
+		if err := validateJoin(join, s.config.NodePrivateKey); err != nil {
+			return nil, err
+		}
+		if err := d.writePKI(join.CACertificate, join.NodeCertificate, s.config.NodePrivateKey, join.InitialCRL); err != nil {
+			return nil, err
+		}
+		return join, nil
+	}
+	if d.hasPKI() && !d.hasUnfinishedBootstrap() {
+		// Peer certificates without etcd data mean the data vanished
+		// (or a join never finished): bootstrapping would silently
+		// fork off a new cluster next to the real one.
+		return nil, fmt.Errorf("consensus: peer PKI in %s but no etcd data in %s, and no JoinCluster: refusing to bootstrap a new cluster over a member's leftovers", d.pkiDir(), d.dataDir())
+	}
+	if err := s.bootstrap(ctx, k, d); err != nil {
+		return nil, fmt.Errorf("consensus: bootstrapping a new cluster: %w", err)
+	}
+	return nil, nil
+}
+
+// checkRestart checks a member's data before etcd starts on it again.
+func (s *Service) checkRestart(lg *zap.Logger, d disk) error {
+	if err := verifyDataDir(lg, d.dataDir()); err != nil {
+		return fmt.Errorf("consensus: refusing to start on a damaged data directory %s (left untouched): %w", d.dataDir(), err)
+	}
+	if err := d.checkPKI(s.config.NodePrivateKey); err != nil {
+		return err
+	}
+	// Only a bootstrap that got as far as moving its data into place
+	// leaves this behind; what is left in it is garbage.
+	return os.RemoveAll(d.bootstrapDir())
+}
+
+// waitStopped waits until ctx ends or etcd fails or stops.
+func waitStopped(ctx context.Context, e *embed.Etcd) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

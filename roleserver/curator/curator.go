@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
@@ -143,34 +145,64 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("curator: etcd client: %w", err)
 	}
 	defer kv.Close()
+	if err := checkBootstrapped(ctx, kv); err != nil {
+		return err
+	}
+
+	s.attach(kv, st)
+	defer s.detach()
+	creds, err := s.curatorCredentials(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("curator: issuing this curator's certificate: %w", err)
+	}
+	lis, srv, err := s.newServer(creds, log)
+	if err != nil {
+		return err
+	}
+	if err := supervisor.Run(ctx, "members", s.runMembers); err != nil {
+		lis.Close()
+		return err
+	}
+	return s.serve(ctx, w, kv, creds.Trust, lis, srv)
+}
+
+// checkBootstrapped fails unless etcd holds a cluster (its CA
+// certificate): a curator has nothing to serve before Bootstrap.
+func checkBootstrapped(ctx context.Context, kv client.Namespaced) error {
 	if v, _, err := getValue(ctx, kv, keyCACert); err != nil {
 		return fmt.Errorf("curator: reading cluster state: %w", err)
 	} else if v == nil {
 		return errors.New("curator: no cluster state in etcd (Bootstrap was not run)")
 	}
+	return nil
+}
 
+// attach makes kv and st the backend the gRPC methods use; detach ends
+// that, and this curator's view of the leader.
+func (s *Service) attach(kv client.Namespaced, st *consensus.Status) {
 	s.mu.Lock()
 	s.kv, s.cstatus = kv, st
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.kv, s.cstatus = nil, nil
-		s.mu.Unlock()
-		s.setLeader(nil)
-	}()
-	creds, err := s.curatorCredentials(ctx, kv)
-	if err != nil {
-		return fmt.Errorf("curator: issuing this curator's certificate: %w", err)
-	}
-	trust := creds.Trust
+}
 
+func (s *Service) detach() {
+	s.mu.Lock()
+	s.kv, s.cstatus = nil, nil
+	s.mu.Unlock()
+	s.setLeader(nil)
+}
+
+// newServer listens and makes the gRPC server of the three services,
+// with this curator's certificate and the callers classified against
+// creds.Trust.
+func (s *Service) newServer(creds *identity.Credentials, log *slog.Logger) (net.Listener, *grpc.Server, error) {
 	lis, err := net.Listen("tcp", s.cfg.ListenAddress)
 	if err != nil {
-		return fmt.Errorf("curator: %w", err)
+		return nil, nil, fmt.Errorf("curator: %w", err)
 	}
 	// Keepalives on every curator, so that a node's stream to a curator
 	// that lost power fails in seconds (see rpc.ServerKeepalive).
-	authz := rpc.NewAuthorizer(trust, log, s.checkCaller)
+	authz := rpc.NewAuthorizer(creds.Trust, log, s.checkCaller)
 	opts := append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig())),
 		grpc.MaxRecvMsgSize(maxRequestSize),
@@ -180,11 +212,14 @@ func (s *Service) Run(ctx context.Context) error {
 	clusterpb.RegisterCuratorServer(srv, curatorServer{Service: s})
 	clusterpb.RegisterManagementServer(srv, managementServer{Service: s})
 	clusterpb.RegisterAAAServer(srv, aaaServer{Service: s})
-	if err := supervisor.Run(ctx, "members", s.runMembers); err != nil {
-		lis.Close()
-		return err
-	}
+	return lis, srv, nil
+}
 
+// serve runs the curator's four loops (the CRL, the gRPC server, the
+// election, the watch of the consensus status) until ctx ends or one of
+// them fails, then stops them all.
+func (s *Service) serve(ctx context.Context, w event.Watcher[*consensus.Status], kv client.Namespaced, trust *identity.Trust, lis net.Listener, srv *grpc.Server) error {
+	log := supervisor.Logger(ctx)
 	inner, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -214,6 +249,7 @@ func (s *Service) Run(ctx context.Context) error {
 	log.Info("curator serving", "address", lis.Addr().String(), "node", s.nodeID)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 
+	var err error
 	select {
 	case <-ctx.Done():
 		err = ctx.Err()

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/logtree"
@@ -422,6 +423,47 @@ func (c *cluster) ticket(m *member) []byte {
 	return r.Ticket
 }
 
+// single is the shared fixture of the tests of one curator: a cluster
+// that a bootstrapped and leads alone, its owner, and a context bounding
+// the test. Each test makes its own, so that none sees another's nodes;
+// what a test needs beyond it (a committed node, a worker) it adds with
+// the helpers below.
+type single struct {
+	*cluster
+	a   *member
+	ctx context.Context
+}
+
+func newSingle(t *testing.T) *single {
+	t.Helper()
+	c := newCluster(t)
+	return &single{cluster: c, a: c.members[0], ctx: ctxTimeout(t, time.Minute)}
+}
+
+// committed is a new member, registered, approved and committed on a
+// (UP, no roles, its credentials set), that then pushed its status as a
+// booted node does (so that the curator has observed its address), and
+// its join key.
+func (s *single) committed(name string) (*member, ed25519.PrivateKey) {
+	s.t.Helper()
+	m := s.newMember(name)
+	joinKey, _ := s.addNode(s.a, m)
+	_, err := clusterpb.NewCuratorClient(withCreds(s.t, s.a.addr(), m.creds)).UpdateNodeStatus(s.ctx, &clusterpb.UpdateNodeStatusRequest{
+		NodeId: m.id, Status: &clusterpb.NodeStatus{Addresses: []string{"127.0.0.1"}, Version: "test"}})
+	mustOK(s.t, "UpdateNodeStatus", err)
+	return m, joinKey
+}
+
+// worker is committed with the KubernetesWorker role.
+func (s *single) worker(name string) (*member, ed25519.PrivateKey) {
+	s.t.Helper()
+	m, joinKey := s.committed(name)
+	_, err := s.mgmt(s.a).UpdateNodeRoles(s.ctx, &clusterpb.UpdateNodeRolesRequest{
+		Node: &clusterpb.UpdateNodeRolesRequest_Id{Id: m.id}, KubernetesWorker: proto.Bool(true)})
+	mustOK(s.t, "UpdateNodeRoles worker", err)
+	return m, joinKey
+}
+
 // commit signs the commit proof for the connection and commits.
 func commit(t *testing.T, conn *grpc.ClientConn, creds *identity.CapturingCredentials, join ed25519.PrivateKey) (*clusterpb.CommitNodeResponse, error) {
 	t.Helper()
@@ -497,6 +539,25 @@ func (c *cluster) getNode(m *member, id string) *clusterpb.Node {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// second is the error of a call's two results.
+func second[T any](_ T, err error) error { return err }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+func ctxTimeoutCancel(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx, cancel
+}
+
+// recvFirst is the first message of a server stream (or the call's error).
+func recvFirst[T any](s interface{ Recv() (*T, error) }, err error) (*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s.Recv()
+}
 
 func generateKey() (ed25519.PublicKey, ed25519.PrivateKey, error) {
 	return ed25519.GenerateKey(rand.Reader)

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/x509"
 	"math/big"
 	"net"
 	"net/netip"
@@ -172,48 +173,18 @@ func createNode(ctx context.Context, kv clientv3.KV, g guard, n *clusterpb.Node)
 }
 
 // CommitNode authorizes before it does any work: the session proof and
-// the node record's state and key are checked first; only then is the CA
-// loaded, a key generated and a certificate signed.
+// the node record's state and key are checked first (authorizeCommit);
+// only then is the CA loaded, a key generated and a certificate signed.
 func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNodeRequest) (*clusterpb.CommitNodeResponse, error) {
-	const method = "CommitNode"
 	p := rpc.PeerFrom(ctx)
 	// Served by every member, like RegisterNode.
 	kv, _, err := c.backend()
 	if err != nil {
 		return nil, err
 	}
-	joinPub := ed25519.PublicKey(req.JoinPublicKey)
-	if len(joinPub) != ed25519.PublicKeySize {
-		return nil, status.Errorf(codes.InvalidArgument, "join_public_key has %d bytes, want %d", len(joinPub), ed25519.PublicKeySize)
-	}
-	if err := identity.VerifySessionProof(joinPub, p.TLS, identity.ExporterCommitNode, nil, req.JoinKeyProof); err != nil {
-		return nil, status.Errorf(codes.PermissionDenied, "join_key_proof does not prove possession of the join key on this connection: %v", err)
-	}
-	id := identity.NodeID(p.PublicKey)
-	n, _, err := getNode(ctx, kv, id)
+	cm, err := authorizeCommit(ctx, kv, p, req)
 	if err != nil {
-		return nil, etcdErr(method, err)
-	}
-	if err := commitAllowed(n, id, p); err != nil {
 		return nil, err
-	}
-	if owner, err := ownerKeyIs(ctx, kv, joinPub); err != nil {
-		return nil, err
-	} else if owner {
-		return nil, status.Error(codes.InvalidArgument, "join_public_key is the owner key")
-	}
-	again := n.State == clusterpb.NodeState_NODE_STATE_UP
-	if again {
-		// Repeated by the node that committed (it proved both its node
-		// key and its join key): its reply was lost. Anyone else is
-		// refused here, before anything is issued.
-		owner, _, err := getValue(ctx, kv, joinKeyKey(joinPub))
-		if err != nil {
-			return nil, etcdErr(method, err)
-		}
-		if string(owner) != id {
-			return nil, status.Errorf(codes.FailedPrecondition, "node %s already committed (state UP) with another join key: credentials are handed out only once", id)
-		}
 	}
 
 	// Authorized: now the work.
@@ -226,47 +197,121 @@ func (c curatorServer) CommitNode(ctx context.Context, req *clusterpb.CommitNode
 		return nil, internalErr("issuing node certificate", err)
 	}
 	var cuk []byte
-	if again {
-		if _, err := kv.Txn(ctx).Then(recordCert(id, certNode, cert)).Commit(); err != nil {
-			return nil, etcdErr("recording node certificate", err)
-		}
-		if cuk, _, err = getValue(ctx, kv, unlockKeyKey(id)); err != nil {
-			return nil, etcdErr(method, err)
-		}
+	if cm.again {
+		cuk, err = cm.repeat(ctx, kv, cert)
 	} else {
-		cuk = make([]byte, 32)
-		if _, err := rand.Read(cuk); err != nil {
-			return nil, internalErr("generating cluster unlock key", err)
-		}
-		_, err = updateNode(ctx, kv, nil, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
-			// The record may have changed since it was checked above.
-			if err := commitAllowed(n, id, p); err != nil {
-				return nil, err
-			}
-			if n.State != clusterpb.NodeState_NODE_STATE_STANDBY {
-				return nil, status.Errorf(codes.Aborted, "node %s changed to %s while committing; retry", id, n.State)
-			}
-			if other, _, err := getValue(ctx, kv, joinKeyKey(joinPub)); err != nil {
-				return nil, etcdErr(method, err)
-			} else if other != nil {
-				return nil, status.Errorf(codes.AlreadyExists, "join_public_key is already the join key of node %s", other)
-			}
-			n.State = clusterpb.NodeState_NODE_STATE_UP
-			return []clientv3.Op{
-				clientv3.OpPut(joinKeyKey(joinPub), id),
-				clientv3.OpPut(unlockKeyKey(id), string(cuk)),
-				recordCert(id, certNode, cert),
-			}, nil
-		}, clientv3.Compare(clientv3.CreateRevision(joinKeyKey(joinPub)), "=", 0))
-		if err != nil {
-			return nil, err
-		}
+		cuk, err = cm.commit(ctx, kv, cert)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return &clusterpb.CommitNodeResponse{
 		CaCertificate:    ca.Certificate.Raw,
 		NodeCertificate:  cert.Raw,
 		ClusterUnlockKey: cuk,
 	}, nil
+}
+
+// commitNodeMethod names CommitNode in its errors.
+const commitNodeMethod = "CommitNode"
+
+// nodeCommit is one authorized CommitNode call: the caller p commits node
+// id with the join key joinPub.
+type nodeCommit struct {
+	id      string
+	p       *identity.Peer
+	joinPub ed25519.PublicKey
+	// again: the node is UP already and committed with this very join
+	// key; it repeats the call because the reply was lost.
+	again bool
+}
+
+// authorizeCommit checks that the caller may commit: it proves the join
+// key on this connection, its node is registered for its key and
+// approved, the join key is not the owner's, and a node that is UP
+// already committed with this join key.
+func authorizeCommit(ctx context.Context, kv clientv3.KV, p *identity.Peer, req *clusterpb.CommitNodeRequest) (*nodeCommit, error) {
+	joinPub := ed25519.PublicKey(req.JoinPublicKey)
+	if len(joinPub) != ed25519.PublicKeySize {
+		return nil, status.Errorf(codes.InvalidArgument, "join_public_key has %d bytes, want %d", len(joinPub), ed25519.PublicKeySize)
+	}
+	if err := identity.VerifySessionProof(joinPub, p.TLS, identity.ExporterCommitNode, nil, req.JoinKeyProof); err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "join_key_proof does not prove possession of the join key on this connection: %v", err)
+	}
+	id := identity.NodeID(p.PublicKey)
+	n, _, err := getNode(ctx, kv, id)
+	if err != nil {
+		return nil, etcdErr(commitNodeMethod, err)
+	}
+	if err := commitAllowed(n, id, p); err != nil {
+		return nil, err
+	}
+	if owner, err := ownerKeyIs(ctx, kv, joinPub); err != nil {
+		return nil, err
+	} else if owner {
+		return nil, status.Error(codes.InvalidArgument, "join_public_key is the owner key")
+	}
+	cm := &nodeCommit{id: id, p: p, joinPub: joinPub, again: n.State == clusterpb.NodeState_NODE_STATE_UP}
+	if cm.again {
+		// Repeated by the node that committed (it proved both its node
+		// key and its join key): its reply was lost. Anyone else is
+		// refused here, before anything is issued.
+		owner, _, err := getValue(ctx, kv, joinKeyKey(joinPub))
+		if err != nil {
+			return nil, etcdErr(commitNodeMethod, err)
+		}
+		if string(owner) != id {
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s already committed (state UP) with another join key: credentials are handed out only once", id)
+		}
+	}
+	return cm, nil
+}
+
+// repeat records the certificate issued again and returns the cluster
+// unlock key the node got the first time.
+func (cm *nodeCommit) repeat(ctx context.Context, kv clientv3.KV, cert *x509.Certificate) ([]byte, error) {
+	if _, err := kv.Txn(ctx).Then(recordCert(cm.id, certNode, cert)).Commit(); err != nil {
+		return nil, etcdErr("recording node certificate", err)
+	}
+	cuk, _, err := getValue(ctx, kv, unlockKeyKey(cm.id))
+	if err != nil {
+		return nil, etcdErr(commitNodeMethod, err)
+	}
+	return cuk, nil
+}
+
+// commit makes the node UP with a new cluster unlock key, in one
+// transaction with its join key index and its certificate, and returns
+// the key.
+func (cm *nodeCommit) commit(ctx context.Context, kv clientv3.KV, cert *x509.Certificate) ([]byte, error) {
+	cuk := make([]byte, 32)
+	if _, err := rand.Read(cuk); err != nil {
+		return nil, internalErr("generating cluster unlock key", err)
+	}
+	_, err := updateNode(ctx, kv, nil, cm.id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
+		// The record may have changed since it was checked above.
+		if err := commitAllowed(n, cm.id, cm.p); err != nil {
+			return nil, err
+		}
+		if n.State != clusterpb.NodeState_NODE_STATE_STANDBY {
+			return nil, status.Errorf(codes.Aborted, "node %s changed to %s while committing; retry", cm.id, n.State)
+		}
+		if other, _, err := getValue(ctx, kv, joinKeyKey(cm.joinPub)); err != nil {
+			return nil, etcdErr(commitNodeMethod, err)
+		} else if other != nil {
+			return nil, status.Errorf(codes.AlreadyExists, "join_public_key is already the join key of node %s", other)
+		}
+		n.State = clusterpb.NodeState_NODE_STATE_UP
+		return []clientv3.Op{
+			clientv3.OpPut(joinKeyKey(cm.joinPub), cm.id),
+			clientv3.OpPut(unlockKeyKey(cm.id), string(cuk)),
+			recordCert(cm.id, certNode, cert),
+		}, nil
+	}, clientv3.Compare(clientv3.CreateRevision(joinKeyKey(cm.joinPub)), "=", 0))
+	if err != nil {
+		return nil, err
+	}
+	return cuk, nil
 }
 
 // commitAllowed says whether the caller may commit node id (n its record):

@@ -12,6 +12,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/consensus"
+	"plinth.dev/plinth/roleserver/consensus/client"
 	"plinth.dev/plinth/roleserver/identity"
 )
 
@@ -262,20 +263,16 @@ func (s *Service) removeConsensusMember(ctx context.Context, kv clientv3.KV, st 
 	return nil
 }
 
+// UpdateNodeRoles gives or takes a node's roles in three steps: decide
+// what the node has and what the call wants (planRoles), change etcd's
+// membership (changeMembership), record the roles (recordRoles).
+// Membership changes first: AddNode is idempotent, so a failure to record
+// the role is repaired by calling again.
 func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.UpdateNodeRolesRequest) (*clusterpb.UpdateNodeRolesResponse, error) {
 	const method = "UpdateNodeRoles"
-	var id string
-	switch n := req.Node.(type) {
-	case *clusterpb.UpdateNodeRolesRequest_Id:
-		id = n.Id
-	case *clusterpb.UpdateNodeRolesRequest_PublicKey:
-		if len(n.PublicKey) != ed25519.PublicKeySize {
-			return nil, status.Errorf(codes.InvalidArgument, "public_key has %d bytes, want %d", len(n.PublicKey), ed25519.PublicKeySize)
-		}
-		id = identity.NodeID(n.PublicKey)
-	}
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "no node given (id or public_key)")
+	id, err := rolesNodeID(req)
+	if err != nil {
+		return nil, err
 	}
 	kv, st, err := m.backend()
 	if err != nil {
@@ -291,101 +288,163 @@ func (m managementServer) UpdateNodeRoles(ctx context.Context, req *clusterpb.Up
 	if n.State != clusterpb.NodeState_NODE_STATE_UP {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s: roles can only be given to UP nodes", id, n.State)
 	}
-	was := n.GetRoles().GetConsensusMember() != nil
-	wasPending := n.GetConsensusMemberPending()
-	consensusOn := was || wasPending
+	c, err := planRoles(id, n, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.changeMembership(ctx, kv, st, n, c); err != nil {
+		return nil, err
+	}
+	if err := recordRoles(ctx, kv, st, c); err != nil {
+		return nil, err
+	}
+	if c.pending {
+		m.wakeMembers()
+	}
+	return &clusterpb.UpdateNodeRolesResponse{}, nil
+}
+
+// rolesNodeID is the node an UpdateNodeRoles request names, by ID or by
+// public key.
+func rolesNodeID(req *clusterpb.UpdateNodeRolesRequest) (string, error) {
+	var id string
+	switch n := req.Node.(type) {
+	case *clusterpb.UpdateNodeRolesRequest_Id:
+		id = n.Id
+	case *clusterpb.UpdateNodeRolesRequest_PublicKey:
+		if len(n.PublicKey) != ed25519.PublicKeySize {
+			return "", status.Errorf(codes.InvalidArgument, "public_key has %d bytes, want %d", len(n.PublicKey), ed25519.PublicKeySize)
+		}
+		id = identity.NodeID(n.PublicKey)
+	}
+	if id == "" {
+		return "", status.Error(codes.InvalidArgument, "no node given (id or public_key)")
+	}
+	return id, nil
+}
+
+// roleChange is one UpdateNodeRoles call as it goes: planRoles fills in
+// what the node had and what the call wants, changeMembership what it did
+// to etcd, and apply writes the outcome into the record.
+type roleChange struct {
+	id  string
+	req *clusterpb.UpdateNodeRolesRequest
+	// was: the record named a consensus member; wasPending: the record
+	// waited for the leader to add one (members.go).
+	was, wasPending bool
+	// consensusOn is whether the node is to be a consensus member.
+	consensusOn bool
+	// member is the role of the etcd member this call added (nil: none).
+	member *clusterpb.NodeRoles_ConsensusMember
+	// pending: the leader adds the member later.
+	pending bool
+}
+
+// planRoles decides the consensus role the node is to have: the request's
+// where it says, else the one the record has (or waits for). A Kubernetes
+// controller needs the consensus role.
+func planRoles(id string, n *clusterpb.Node, req *clusterpb.UpdateNodeRolesRequest) (*roleChange, error) {
+	c := &roleChange{
+		id:         id,
+		req:        req,
+		was:        n.GetRoles().GetConsensusMember() != nil,
+		wasPending: n.GetConsensusMemberPending(),
+	}
+	c.consensusOn = c.was || c.wasPending
 	if req.ConsensusMember != nil {
-		consensusOn = *req.ConsensusMember
+		c.consensusOn = *req.ConsensusMember
 	}
 	controllerOn := n.GetRoles().GetKubernetesController() != nil
 	if req.KubernetesController != nil {
 		controllerOn = *req.KubernetesController
 	}
-	if controllerOn && !consensusOn {
+	if controllerOn && !c.consensusOn {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"the KubernetesController role needs the ConsensusMember role (the API server uses the local etcd member) on node %s", id)
 	}
+	c.pending = c.wasPending && c.consensusOn
+	return c, nil
+}
 
-	// Consensus membership changes first: AddNode is idempotent, so a
-	// failure to record the role below is repaired by calling again. While
-	// another learner catches up, etcd refuses a second one: the node is
-	// recorded as pending and the leader adds it later (members.go).
-	var member *clusterpb.NodeRoles_ConsensusMember
-	pending := wasPending && consensusOn
+// changeMembership adds or removes the node's etcd member as c wants.
+// While another learner catches up, etcd refuses a second one: the node is
+// then recorded as pending and the leader adds it later (members.go).
+func (m managementServer) changeMembership(ctx context.Context, kv client.Namespaced, st *consensus.Status, n *clusterpb.Node, c *roleChange) error {
 	switch {
-	case consensusOn && !was && !wasPending:
-		busy, err := learnerInProgress(ctx, kv, st, id)
+	case c.consensusOn && !c.was && !c.wasPending:
+		busy, err := learnerInProgress(ctx, kv, st, c.id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !busy {
-			member, err = m.addConsensusMember(ctx, st, n)
+			c.member, err = m.addConsensusMember(ctx, st, n)
 		}
 		switch {
 		case busy, errors.Is(err, consensus.ErrLearnerInProgress), errors.Is(err, consensus.ErrNotYetSafe):
-			pending = true
+			c.pending = true
 		case err != nil:
-			return nil, addNodeErr(id, err)
+			return addNodeErr(c.id, err)
 		}
-	case !consensusOn && was:
-		if err := m.removeConsensusMember(ctx, kv, st, id); err != nil {
-			return nil, err
-		}
-	case !consensusOn && wasPending && isEtcdMember(ctx, st, id):
+	case !c.consensusOn && c.was:
+		return m.removeConsensusMember(ctx, kv, st, c.id)
+	case !c.consensusOn && c.wasPending && isEtcdMember(ctx, st, c.id):
 		// The leader was adding it just now: take the member back.
-		if err := m.removeConsensusMember(ctx, kv, st, id); err != nil {
-			return nil, err
+		return m.removeConsensusMember(ctx, kv, st, c.id)
+	}
+	return nil
+}
+
+// recordRoles writes c into the node's record. If that fails after this
+// call added an etcd member, the member exists but no record names it: it
+// is removed again, or the dangling learner would block every later
+// AddNode.
+func recordRoles(ctx context.Context, kv clientv3.KV, st *consensus.Status, c *roleChange) error {
+	_, err := updateNode(ctx, kv, nil, c.id, c.apply)
+	if err == nil || c.member == nil {
+		return err
+	}
+	if rerr := st.RemoveNode(ctx, c.id); rerr != nil {
+		return status.Errorf(codes.Unavailable, "%v; and removing the etcd member again failed: %v", err, rerr)
+	}
+	return err
+}
+
+// apply changes the record n as c decided. updateNode calls it with the
+// record as it is now, which may have changed since planRoles read it.
+func (c *roleChange) apply(n *clusterpb.Node) ([]clientv3.Op, error) {
+	if n.State != clusterpb.NodeState_NODE_STATE_UP {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s: roles can only be given to UP nodes", c.id, n.State)
+	}
+	if n.Roles == nil {
+		n.Roles = &clusterpb.NodeRoles{}
+	}
+	switch {
+	case c.member != nil:
+		n.Roles.ConsensusMember = c.member
+		n.ConsensusMemberPending = false
+	case c.pending:
+		// Unless the leader added it meanwhile.
+		n.ConsensusMemberPending = n.Roles.ConsensusMember == nil
+	case !c.consensusOn:
+		if n.Roles.ConsensusMember != nil && !c.was {
+			return nil, status.Errorf(codes.Aborted, "node %s became a consensus member while this call ran: call again to remove the role", c.id)
+		}
+		n.Roles.ConsensusMember = nil
+		n.ConsensusMemberPending = false
+	}
+	if c.req.KubernetesController != nil {
+		n.Roles.KubernetesController = nil
+		if *c.req.KubernetesController {
+			n.Roles.KubernetesController = &clusterpb.NodeRoles_KubernetesController{}
 		}
 	}
-	_, err = updateNode(ctx, kv, nil, id, func(n *clusterpb.Node) ([]clientv3.Op, error) {
-		if n.State != clusterpb.NodeState_NODE_STATE_UP {
-			return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s: roles can only be given to UP nodes", id, n.State)
+	if c.req.KubernetesWorker != nil {
+		n.Roles.KubernetesWorker = nil
+		if *c.req.KubernetesWorker {
+			n.Roles.KubernetesWorker = &clusterpb.NodeRoles_KubernetesWorker{}
 		}
-		if n.Roles == nil {
-			n.Roles = &clusterpb.NodeRoles{}
-		}
-		switch {
-		case member != nil:
-			n.Roles.ConsensusMember = member
-			n.ConsensusMemberPending = false
-		case pending:
-			// Unless the leader added it meanwhile.
-			n.ConsensusMemberPending = n.Roles.ConsensusMember == nil
-		case !consensusOn:
-			if n.Roles.ConsensusMember != nil && !was {
-				return nil, status.Errorf(codes.Aborted, "node %s became a consensus member while this call ran: call again to remove the role", id)
-			}
-			n.Roles.ConsensusMember = nil
-			n.ConsensusMemberPending = false
-		}
-		if req.KubernetesController != nil {
-			n.Roles.KubernetesController = nil
-			if *req.KubernetesController {
-				n.Roles.KubernetesController = &clusterpb.NodeRoles_KubernetesController{}
-			}
-		}
-		if req.KubernetesWorker != nil {
-			n.Roles.KubernetesWorker = nil
-			if *req.KubernetesWorker {
-				n.Roles.KubernetesWorker = &clusterpb.NodeRoles_KubernetesWorker{}
-			}
-		}
-		return nil, nil
-	})
-	if err != nil {
-		if member != nil {
-			// The member exists in etcd but no record names it: undo, or
-			// the dangling learner would block every later AddNode.
-			if rerr := st.RemoveNode(ctx, id); rerr != nil {
-				return nil, status.Errorf(codes.Unavailable, "%v; and removing the etcd member again failed: %v", err, rerr)
-			}
-		}
-		return nil, err
 	}
-	if pending {
-		m.wakeMembers()
-	}
-	return &clusterpb.UpdateNodeRolesResponse{}, nil
+	return nil, nil
 }
 
 // addConsensusMember adds the node to etcd as a learner and returns what

@@ -20,6 +20,24 @@
 // node key before its volume is open, so it rejoins with a separate join
 // key, sealed in the TPM together with the cluster CA and the curator
 // directory, in the data disk header (storage.Header.Enrolment).
+//
+// A Service is built with the Role Server it feeds (New), and talks to it
+// only through the Role Server's methods and event values:
+//
+//	                         Provide{Bootstrap,Register,Join}Data
+//	enrolment (runnable) ──────────────────────────────────────────► Role Server
+//	 ├── clusterkey  ◄── ClusterKey: keep the cluster unlock key (a member,  │
+//	 │                   before etcd starts) or drop it ─────────────────────┤
+//	 │               ──► Done(err): the Role Server waits for a keep's ────► │
+//	 └── directory   ◄── Directory: the curators, as the cluster lists them ─┘
+//
+// Both children reseal the join state in the disk header when it changes,
+// so that after a reboot a consensus member opens its volume without the
+// cluster and every node looks for the curators where they are now. On
+// the node that bootstrapped the cluster (no join state) they change
+// nothing. Why values and not calls: the Role Server then needs nothing
+// from enrolment, which exists only once the Role Server does, and the
+// boot wires no callback between the two.
 package enrolment
 
 import (
@@ -32,12 +50,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
@@ -67,7 +81,6 @@ type Config struct {
 	// node.
 	VolumeOpened func(*storage.Result) error
 	Network      *network.Service
-	RoleServer   *roleserver.Service
 	Version      string
 	BootTime     time.Time
 
@@ -75,139 +88,68 @@ type Config struct {
 	curatorPort int
 	// releaseKeyFile replaces layout.ReleaseKeyPath in tests.
 	releaseKeyFile string
+}
 
-	// What enrolment learnt, for KeepClusterKeyLocally.
+// Service is enrolment: the runnable that makes the node part of its
+// cluster, and the keeper of its sealed join state afterwards.
+type Service struct {
+	Config
+	// rs is the Role Server it hands the node's identity to and whose
+	// ClusterKey and Directory it follows.
+	rs *roleserver.Service
+
+	// What enrolment learnt (a registered node's): the sealed join state
+	// and the cluster unlock key it may keep sealed locally.
 	mu         sync.Mutex
 	joined     *joinState
 	clusterKey []byte
 }
 
-// remember keeps the join state and cluster unlock key of a registered
-// node for KeepClusterKeyLocally.
-func (c *Config) remember(js *joinState, cuk []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.joined, c.clusterKey = js, cuk
+// New makes enrolment for the Role Server rs; nothing runs until Run.
+func New(c Config, rs *roleserver.Service) *Service {
+	return &Service{Config: c, rs: rs}
 }
 
-// UpdateDirectory replaces the curator directory in the sealed join state
-// (a no-op unless this node registered), so that after a reboot it looks
-// for the cluster where the curators are now, not where they were when it
-// registered.
-func (c *Config) UpdateDirectory(dir *clusterpb.ClusterDirectory) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.joined == nil || proto.Equal(sortedDirectory(c.joined.Directory), sortedDirectory(dir)) {
-		return nil
-	}
-	next := *c.joined
-	next.Directory = dir
-	if err := c.reseal(&next); err != nil {
-		return err
-	}
-	if c.Disk.Log != nil {
-		c.Disk.Log.Info("cluster directory saved for the next boot", "curators", len(dir.GetNodes()))
-	}
-	return nil
-}
-
-func sortedDirectory(d *clusterpb.ClusterDirectory) *clusterpb.ClusterDirectory {
-	if d == nil {
-		return &clusterpb.ClusterDirectory{}
-	}
-	out := proto.Clone(d).(*clusterpb.ClusterDirectory)
-	slices.SortFunc(out.Nodes, func(a, b *clusterpb.DirectoryNode) int { return strings.Compare(a.Id, b.Id) })
-	return out
-}
-
-// reseal writes js as the header's join state and remembers it.
-func (c *Config) reseal(js *joinState) error {
-	blob, err := js.seal(c.Keys)
-	if err != nil {
-		return err
-	}
-	if err := storage.UpdateEnrolment(c.Disk.Disk, blob); err != nil {
-		return err
-	}
-	c.joined = js
-	return nil
-}
-
-// Reseal seals the join state in the data disk header again with Keys,
-// which an A/B update changes to seal to the new slot's PCRs as well (and,
-// once it is confirmed, to them alone). A no-op on a node that did not
-// register (its header holds no join state).
-func (c *Config) Reseal() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.joined == nil {
-		return nil
-	}
-	return c.reseal(c.joined)
-}
-
-// KeepClusterKeyLocally adds the cluster unlock key to the sealed join
-// state in the data disk header (keep) or removes it (!keep). A consensus
-// member keeps it so that its volume opens without a curator: otherwise
-// a cluster whose members all went down could never come back, each
-// member waiting for a curator that needs the others. Still sealed in the
-// TPM to this node's measured boot, so a stolen disk gains nothing. A
-// no-op on the node that bootstrapped the cluster, whose volume key never
-// involved the cluster.
-func (c *Config) KeepClusterKeyLocally(keep bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.joined == nil || c.clusterKey == nil {
-		return nil
-	}
-	if keep == (c.joined.ClusterUnlockKey != nil) {
-		return nil
-	}
-	next := *c.joined
-	next.ClusterUnlockKey = nil
-	if keep {
-		next.ClusterUnlockKey = c.clusterKey
-	}
-	if err := c.reseal(&next); err != nil {
-		return err
-	}
-	if c.Disk.Log != nil {
-		if keep {
-			c.Disk.Log.Info("consensus member: cluster unlock key now sealed locally, so this node can start without the cluster")
-		} else {
-			c.Disk.Log.Info("no longer a consensus member: locally sealed cluster unlock key removed")
-		}
-	}
-	return nil
-}
-
-// Run is the enrolment runnable. It returns nil (done) once the Role
-// Server has its data; errors are retried by the supervisor.
-func (c *Config) Run(ctx context.Context) error {
+// Run is the enrolment runnable. Once the Role Server has its data it
+// starts the children that follow the Role Server (see the package
+// documentation) and is done; errors before that are retried by the
+// supervisor.
+func (s *Service) Run(ctx context.Context) error {
 	l := supervisor.Logger(ctx)
 	var err error
 	switch {
-	case c.Parameters.GetBootstrap() != nil:
-		err = c.bootstrapOrRestart(ctx, l)
-	case c.Parameters.GetRegister() != nil:
-		err = c.registerOrJoin(ctx, l)
+	case s.Parameters.GetBootstrap() != nil:
+		err = s.bootstrapOrRestart(ctx, l)
+	case s.Parameters.GetRegister() != nil:
+		err = s.registerOrJoin(ctx, l)
 	default:
 		return errors.New("node parameters say neither bootstrap nor register")
 	}
 	if err != nil {
 		return err
 	}
+	for _, r := range []struct {
+		name string
+		run  supervisor.Runnable
+	}{
+		{"clusterkey", s.followClusterKey},
+		{"directory", s.followDirectory},
+	} {
+		if err := supervisor.Run(ctx, r.name, r.run); err != nil {
+			return err
+		}
+	}
 	supervisor.Signal(ctx, supervisor.SignalDone)
 	return nil
 }
 
 // bootstrapOrRestart: the volume is open (init opened it).
-func (c *Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
-	dir := c.Root.Data.Node.Credentials.Path()
+func (s *Service) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
+	dir := s.Root.Data.Node.Credentials.Path()
 	creds, err := identity.Load(dir)
 	if err == nil {
 		l.Info("node credentials found: rejoining the cluster as a consensus member", "node", creds.ID())
-		c.RoleServer.ProvideJoinData(creds, nil)
+		s.rs.ProvideJoinData(creds, nil)
 		return nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
@@ -220,19 +162,19 @@ func (c *Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	owner := ed25519.PublicKey(c.Parameters.GetBootstrap().GetOwnerPublicKey())
+	owner := ed25519.PublicKey(s.Parameters.GetBootstrap().GetOwnerPublicKey())
 	_, join, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
 	}
-	policy := c.Parameters.GetBootstrap().GetInitialPolicy()
-	releaseKeys, keySource, err := c.bootstrapReleaseKeys(policy.GetReleaseKeys())
+	policy := s.Parameters.GetBootstrap().GetInitialPolicy()
+	releaseKeys, keySource, err := s.bootstrapReleaseKeys(policy.GetReleaseKeys())
 	if err != nil {
 		return err
 	}
 	l.Info("bootstrapping a new cluster", "node", identity.NodeID(key.Public().(ed25519.PublicKey)),
 		"allow_nodes_without_tpm", policy.GetAllowNodesWithoutTpm(), "release_keys", len(releaseKeys), "release_keys_from", keySource)
-	c.RoleServer.ProvideBootstrapData(roleserver.BootstrapData{
+	s.rs.ProvideBootstrapData(roleserver.BootstrapData{
 		NodeKey:  key,
 		JoinKey:  join.Public().(ed25519.PublicKey),
 		OwnerKey: owner,
@@ -245,9 +187,9 @@ func (c *Config) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error {
 			},
 			ReleaseKeys: releaseKeys,
 		},
-		TPMUsage:             c.TPMUsage,
-		KubernetesController: !c.Parameters.GetBootstrap().GetNoKubernetesController(),
-		KubernetesWorker:     !c.Parameters.GetBootstrap().GetNoKubernetesWorker(),
+		TPMUsage:             s.TPMUsage,
+		KubernetesController: !s.Parameters.GetBootstrap().GetNoKubernetesController(),
+		KubernetesWorker:     !s.Parameters.GetBootstrap().GetNoKubernetesWorker(),
 	})
 	return nil
 }

@@ -36,19 +36,19 @@ const (
 	approvalReminder = 30 * time.Second
 )
 
-func (c *Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
-	h, err := storage.Peek(c.Disk.Disk)
+func (s *Service) registerOrJoin(ctx context.Context, l *slog.Logger) error {
+	h, err := storage.Peek(s.Disk.Disk)
 	if err != nil {
 		return fmt.Errorf("reading the data disk header: %w", err)
 	}
 	l.Info("waiting for the network")
-	st, err := c.Network.WaitAddress(ctx)
+	st, err := s.Network.WaitAddress(ctx)
 	if err != nil {
 		return err
 	}
 	l.Info("network up", "address", st.Address.String())
 	if h != nil && len(h.Enrolment) > 0 {
-		js, err := unsealJoinState(c.Keys, h.Enrolment)
+		js, err := unsealJoinState(s.Keys, h.Enrolment)
 		if err != nil {
 			return fmt.Errorf("%w: %v", storage.ErrRefused, err)
 		}
@@ -56,19 +56,19 @@ func (c *Config) registerOrJoin(ctx context.Context, l *slog.Logger) error {
 			// Registered (or about to) before a reboot, not committed
 			// yet: carry on with the same keys, so the owner approves
 			// the node it saw and no second NEW record appears.
-			return c.register(ctx, l, js)
+			return s.register(ctx, l, js)
 		}
 		// Set up (or its setup began) after a commit: this node is a
 		// member, whatever state the volume is in.
-		return c.join(ctx, l, h, js)
+		return s.join(ctx, l, h, js)
 	}
 	if h != nil && h.State == storage.StateReady {
 		if len(h.Enrolment) == 0 {
 			return fmt.Errorf("%w: the data disk was set up without cluster enrolment data, so it cannot be unlocked through the cluster (was it a bootstrap node's disk?)", storage.ErrRefused)
 		}
-		return c.join(ctx, l, h, nil)
+		return s.join(ctx, l, h, nil)
 	}
-	return c.register(ctx, l, nil)
+	return s.register(ctx, l, nil)
 }
 
 func (c *Config) nodeStatus() *clusterpb.NodeStatus {
@@ -114,13 +114,13 @@ func (c *Config) endpoints(dir *clusterpb.ClusterDirectory) []string {
 // RegisterNode, so a node that reboots while it waits for approval comes
 // back with the same identity; resume is that pending state, nil for a
 // new registration.
-func (c *Config) register(ctx context.Context, l *slog.Logger, resume *joinState) error {
-	reg := c.Parameters.GetRegister()
+func (s *Service) register(ctx context.Context, l *slog.Logger, resume *joinState) error {
+	reg := s.Parameters.GetRegister()
 	ca, err := x509.ParseCertificate(reg.GetClusterCaCertificate())
 	if err != nil {
 		return fmt.Errorf("cluster CA certificate in the node parameters: %w", err)
 	}
-	nodeKey, joinKey, err := c.registrationKeys(l, ca, resume)
+	nodeKey, joinKey, err := s.registrationKeys(l, ca, resume)
 	if err != nil {
 		return err
 	}
@@ -130,12 +130,12 @@ func (c *Config) register(ctx context.Context, l *slog.Logger, resume *joinState
 		return err
 	}
 	tlsCfg := identity.ClientTLSConfig(identity.NewTrust(ca), eph, identity.ServerCurator)
-	endpoints := c.endpoints(nil)
-	l.Info("registering with the cluster", "node", id, "curators", endpoints, "tpm", c.TPMUsage.String())
+	endpoints := s.endpoints(nil)
+	l.Info("registering with the cluster", "node", id, "curators", endpoints, "tpm", s.TPMUsage.String())
 
-	err = c.untilAccepted(ctx, l, "registration", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, _ tls.ConnectionState) error {
+	err = s.untilAccepted(ctx, l, "registration", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, _ tls.ConnectionState) error {
 		_, err := clusterpb.NewCuratorClient(cc).RegisterNode(ctx, &clusterpb.RegisterNodeRequest{
-			RegisterTicket: reg.GetRegisterTicket(), Status: c.nodeStatus(), TpmUsage: c.TPMUsage,
+			RegisterTicket: reg.GetRegisterTicket(), Status: s.nodeStatus(), TpmUsage: s.TPMUsage,
 		})
 		return err
 	})
@@ -147,7 +147,7 @@ func (c *Config) register(ctx context.Context, l *slog.Logger, resume *joinState
 	var commit *clusterpb.CommitNodeResponse
 	lastReminder := time.Now()
 	for commit == nil {
-		err = c.untilAccepted(ctx, l, "commit", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
+		err = s.untilAccepted(ctx, l, "commit", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
 			proof, err := identity.SessionProof(joinKey, st, identity.ExporterCommitNode, nil)
 			if err != nil {
 				return err
@@ -183,19 +183,19 @@ func (c *Config) register(ctx context.Context, l *slog.Logger, resume *joinState
 		return fmt.Errorf("%w: the curator answered with a CA other than the one in the node parameters", storage.ErrRefused)
 	}
 	l.Info("approved and committed: node certificate received", "node", id)
-	dir := c.clusterDirectory(ctx, l, creds, endpoints)
+	dir := s.clusterDirectory(ctx, l, creds, endpoints)
 
 	js := &joinState{JoinKey: joinKey, CA: creds.CA, Directory: dir, Node: creds}
-	blob, err := js.seal(c.Keys)
+	blob, err := js.seal(s.Keys)
 	if err != nil {
 		return err
 	}
-	c.remember(js, commit.GetClusterUnlockKey())
+	s.remember(js, commit.GetClusterUnlockKey())
 	// The join state (with the node's credentials) goes into the header
 	// at the start of the volume setup: from then on a crash at any point
 	// brings the node back through join, never through a second
 	// registration that would orphan this one.
-	return c.openAndProvide(ctx, l, commit.GetClusterUnlockKey(), js, blob, c.RoleServer.ProvideRegisterData)
+	return s.openAndProvide(ctx, l, commit.GetClusterUnlockKey(), js, blob, s.rs.ProvideRegisterData)
 }
 
 // registrationKeys are the node and join keys to register with: the
@@ -229,10 +229,10 @@ func (c *Config) registrationKeys(l *slog.Logger, ca *x509.Certificate, resume *
 // join: a node set up before comes back: join key → cluster unlock key →
 // open the data volume → its saved credentials. js is the unsealed join
 // state of h, or nil to unseal it here.
-func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header, js *joinState) error {
+func (s *Service) join(ctx context.Context, l *slog.Logger, h *storage.Header, js *joinState) error {
 	if js == nil {
 		var err error
-		if js, err = unsealJoinState(c.Keys, h.Enrolment); err != nil {
+		if js, err = unsealJoinState(s.Keys, h.Enrolment); err != nil {
 			return fmt.Errorf("%w: %v", storage.ErrRefused, err)
 		}
 	}
@@ -240,15 +240,15 @@ func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header, js
 	if err != nil {
 		return err
 	}
-	endpoints := c.endpoints(js.Directory)
+	endpoints := s.endpoints(js.Directory)
 	cuk := js.ClusterUnlockKey
 	if cuk != nil {
 		l.Info("consensus member: the cluster unlock key is sealed locally, opening the data volume without the cluster")
-		c.remember(js, cuk)
-		return c.openAndProvide(ctx, l, cuk, js, h.Enrolment, c.RoleServer.ProvideJoinData)
+		s.remember(js, cuk)
+		return s.openAndProvide(ctx, l, cuk, js, h.Enrolment, s.rs.ProvideJoinData)
 	}
 	l.Info("rejoining the cluster with the sealed join key", "curators", endpoints)
-	err = c.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(identity.NewTrust(js.CA), eph, identity.ServerCurator), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
+	err = s.untilAccepted(ctx, l, "join", endpoints, identity.ClientTLSConfig(identity.NewTrust(js.CA), eph, identity.ServerCurator), func(ctx context.Context, cc *grpc.ClientConn, st tls.ConnectionState) error {
 		proof, err := identity.SessionProof(js.JoinKey, st, identity.ExporterJoinNode, nil)
 		if err != nil {
 			return err
@@ -263,8 +263,8 @@ func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header, js
 		return err
 	}
 	l.Info("cluster unlock key received")
-	c.remember(js, cuk)
-	return c.openAndProvide(ctx, l, cuk, js, h.Enrolment, c.RoleServer.ProvideJoinData)
+	s.remember(js, cuk)
+	return s.openAndProvide(ctx, l, cuk, js, h.Enrolment, s.rs.ProvideJoinData)
 }
 
 // openAndProvide opens (or sets up) the data volume, makes sure the node's
@@ -273,11 +273,11 @@ func (c *Config) join(ctx context.Context, l *slog.Logger, h *storage.Header, js
 // again only while it failed before changing anything (a failure after
 // the volume was mapped needs a reboot, and says so); saving the
 // credentials is retried on its own.
-func (c *Config) openAndProvide(ctx context.Context, l *slog.Logger, cuk []byte, js *joinState, enrolment []byte,
+func (s *Service) openAndProvide(ctx context.Context, l *slog.Logger, cuk []byte, js *joinState, enrolment []byte,
 	provide func(*identity.Credentials, *clusterpb.ClusterDirectory)) error {
-	err := c.retryLocal(ctx, l, "open the data volume", func() error {
-		err := c.openVolume(ctx, cuk, enrolment)
-		if err != nil && c.volumeTouched() {
+	err := s.retryLocal(ctx, l, "open the data volume", func() error {
+		err := s.openVolume(ctx, cuk, enrolment)
+		if err != nil && s.volumeTouched() {
 			l.Error("the data volume is half open; reboot the node to retry (nothing on it is changed)", "err", err)
 			<-ctx.Done()
 			return ctx.Err()
@@ -287,14 +287,14 @@ func (c *Config) openAndProvide(ctx context.Context, l *slog.Logger, cuk []byte,
 	if err != nil {
 		return err
 	}
-	dir := c.Root.Data.Node.Credentials.Path()
+	dir := s.Root.Data.Node.Credentials.Path()
 	creds, err := identity.Load(dir)
 	switch {
 	case err == nil:
 	case errors.Is(err, fs.ErrNotExist) && js.Node != nil:
 		// Committed, but the node went down before saving them.
 		creds = js.Node
-		if err := c.retryLocal(ctx, l, "save the node credentials", func() error { return creds.Save(dir) }); err != nil {
+		if err := s.retryLocal(ctx, l, "save the node credentials", func() error { return creds.Save(dir) }); err != nil {
 			return err
 		}
 	default:

@@ -28,7 +28,7 @@ type joinState struct {
 	CA        *x509.Certificate
 	Directory *clusterpb.ClusterDirectory
 	// ClusterUnlockKey is kept only while the node is a consensus member
-	// (see Config.KeepClusterKeyLocally): it then opens its volume on its
+	// (see Service.keepClusterKeyLocally): it then opens its volume on its
 	// own, which a cold start of the whole cluster needs.
 	ClusterUnlockKey []byte
 	// Node is the node's key and certificate, so that a crash between the

@@ -66,6 +66,30 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey,
 	if len(key) != ed25519.PrivateKeySize {
 		return nil, nil, errors.New("owner: invalid owner key")
 	}
+	ownerCert, server, err := escrowOwnerCertificate(ctx, endpoint, key, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := clusterInfoAs(ctx, endpoint, key, ownerCert, server)
+	if err != nil {
+		return nil, nil, err
+	}
+	ca, err := checkClusterCA(endpoint, info, o, server, ownerCert)
+	if err != nil {
+		return nil, nil, err
+	}
+	creds, err := identity.NewCredentials(key, ownerCert.Raw, ca.Raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("owner: %w", err)
+	}
+	return creds, info, nil
+}
+
+// escrowOwnerCertificate is the first connection: with an ephemeral
+// certificate for key, it takes the owner certificate through escrow. It
+// returns that and the server's certificate, accepted on first use (or
+// checked against the pinned CA fingerprint, if any).
+func escrowOwnerCertificate(ctx context.Context, endpoint string, key ed25519.PrivateKey, o takeOwnershipOptions) (ownerCert, server *x509.Certificate, err error) {
 	eph, err := identity.EphemeralCertificate(key)
 	if err != nil {
 		return nil, nil, err
@@ -77,7 +101,8 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey,
 	capture := identity.NewCapturingCredentials(&tls.Config{
 		Certificates: []tls.Certificate{eph},
 		MinVersion:   tls.VersionTLS13,
-		// Trust on first use: checked against the CA below.
+		// Trust on first use: checked against the cluster CA by
+		// checkClusterCA.
 		InsecureSkipVerify: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) == 0 {
@@ -98,7 +123,7 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey,
 	if err != nil {
 		return nil, nil, err
 	}
-	ownerCert, err := escrow.TakeOwnership(ctx, clusterpb.NewAAAClient(cc), capture, key)
+	ownerCert, err = escrow.TakeOwnership(ctx, clusterpb.NewAAAClient(cc), capture, key)
 	cc.Close()
 	if err != nil {
 		pinMu.Lock()
@@ -112,53 +137,59 @@ func TakeOwnership(ctx context.Context, endpoint string, key ed25519.PrivateKey,
 	if !ok || len(state.PeerCertificates) == 0 {
 		return nil, nil, errors.New("owner: no TLS state for the escrow connection")
 	}
-	server, ownerDER := state.PeerCertificates[0], ownerCert.Raw
 	if !identity.IsOwner(ownerCert) {
 		return nil, nil, fmt.Errorf("owner: server issued %q, not an owner certificate", ownerCert.Subject)
 	}
+	return ownerCert, state.PeerCertificates[0], nil
+}
 
-	// Second connection: owner certificate, same server certificate.
-	pinned := identity.ClientTLSConfig(nil, tls.Certificate{Certificate: [][]byte{ownerDER}, PrivateKey: key}, identity.ServerCurator)
+// clusterInfoAs is the second connection: with the owner certificate, to
+// the very same server certificate, it asks for the cluster info.
+func clusterInfoAs(ctx context.Context, endpoint string, key ed25519.PrivateKey, ownerCert, server *x509.Certificate) (*clusterpb.GetClusterInfoResponse, error) {
+	pinned := identity.ClientTLSConfig(nil, tls.Certificate{Certificate: [][]byte{ownerCert.Raw}, PrivateKey: key}, identity.ServerCurator)
 	pinned.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
 		if len(raw) == 0 || !bytes.Equal(raw[0], server.Raw) {
 			return errors.New("owner: the server changed its certificate between escrow and GetClusterInfo")
 		}
 		return nil
 	}
-	cc, err = dial(endpoint, credentials.NewTLS(pinned))
+	cc, err := dial(endpoint, credentials.NewTLS(pinned))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer cc.Close()
 	info, err := clusterpb.NewManagementClient(cc).GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("owner: GetClusterInfo with the new owner certificate: %w", err)
+		return nil, fmt.Errorf("owner: GetClusterInfo with the new owner certificate: %w", err)
 	}
+	return info, nil
+}
+
+// checkClusterCA returns the cluster CA that info names once it has the
+// pinned fingerprint (if any), is a CA, and issued both the server's and
+// the owner's certificate.
+func checkClusterCA(endpoint string, info *clusterpb.GetClusterInfoResponse, o takeOwnershipOptions, server, ownerCert *x509.Certificate) (*x509.Certificate, error) {
 	ca, err := x509.ParseCertificate(info.GetCaCertificate())
 	if err != nil {
-		return nil, nil, fmt.Errorf("owner: cluster CA certificate: %w", err)
+		return nil, fmt.Errorf("owner: cluster CA certificate: %w", err)
 	}
 	if want := o.caFingerprint; want != nil && sha256.Sum256(ca.Raw) != *want {
-		return nil, nil, fmt.Errorf("%w: the cluster at %s reports a CA with fingerprint %s, want %s",
+		return nil, fmt.Errorf("%w: the cluster at %s reports a CA with fingerprint %s, want %s",
 			ErrCAFingerprintMismatch, endpoint, pki.Fingerprint(ca), pki.FormatFingerprint(*want))
 	}
 	if !ca.IsCA {
-		return nil, nil, fmt.Errorf("owner: cluster CA certificate %q is not a CA", ca.Subject)
+		return nil, fmt.Errorf("owner: cluster CA certificate %q is not a CA", ca.Subject)
 	}
 	// The server must be a curator of the cluster whose CA it named...
 	check := identity.ClientTLSConfig(identity.NewTrust(ca), tls.Certificate{}, identity.ServerCurator).VerifyPeerCertificate
 	if err := check([][]byte{server.Raw}, nil); err != nil {
-		return nil, nil, fmt.Errorf("owner: server %q does not belong to the cluster CA it reports: %w", server.Subject.CommonName, err)
+		return nil, fmt.Errorf("owner: server %q does not belong to the cluster CA it reports: %w", server.Subject.CommonName, err)
 	}
 	// ...and the owner certificate must come from that same CA.
 	if err := pki.Verify(ca, nil, ownerCert, pki.UsageClient); err != nil {
-		return nil, nil, fmt.Errorf("owner: owner certificate is not from the server's cluster CA: %w", err)
+		return nil, fmt.Errorf("owner: owner certificate is not from the server's cluster CA: %w", err)
 	}
-	creds, err := identity.NewCredentials(key, ownerDER, ca.Raw)
-	if err != nil {
-		return nil, nil, fmt.Errorf("owner: %w", err)
-	}
-	return creds, info, nil
+	return ca, nil
 }
 
 // connectTimeout bounds establishing one connection, TLS included (a

@@ -4,249 +4,23 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/internal/testutil/fakecluster"
 	"plinth.dev/plinth/platform/pki"
-	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
 )
-
-// fakeCluster is an in-process stand-in for a curator (AAA, Management)
-// and a node (NodeManagement) on one TLS gRPC server.
-type fakeCluster struct {
-	clusterpb.UnimplementedAAAServer
-	clusterpb.UnimplementedManagementServer
-	clusterpb.UnimplementedNodeManagementServer
-
-	node     *identity.Credentials // the server's certificate
-	issuer   *pki.CA               // signs owner certificates (a liar: not node.CA)
-	infoCA   *pki.CA               // what GetClusterInfo reports
-	ownerPub ed25519.PublicKey
-	// mgmtErr, if set, is returned by every Management call.
-	mgmtErr error
-	// k8s answers IssueKubernetesCredentials for the key asked about.
-	k8s func(pub any) *clusterpb.IssueKubernetesCredentialsResponse
-
-	mu       sync.Mutex
-	approved [][]byte
-	calls    int
-	addr     string // AAA and Management, served with a curator certificate
-	nodeAddr string // NodeManagement, served with the node certificate
-	ticket   []byte // the register ticket; "ticket" until rotated
-	escrows  int    // Escrow streams opened
-}
-
-func newCA(t *testing.T, name string) *pki.CA {
-	t.Helper()
-	ca, err := pki.NewCA(name, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
-func newKey(t *testing.T) ed25519.PrivateKey {
-	t.Helper()
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// newFakeCluster serves a node of a cluster with CA ca (issuing owner
-// certificates from ca too, unless the test changes that).
-func newFakeCluster(t *testing.T, ca *pki.CA, ownerPub ed25519.PublicKey) *fakeCluster {
-	t.Helper()
-	nodeKey := newKey(t)
-	cert, err := identity.IssueNodeCertificate(ca, nodeKey.Public().(ed25519.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := identity.NewCredentials(nodeKey, cert.Raw, ca.Certificate.Raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeCluster{node: creds, issuer: ca, infoCA: ca, ownerPub: ownerPub}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.addr = lis.Addr().String()
-	curatorCert, err := identity.IssueCuratorCertificate(ca, nodeKey.Public().(ed25519.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	curator, err := creds.WithCertificate(curatorCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(curator.ServerTLSConfig())))
-	clusterpb.RegisterAAAServer(srv, f)
-	clusterpb.RegisterManagementServer(srv, f)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-
-	nlis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.nodeAddr = nlis.Addr().String()
-	nsrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLSConfig())))
-	clusterpb.RegisterNodeManagementServer(nsrv, f)
-	go nsrv.Serve(nlis)
-	t.Cleanup(nsrv.Stop)
-	return f
-}
-
-func (f *fakeCluster) Escrow(s grpc.BidiStreamingServer[clusterpb.EscrowFromClient, clusterpb.EscrowFromServer]) error {
-	f.mu.Lock()
-	f.escrows++
-	f.mu.Unlock()
-	p, err := identity.PeerFromContext(s.Context(), identity.NewTrust(f.node.CA))
-	if err != nil || p.Kind != identity.KindEphemeral || !p.PublicKey.Equal(f.ownerPub) {
-		return status.Error(codes.PermissionDenied, "not the owner key")
-	}
-	m, err := s.Recv()
-	if err != nil {
-		return err
-	}
-	params := m.GetParameters()
-	if params.GetRequestedIdentityName() != identity.OwnerName || !bytes.Equal(params.GetPublicKey(), f.ownerPub) {
-		return status.Errorf(codes.InvalidArgument, "bad parameters %v", params)
-	}
-	nonce := make([]byte, 32)
-	rand.Read(nonce)
-	if err := s.Send(&clusterpb.EscrowFromServer{Message: &clusterpb.EscrowFromServer_NeededProofs_{NeededProofs: &clusterpb.EscrowFromServer_NeededProofs{Nonce: nonce}}}); err != nil {
-		return err
-	}
-	m, err = s.Recv()
-	if err != nil {
-		return err
-	}
-	if err := escrow.VerifyEscrowProof(f.ownerPub, nonce, p.TLS, m.GetProof().GetSignature()); err != nil {
-		return status.Error(codes.PermissionDenied, err.Error())
-	}
-	cert, err := identity.IssueOwnerCertificate(f.issuer, f.ownerPub)
-	if err != nil {
-		return err
-	}
-	return s.Send(&clusterpb.EscrowFromServer{Message: &clusterpb.EscrowFromServer_Fulfilled_{Fulfilled: &clusterpb.EscrowFromServer_Fulfilled{OwnerCertificate: cert.Raw}}})
-}
-
-// owner admits owner certificates from the CA the fake issues them from.
-func (f *fakeCluster) owner(ctx context.Context) error {
-	f.mu.Lock()
-	f.calls++
-	mgmtErr := f.mgmtErr
-	f.mu.Unlock()
-	if mgmtErr != nil {
-		return mgmtErr
-	}
-	p, err := identity.PeerFromContext(ctx, identity.NewTrust(f.issuer.Certificate))
-	if err != nil || p.Kind != identity.KindOwner {
-		return status.Error(codes.PermissionDenied, "owner only")
-	}
-	return nil
-}
-
-func (f *fakeCluster) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInfoRequest) (*clusterpb.GetClusterInfoResponse, error) {
-	if err := f.owner(ctx); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	infoCA := f.infoCA
-	f.mu.Unlock()
-	return &clusterpb.GetClusterInfoResponse{
-		CaCertificate: infoCA.Certificate.Raw,
-		Directory: &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{
-			{Id: f.node.ID(), PublicKey: f.node.PublicKey(), Addresses: []string{"10.42.0.10"}},
-		}},
-	}, nil
-}
-
-func (f *fakeCluster) GetRegisterTicket(ctx context.Context, _ *clusterpb.GetRegisterTicketRequest) (*clusterpb.GetRegisterTicketResponse, error) {
-	if err := f.owner(ctx); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ticket == nil {
-		return &clusterpb.GetRegisterTicketResponse{Ticket: []byte("ticket")}, nil
-	}
-	return &clusterpb.GetRegisterTicketResponse{Ticket: f.ticket}, nil
-}
-
-func (f *fakeCluster) RotateRegisterTicket(ctx context.Context, _ *clusterpb.RotateRegisterTicketRequest) (*clusterpb.RotateRegisterTicketResponse, error) {
-	if err := f.owner(ctx); err != nil {
-		return nil, err
-	}
-	t := make([]byte, 32)
-	rand.Read(t)
-	f.mu.Lock()
-	f.ticket = t
-	f.mu.Unlock()
-	return &clusterpb.RotateRegisterTicketResponse{Ticket: t}, nil
-}
-
-func (f *fakeCluster) GetNodes(_ *clusterpb.GetNodesRequest, s grpc.ServerStreamingServer[clusterpb.Node]) error {
-	if err := f.owner(s.Context()); err != nil {
-		return err
-	}
-	for _, n := range []*clusterpb.Node{
-		{Id: f.node.ID(), PublicKey: f.node.PublicKey(), State: clusterpb.NodeState_NODE_STATE_UP},
-		{Id: "plinth-00000000000000aa", PublicKey: bytes.Repeat([]byte{0xaa}, 32), State: clusterpb.NodeState_NODE_STATE_NEW},
-	} {
-		if err := s.Send(n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f *fakeCluster) ApproveNode(ctx context.Context, r *clusterpb.ApproveNodeRequest) (*clusterpb.ApproveNodeResponse, error) {
-	if err := f.owner(ctx); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	f.approved = append(f.approved, r.GetPublicKey())
-	f.mu.Unlock()
-	return &clusterpb.ApproveNodeResponse{}, nil
-}
-
-func (f *fakeCluster) Logs(r *clusterpb.LogsRequest, s grpc.ServerStreamingServer[clusterpb.LogsResponse]) error {
-	if err := f.owner(s.Context()); err != nil {
-		return err
-	}
-	return s.Send(&clusterpb.LogsResponse{Entries: []*clusterpb.LogEntry{{Dn: r.GetDn(), Message: "hello"}, {Dn: r.GetDn(), Message: "world"}}})
-}
-
-func (f *fakeCluster) callCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls
-}
-
-func (f *fakeCluster) approvedKeys() [][]byte {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.approved)
-}
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -255,23 +29,23 @@ func ctx(t *testing.T) context.Context {
 }
 
 func TestTakeOwnership(t *testing.T) {
-	ca := newCA(t, "cluster")
-	key := newKey(t)
-	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
+	ca := fakecluster.NewCA(t, "cluster")
+	key := fakecluster.NewKey(t)
+	f := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
 
-	creds, info, err := TakeOwnership(ctx(t), f.addr, key)
+	creds, info, err := TakeOwnership(ctx(t), f.Addr, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !creds.CA.Equal(ca.Certificate) || !identity.IsOwner(creds.Certificate) || !creds.PublicKey().Equal(key.Public()) {
 		t.Errorf("credentials: CA %v, cert %v", creds.CA.Subject, creds.Certificate.Subject)
 	}
-	if got := info.GetDirectory().GetNodes(); len(got) != 1 || got[0].GetId() != f.node.ID() {
+	if got := info.GetDirectory().GetNodes(); len(got) != 1 || got[0].GetId() != f.Node.ID() {
 		t.Errorf("directory %v", got)
 	}
 
 	// Another key than the bootstrap owner's gets nothing.
-	if _, _, err := TakeOwnership(ctx(t), f.addr, newKey(t)); status.Code(err) != codes.PermissionDenied {
+	if _, _, err := TakeOwnership(ctx(t), f.Addr, fakecluster.NewKey(t)); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("escrow with a stranger's key: %v, want PermissionDenied", err)
 	}
 }
@@ -293,13 +67,14 @@ func TestTakeOwnershipRejectsForeignCA(t *testing.T) {
 		{"server cert from another CA", true, "does not belong to the cluster CA it reports"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			key := newKey(t)
-			f := newFakeCluster(t, newCA(t, "cluster"), key.Public().(ed25519.PublicKey))
-			f.issuer = newCA(t, "impostor")
+			key := fakecluster.NewKey(t)
+			f := fakecluster.New(t, fakecluster.Config{CA: fakecluster.NewCA(t, "cluster"), OwnerKey: key})
+			impostor := fakecluster.NewCA(t, "impostor")
+			f.SetIssuer(impostor)
 			if tc.infoIsIssuer {
-				f.infoCA = f.issuer
+				f.SetInfoCA(impostor)
 			}
-			creds, _, err := TakeOwnership(ctx(t), f.addr, key)
+			creds, _, err := TakeOwnership(ctx(t), f.Addr, key)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, %v; want error containing %q", creds, err, tc.want)
 			}
@@ -310,53 +85,47 @@ func TestTakeOwnershipRejectsForeignCA(t *testing.T) {
 // TestTakeOwnershipCAFingerprint: with -ca-fingerprint's option the
 // cluster CA must have that fingerprint, or nothing is returned.
 func TestTakeOwnershipCAFingerprint(t *testing.T) {
-	ca := newCA(t, "cluster")
-	key := newKey(t)
-	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
+	ca := fakecluster.NewCA(t, "cluster")
+	key := fakecluster.NewKey(t)
+	f := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
 
 	want, err := pki.ParseFingerprint(pki.Fingerprint(ca.Certificate))
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds, _, err := TakeOwnership(ctx(t), f.addr, key, WithCAFingerprint(want))
+	creds, _, err := TakeOwnership(ctx(t), f.Addr, key, WithCAFingerprint(want))
 	if err != nil || !creds.CA.Equal(ca.Certificate) {
 		t.Fatalf("matching fingerprint: %v, %v", creds, err)
 	}
 
-	other, err := pki.ParseFingerprint(pki.Fingerprint(newCA(t, "cluster").Certificate))
+	other, err := pki.ParseFingerprint(pki.Fingerprint(fakecluster.NewCA(t, "cluster").Certificate))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.mu.Lock()
-	before := f.escrows
-	f.mu.Unlock()
-	creds, info, err := TakeOwnership(ctx(t), f.addr, key, WithCAFingerprint(other))
+	before := f.EscrowCount()
+	creds, info, err := TakeOwnership(ctx(t), f.Addr, key, WithCAFingerprint(other))
 	if !errors.Is(err, ErrCAFingerprintMismatch) || creds != nil || info != nil {
 		t.Errorf("another fingerprint: credentials %v, info %v, error %v; want ErrCAFingerprintMismatch and nothing else", creds != nil, info != nil, err)
 	}
 	// Refused in the handshake: the escrow proof never went out.
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.escrows != before {
-		t.Errorf("escrow reached the server %d times despite the wrong CA", f.escrows-before)
+	if n := f.EscrowCount(); n != before {
+		t.Errorf("escrow reached the server %d times despite the wrong CA", n-before)
 	}
 }
 
 // TestRegisterParametersPinnedCA: register parameters carry the CA pinned
 // at takeownership, and a cluster reporting another one is refused.
 func TestRegisterParametersPinnedCA(t *testing.T) {
-	ca := newCA(t, "cluster")
-	key := newKey(t)
-	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
-	c := ownerClient(t, f, key, f.addr)
+	ca := fakecluster.NewCA(t, "cluster")
+	key := fakecluster.NewKey(t)
+	f := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
+	c := ownerClient(t, f, key, f.Addr)
 	r, err := c.RegisterParameters(ctx(t))
 	if err != nil || !bytes.Equal(r.GetClusterCaCertificate(), ca.Certificate.Raw) {
 		t.Fatalf("register parameters %v, %v", r, err)
 	}
 
-	f.mu.Lock()
-	f.infoCA = newCA(t, "impostor")
-	f.mu.Unlock()
+	f.SetInfoCA(fakecluster.NewCA(t, "impostor"))
 	if r, err := c.RegisterParameters(ctx(t)); !errors.Is(err, ErrCAMismatch) || r != nil {
 		t.Errorf("foreign CA reported: parameters returned %v, error %v; want ErrCAMismatch", r != nil, err)
 	}
@@ -365,9 +134,9 @@ func TestRegisterParametersPinnedCA(t *testing.T) {
 // TestRotateTicket: the rotated ticket is returned and is the one the
 // cluster hands out from then on.
 func TestRotateTicket(t *testing.T) {
-	key := newKey(t)
-	f := newFakeCluster(t, newCA(t, "cluster"), key.Public().(ed25519.PublicKey))
-	c := ownerClient(t, f, key, f.addr)
+	key := fakecluster.NewKey(t)
+	f := fakecluster.New(t, fakecluster.Config{CA: fakecluster.NewCA(t, "cluster"), OwnerKey: key})
+	c := ownerClient(t, f, key, f.Addr)
 	old, err := c.Ticket(ctx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -379,17 +148,15 @@ func TestRotateTicket(t *testing.T) {
 	if now, err := c.Ticket(ctx(t)); err != nil || !bytes.Equal(now, rotated) {
 		t.Errorf("ticket after rotation %x, %v; want %x", now, err, rotated)
 	}
-	f.mu.Lock()
-	f.mgmtErr = status.Error(codes.PermissionDenied, "no")
-	f.mu.Unlock()
+	f.SetOwnerCallError(status.Error(codes.PermissionDenied, "no"))
 	if _, err := c.RotateTicket(ctx(t)); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("denied rotation: %v", err)
 	}
 }
 
 func TestConfigRoundTrip(t *testing.T) {
-	ca := newCA(t, "cluster")
-	key := newKey(t)
+	ca := fakecluster.NewCA(t, "cluster")
+	key := fakecluster.NewKey(t)
 	cert, err := identity.IssueOwnerCertificate(ca, key.Public().(ed25519.PublicKey))
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +206,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 
 	// A certificate for another key is refused rather than half-loaded.
-	if err := os.WriteFile(filepath.Join(keyOnly, KeyFile), mustPEM(t, newKey(t)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(keyOnly, KeyFile), mustPEM(t, fakecluster.NewKey(t)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{CertFile, CAFile} {
@@ -471,9 +238,9 @@ func mustPEM(t *testing.T, k ed25519.PrivateKey) []byte {
 }
 
 // ownerClient takes ownership of f and returns a client for endpoints.
-func ownerClient(t *testing.T, f *fakeCluster, key ed25519.PrivateKey, endpoints ...string) *Client {
+func ownerClient(t *testing.T, f *fakecluster.Cluster, key ed25519.PrivateKey, endpoints ...string) *Client {
 	t.Helper()
-	creds, _, err := TakeOwnership(ctx(t), f.addr, key)
+	creds, _, err := TakeOwnership(ctx(t), f.Addr, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,12 +255,11 @@ func ownerClient(t *testing.T, f *fakeCluster, key ed25519.PrivateKey, endpoints
 // TestClientFailover: UNAVAILABLE (a dead endpoint, or a curator that
 // cannot serve) moves on to the next endpoint; other errors do not.
 func TestClientFailover(t *testing.T) {
-	ca := newCA(t, "cluster")
-	key := newKey(t)
-	pub := key.Public().(ed25519.PublicKey)
-	good := newFakeCluster(t, ca, pub)
-	busy := newFakeCluster(t, ca, pub)
-	busy.mgmtErr = status.Error(codes.Unavailable, "not the leader")
+	ca := fakecluster.NewCA(t, "cluster")
+	key := fakecluster.NewKey(t)
+	good := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
+	busy := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
+	busy.SetOwnerCallError(status.Error(codes.Unavailable, "not the leader"))
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -520,16 +286,16 @@ func TestClientFailover(t *testing.T) {
 	connectTimeout = 500 * time.Millisecond
 	t.Cleanup(func() { connectTimeout = old })
 
-	c := ownerClient(t, good, key, deadAddr, mute.Addr().String(), busy.addr, good.addr)
+	c := ownerClient(t, good, key, deadAddr, mute.Addr().String(), busy.Addr, good.Addr)
 	nodes, err := c.Nodes(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(nodes) != 2 || nodes[0].GetId() != good.node.ID() {
+	if len(nodes) != 2 || nodes[0].GetId() != good.Node.ID() {
 		t.Fatalf("nodes %v", nodes)
 	}
-	if busy.callCount() != 1 {
-		t.Errorf("busy curator called %d times, want 1", busy.callCount())
+	if busy.OwnerCalls() != 1 {
+		t.Errorf("busy curator called %d times, want 1", busy.OwnerCalls())
 	}
 	// The endpoint that answered is asked first from then on.
 	n, err := c.FindNode(ctx(t), strings.Repeat("aa", 32))
@@ -539,28 +305,28 @@ func TestClientFailover(t *testing.T) {
 	if err := c.Approve(ctx(t), n.GetPublicKey()); err != nil {
 		t.Fatal(err)
 	}
-	if approved := good.approvedKeys(); busy.callCount() != 1 || len(approved) != 1 || !bytes.Equal(approved[0], n.GetPublicKey()) {
-		t.Errorf("busy calls %d, approved %x", busy.callCount(), approved)
+	if approved := good.Approved(); busy.OwnerCalls() != 1 || len(approved) != 1 || !bytes.Equal(approved[0], n.GetPublicKey()) {
+		t.Errorf("busy calls %d, approved %x", busy.OwnerCalls(), approved)
 	}
 	r, err := c.RegisterParameters(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(r.GetRegisterTicket()) != "ticket" || !bytes.Equal(r.GetClusterCaCertificate(), ca.Certificate.Raw) ||
+	if string(r.GetRegisterTicket()) != fakecluster.FirstTicket || !bytes.Equal(r.GetClusterCaCertificate(), ca.Certificate.Raw) ||
 		!slices.Equal(r.GetCuratorEndpoints(), []string{"10.42.0.10:7835"}) {
 		t.Errorf("register parameters %v", r)
 	}
 
 	// PermissionDenied is an answer, not an outage: no failover.
-	denied := newFakeCluster(t, ca, pub)
-	denied.mgmtErr = status.Error(codes.PermissionDenied, "no")
-	c2 := ownerClient(t, good, key, denied.addr, good.addr)
+	denied := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
+	denied.SetOwnerCallError(status.Error(codes.PermissionDenied, "no"))
+	c2 := ownerClient(t, good, key, denied.Addr, good.Addr)
 	if _, err := c2.Nodes(ctx(t)); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("got %v, want PermissionDenied from the first endpoint", err)
 	}
 
 	// Nothing answers: UNAVAILABLE naming every endpoint.
-	c3 := ownerClient(t, good, key, deadAddr, busy.addr)
+	c3 := ownerClient(t, good, key, deadAddr, busy.Addr)
 	if _, err := c3.Ticket(ctx(t)); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), deadAddr) || !strings.Contains(err.Error(), "not the leader") {
 		t.Errorf("all endpoints down: %v", err)
 	}
@@ -569,13 +335,13 @@ func TestClientFailover(t *testing.T) {
 // TestNodeManagementChecksNode: NodeManagement calls go to the endpoint
 // override and only to a server holding that node's certificate.
 func TestNodeManagementChecksNode(t *testing.T) {
-	ca := newCA(t, "cluster")
-	key := newKey(t)
-	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
-	c := ownerClient(t, f, key, f.addr)
-	c.SetNodeEndpoint(f.node.ID(), f.nodeAddr)
+	ca := fakecluster.NewCA(t, "cluster")
+	key := fakecluster.NewKey(t)
+	f := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
+	c := ownerClient(t, f, key, f.Addr)
+	c.SetNodeEndpoint(f.Node.ID(), f.NodeAddr)
 	var got []string
-	err := c.Logs(ctx(t), f.node.ID(), &clusterpb.LogsRequest{Dn: "root.x"}, func(e *clusterpb.LogEntry) error {
+	err := c.Logs(ctx(t), f.Node.ID(), &clusterpb.LogsRequest{Dn: "root.x"}, func(e *clusterpb.LogEntry) error {
 		got = append(got, e.GetDn()+":"+e.GetMessage())
 		return nil
 	})
@@ -583,9 +349,9 @@ func TestNodeManagementChecksNode(t *testing.T) {
 		t.Fatalf("logs %v, %v", got, err)
 	}
 	// An override pointing at another node's server is caught by the TLS check.
-	c.SetNodeEndpoint("plinth-00000000000000aa", f.nodeAddr)
+	c.SetNodeEndpoint("plinth-00000000000000aa", f.NodeAddr)
 	err = c.Logs(ctx(t), "plinth-00000000000000aa", &clusterpb.LogsRequest{}, func(*clusterpb.LogEntry) error { return nil })
-	if err == nil || !strings.Contains(err.Error(), "reached node "+f.node.ID()) {
+	if err == nil || !strings.Contains(err.Error(), "reached node "+f.Node.ID()) {
 		t.Errorf("logs from the wrong node: %v", err)
 	}
 }
@@ -608,7 +374,7 @@ func TestTakeOwnershipUnavailable(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, _, err = TakeOwnership(ctx(t), lis.Addr().String(), newKey(t))
+	_, _, err = TakeOwnership(ctx(t), lis.Addr().String(), fakecluster.NewKey(t))
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("got %v (%v), want Unavailable", status.Code(err), err)
 	}

@@ -4,64 +4,16 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
-	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/internal/testutil/fakecluster"
 )
-
-// updateNode is the fake node's side of NodeManagement.Update: it keeps
-// the UpdateStart it got and refuses an unsigned image as a node does
-// (InvalidArgument, before asking for anything); a signed one it takes
-// whole and answers done.
-var updateNode struct {
-	sync.Mutex
-	start    *clusterpb.UpdateStart
-	received int
-}
-
-func (f *fakeCluster) Update(s grpc.BidiStreamingServer[clusterpb.UpdateRequest, clusterpb.UpdateResponse]) error {
-	if err := f.owner(s.Context()); err != nil {
-		return err
-	}
-	first, err := s.Recv()
-	if err != nil {
-		return err
-	}
-	start := first.GetStart()
-	updateNode.Lock()
-	updateNode.start, updateNode.received = proto.Clone(start).(*clusterpb.UpdateStart), 0
-	updateNode.Unlock()
-	if len(start.GetManifestSignature()) == 0 {
-		return status.Error(codes.InvalidArgument, "update: image refused: the image is not signed (no manifest.sig)")
-	}
-	if err := s.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Accepted{Accepted: &clusterpb.UpdateAccepted{
-		Slot: "b", Artefacts: []string{"system.img", "plinth-b.efi"}}}}); err != nil {
-		return err
-	}
-	for {
-		r, err := s.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		updateNode.Lock()
-		updateNode.received += len(r.GetData().GetData())
-		updateNode.Unlock()
-	}
-	return s.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Done{Done: &clusterpb.UpdateDone{Slot: "b", Version: "v2", Staged: true}}})
-}
 
 // TestUpdateSendsSignature: ReadUpdateImage reads manifest.sig next to
 // the manifest, and Update sends it and allow_downgrade with the
@@ -69,11 +21,11 @@ func (f *fakeCluster) Update(s grpc.BidiStreamingServer[clusterpb.UpdateRequest,
 // policy refuses it, not the tool), and the node's refusal comes back as
 // a RefusedError naming the node and its reason, with nothing sent.
 func TestUpdateSendsSignature(t *testing.T) {
-	ca := newCA(t, "cluster")
-	key := newKey(t)
-	f := newFakeCluster(t, ca, key.Public().(ed25519.PublicKey))
-	c := ownerClient(t, f, key, f.addr)
-	c.SetNodeEndpoint(f.node.ID(), f.nodeAddr)
+	ca := fakecluster.NewCA(t, "cluster")
+	key := fakecluster.NewKey(t)
+	f := fakecluster.New(t, fakecluster.Config{CA: ca, OwnerKey: key})
+	c := ownerClient(t, f, key, f.Addr)
+	c.SetNodeEndpoint(f.Node.ID(), f.NodeAddr)
 
 	dir := t.TempDir()
 	manifest := []byte(`{"board":"qemu-x86_64","version":"v2","release":9,"artefacts":{"system.img":{"size":3},"plinth-b.efi":{"size":2}}}`)
@@ -86,19 +38,17 @@ func TestUpdateSendsSignature(t *testing.T) {
 	if err != nil || img.Signature != nil || img.Release != 9 {
 		t.Fatalf("unsigned image: %+v, %v", img, err)
 	}
-	_, err = c.Update(ctx(t), f.node.ID(), img, UpdateStage, nil)
+	_, err = c.Update(ctx(t), f.Node.ID(), img, UpdateStage, nil)
 	var refused *RefusedError
-	if !errors.As(err, &refused) || status.Code(err) != codes.InvalidArgument || refused.Node != f.node.ID() ||
-		!strings.Contains(err.Error(), "node "+f.node.ID()+" refused the image of version v2: update: image refused: the image is not signed (no manifest.sig)") {
+	if !errors.As(err, &refused) || status.Code(err) != codes.InvalidArgument || refused.Node != f.Node.ID() ||
+		!strings.Contains(err.Error(), "node "+f.Node.ID()+" refused the image of version v2: update: image refused: the image is not signed (no manifest.sig)") {
 		t.Fatalf("unsigned image: %v, want the node's refusal", err)
 	}
-	updateNode.Lock()
-	if len(updateNode.start.GetManifestSignature()) != 0 || updateNode.received != 0 {
-		t.Errorf("unsigned: the node got signature %x and %d bytes", updateNode.start.GetManifestSignature(), updateNode.received)
+	if start, received := f.LastUpdate(); len(start.GetManifestSignature()) != 0 || received != 0 {
+		t.Errorf("unsigned: the node got signature %x and %d bytes", start.GetManifestSignature(), received)
 	}
-	updateNode.Unlock()
 
-	sig := ed25519.Sign(newKey(t), manifest)
+	sig := ed25519.Sign(fakecluster.NewKey(t), manifest)
 	if err := os.WriteFile(filepath.Join(dir, "manifest.sig"), sig, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +56,11 @@ func TestUpdateSendsSignature(t *testing.T) {
 		t.Fatalf("signed image: %x, %v", img.Signature, err)
 	}
 	img.AllowDowngrade = true
-	done, err := c.Update(ctx(t), f.node.ID(), img, UpdateStage, nil)
+	done, err := c.Update(ctx(t), f.Node.ID(), img, UpdateStage, nil)
 	if err != nil || !done.GetStaged() {
 		t.Fatalf("signed image: %v, %v", done, err)
 	}
-	updateNode.Lock()
-	defer updateNode.Unlock()
-	if st := updateNode.start; !bytes.Equal(st.GetManifest(), manifest) || !bytes.Equal(st.GetManifestSignature(), sig) || !st.GetAllowDowngrade() || !st.GetStage() || updateNode.received != 5 {
-		t.Errorf("the node got %v and %d bytes", st, updateNode.received)
+	if st, received := f.LastUpdate(); !bytes.Equal(st.GetManifest(), manifest) || !bytes.Equal(st.GetManifestSignature(), sig) || !st.GetAllowDowngrade() || !st.GetStage() || received != 5 {
+		t.Errorf("the node got %v and %d bytes", st, received)
 	}
 }
