@@ -10,6 +10,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
@@ -22,7 +23,7 @@ func TestNodeManagementChecksCRL(t *testing.T) {
 	n := newTestNode(t)
 	n.start()
 	n.svc.ProvideRegisterData(self, &clusterpb.ClusterDirectory{})
-	nm := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), credentials.NewTLS(other.ClientTLSConfig(identity.ServerNode))))
+	nm := clusterpb.NewNodeManagementClient(testutil.Dial(t, n.nodeMgmtAddr(), credentials.NewTLS(other.ClientTLSConfig(identity.ServerNode))))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	eventually(t, 20*time.Second, "Status as another node", func() error {

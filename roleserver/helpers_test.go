@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/supervisor"
@@ -27,16 +24,6 @@ import (
 // The package's test fixture: testNode (one Role Server on loopback with
 // its own storage, log tree and supervisor), keys and credentials, and
 // the polling and log helpers the tests of every worker share.
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func genKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
@@ -83,10 +70,10 @@ func newTestNode(t *testing.T) *testNode {
 	if err := localstorage.Create(&n.root.Data.Node, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	peerPort := freePort(t)
+	peerPort := testutil.FreePort(t)
 	n.knobs = knobs{
-		curatorPort:     freePort(t),
-		nodeMgmtPort:    freePort(t),
+		curatorPort:     testutil.FreePort(t),
+		nodeMgmtPort:    testutil.FreePort(t),
 		listenHost:      "127.0.0.1",
 		addresses:       []string{"127.0.0.1"},
 		consensusTuning: testutil.LoopbackTuning(peerPort),
@@ -189,16 +176,6 @@ func eventually(t *testing.T, timeout time.Duration, what string, fn func() erro
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-}
-
-func dialTLS(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
 }
 
 func logContains(lt *logtree.Tree, dnSuffix, msg string) bool {

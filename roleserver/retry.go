@@ -7,18 +7,6 @@ import (
 	"time"
 )
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // backoff is a retry delay doubling from 250ms up to 5s.
 type backoff time.Duration
 

@@ -22,6 +22,7 @@ import (
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
@@ -124,7 +125,7 @@ func TestBootstrap(t *testing.T) {
 
 	owner := takeOwnership(t, n.curatorAddr(), creds, ownerKey)
 	ownerTLS := credentials.NewTLS(owner.ClientTLSConfig(identity.ServerCurator))
-	mgmt := clusterpb.NewManagementClient(dialTLS(t, n.curatorAddr(), ownerTLS))
+	mgmt := clusterpb.NewManagementClient(testutil.Dial(t, n.curatorAddr(), ownerTLS))
 	node := waitHealthy(t, mgmt, id)
 	if node.GetState() != clusterpb.NodeState_NODE_STATE_UP || node.GetRoles().GetConsensusMember() == nil {
 		t.Errorf("node record: state %v roles %v", node.GetState(), node.GetRoles())
@@ -150,7 +151,7 @@ func TestBootstrap(t *testing.T) {
 	}
 
 	// NodeManagement over mTLS with the owner certificate.
-	nm := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), credentials.NewTLS(owner.ClientTLSConfig(identity.ServerNode))))
+	nm := clusterpb.NewNodeManagementClient(testutil.Dial(t, n.nodeMgmtAddr(), credentials.NewTLS(owner.ClientTLSConfig(identity.ServerNode))))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := nm.Status(ctx, &clusterpb.StatusRequest{})
@@ -224,7 +225,7 @@ func TestBootstrap(t *testing.T) {
 	}
 
 	// The node's own certificate may read status but not logs or power.
-	nodeNM := clusterpb.NewNodeManagementClient(dialTLS(t, n.nodeMgmtAddr(), credentials.NewTLS(creds.ClientTLSConfig(identity.ServerNode))))
+	nodeNM := clusterpb.NewNodeManagementClient(testutil.Dial(t, n.nodeMgmtAddr(), credentials.NewTLS(creds.ClientTLSConfig(identity.ServerNode))))
 	if _, err := nodeNM.Status(ctx, &clusterpb.StatusRequest{}); err != nil {
 		t.Errorf("node Status: %v", err)
 	}
@@ -270,7 +271,7 @@ func TestBootstrap(t *testing.T) {
 	}
 	n.svc.ProvideJoinData(saved, nil)
 	before := time.Now()
-	mgmt2 := clusterpb.NewManagementClient(dialTLS(t, n.curatorAddr(), ownerTLS))
+	mgmt2 := clusterpb.NewManagementClient(testutil.Dial(t, n.curatorAddr(), ownerTLS))
 	waitHealthy(t, mgmt2, id)
 	eventually(t, 20*time.Second, "heartbeat after restart", func() error {
 		n2, err := ownNode(ctx, mgmt2, id)

@@ -172,7 +172,7 @@ func (f *rolesFile) retry(ctx context.Context) {
 	if f.retryEvery != 0 {
 		every = f.retryEvery
 	}
-	for sleep(ctx, every) == nil {
+	for supervisor.Sleep(ctx, every) == nil {
 		f.mu.Lock()
 		roles := f.unsaved
 		f.mu.Unlock()

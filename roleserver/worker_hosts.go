@@ -55,7 +55,7 @@ func (w *workerHosts) run(ctx context.Context) error {
 		log.Info("hosts file restored from cache", "nodes", n)
 	}
 	go func() {
-		for sleep(ctx, hostsRefresh) == nil {
+		for supervisor.Sleep(ctx, hostsRefresh) == nil {
 			if err := w.hosts.refresh(nd.nodeID); err != nil {
 				log.Warn("writing hosts file", "err", err)
 			}
@@ -73,7 +73,7 @@ func (w *workerHosts) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		log.Warn("watching the cluster's nodes failed, retrying", "err", err)
-		if err := sleep(ctx, b.next()); err != nil {
+		if err := supervisor.Sleep(ctx, b.next()); err != nil {
 			return err
 		}
 	}

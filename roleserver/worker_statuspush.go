@@ -78,7 +78,7 @@ func (w *workerStatusPush) run(ctx context.Context) error {
 				pushed, pushedAt = st, time.Now()
 			}
 		}
-		if err := sleep(ctx, statusRefresh); err != nil {
+		if err := supervisor.Sleep(ctx, statusRefresh); err != nil {
 			return err
 		}
 	}

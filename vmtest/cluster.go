@@ -17,9 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/platform/layout"
@@ -406,71 +403,6 @@ func (c *Cluster) NodeManagementEndpoint(n *ClusterNode) string {
 	return c.Router.Endpoint(netip.AddrPortFrom(n.Addr, layout.NodeManagementPort))
 }
 
-// retriable are the errors of a cluster that is still coming up.
-func retriable(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.FailedPrecondition:
-		return true
-	}
-	return false
-}
-
-// retryInterval is how long retry waits between tries: a try is a
-// cheap RPC, and in a serial test every second of waiting is a second of
-// make test.
-const retryInterval = time.Second
-
-// retry calls fn until it succeeds, fails for good, n's QEMU exits, or
-// StepTimeout passes.
-func (c *Cluster) retry(ctx context.Context, n *ClusterNode, what string, fn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.StepTimeout)
-	defer cancel()
-	for {
-		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-		err := fn(actx)
-		acancel()
-		if err == nil {
-			return nil
-		}
-		if !retriable(err) {
-			return fmt.Errorf("vmtest: %s: %s: %w", n.Name, what, err)
-		}
-		vm := n.VM()
-		select {
-		case <-vm.Exited():
-			// A reboot is followed by the next boot (see watch).
-			if !slices.ContainsFunc(vm.Lines(), rebootLine.MatchString) {
-				return fmt.Errorf("vmtest: %s: %s: node exited (%s); last console lines:\n%s", n.Name, what, vm.exitStatus(), vm.tail())
-			}
-			if !sleepCtx(ctx, 2*time.Second) {
-				return fmt.Errorf("vmtest: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("vmtest: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
-		case <-time.After(retryInterval):
-		}
-	}
-}
-
-// waitNode waits for the cluster to list n (by address, or by its known
-// ID) in a record for which ok holds.
-func (c *Cluster) waitNode(ctx context.Context, n *ClusterNode, what string, ok func(*clusterpb.Node) bool) (*clusterpb.Node, error) {
-	var found *clusterpb.Node
-	err := c.retry(ctx, n, "waiting to be "+what, func(ctx context.Context) error {
-		nodes, err := c.Client().Nodes(ctx)
-		if err != nil {
-			return err
-		}
-		rec := c.match(n, nodes)
-		if rec == nil || !ok(rec) {
-			return status.Errorf(codes.Unavailable, "%s not %s yet (node record %v)", n.Name, what, rec)
-		}
-		found = rec
-		return nil
-	})
-	return found, err
-}
-
 // match finds n's record: by ID once known, else by its address, else the
 // one node no ClusterNode claims yet (a node that reported no address).
 func (c *Cluster) match(n *ClusterNode, nodes []*clusterpb.Node) *clusterpb.Node {
@@ -660,6 +592,9 @@ func (c *Cluster) powerCutWhileNew(ctx context.Context, n *ClusterNode, rec *clu
 	if err := c.StartNode(ctx, n); err != nil {
 		return err
 	}
+	// Its console is the only witness: a NEW node has no credentials for
+	// an API the owner could ask, and its RegisterNode of a known key
+	// changes nothing in its record.
 	if _, err := n.VM().WaitForLine(ctx, regexp.MustCompile(`I root\.enrolment: resuming the registration begun before a reboot node=`+regexp.QuoteMeta(rec.GetId()))); err != nil {
 		return fmt.Errorf("vmtest: %s did not resume its registration as %s: %w", n.Name, rec.GetId(), err)
 	}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -192,6 +191,8 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What a node does before it is approved only its console says: a
+	// NEW node has no credentials for an API the owner could ask.
 	mustLine(t, ctx, second.VM(), `I root.enrolment: registered: waiting for the owner to approve this node`)
 	lines := 0
 	err = c.Client().Logs(ctx, second.ID(), &clusterpb.LogsRequest{Recursive: true, Backlog: -1}, func(*clusterpb.LogEntry) error {
@@ -205,6 +206,8 @@ func TestCluster(t *testing.T) {
 	// A worker's volume key needs the cluster: it rejoins with its sealed
 	// join key and gets the cluster unlock key from the curator.
 	rebootAndWait(t, ctx, c, second, 2, upAndHealthy)
+	// How a node came by its cluster unlock key (from the curator, or
+	// sealed locally) is in no API: enrolment says it on the console.
 	mustLine(t, ctx, second.VM(), `I root.enrolment: cluster unlock key received`)
 
 	t.Log(ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "consensus-member"))
@@ -217,11 +220,13 @@ func TestCluster(t *testing.T) {
 	if _, err := c.waitNode(ctx, first, "still an etcd voter", twoVoters); err != nil {
 		t.Fatal(err)
 	}
+	// Enrolment's, like the key received above: on the console only.
 	mustLine(t, ctx, second.VM(), `consensus member: cluster unlock key now sealed locally`)
 	t.Log(ctl.run(t, "nodes", "list", "-config", c.OwnerDir()))
 
 	// A consensus member opens its volume without asking the cluster.
 	rebootAndWait(t, ctx, c, second, 3, twoVoters)
+	// Which key opened the volume: on the console only (see above).
 	mustLine(t, ctx, second.VM(), `I root.enrolment: consensus member: the cluster unlock key is sealed locally`)
 
 	// Cold start: the whole cluster goes down and comes back with no
@@ -242,7 +247,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantBootCount(t, ctx, second.VM(), "4")
+	wantNodeBootCount(t, ctx, c, second, 4)
 	if _, err := c.waitNode(ctx, first, "HEALTHY voter", twoVoters); err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +269,8 @@ func TestCluster(t *testing.T) {
 	if err := c.start(ctx, wrong); err != nil {
 		t.Fatal(err)
 	}
+	// A node the cluster refuses has no API anyone could ask: its console
+	// is where it says why (the owner sees that no node was added).
 	refused := mustLine(t, ctx, wrong.VM(), `E root.enrolment: registration refused by the cluster .*code=PermissionDenied reason=.*(ticket.*)`)
 	t.Logf("wrong ticket refused: %s", refused[0])
 	nodes, err := c.Client().Nodes(ctx)
@@ -291,6 +298,8 @@ func TestCluster(t *testing.T) {
 	if third.VM() == before {
 		t.Fatal("the decommissioned node did not reboot")
 	}
+	// Refused, it never opens its data volume nor starts the Role Server
+	// that serves NodeManagement: its console is the only channel left.
 	mustLine(t, ctx, third.VM(), `E root.enrolment: join refused by the cluster .*code=PermissionDenied reason=.*decommissioned`)
 	for _, l := range third.VM().Lines() {
 		if strings.Contains(l, "data volume open") {
@@ -300,7 +309,8 @@ func TestCluster(t *testing.T) {
 }
 
 // rebootAndWait reboots n through NodeManagement and waits until the
-// curator sees it back with the given boot count and ok.
+// curator sees it back with the given boot count and ok, and the node
+// itself reports that boot count.
 func rebootAndWait(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, bootCount int64, ok func(*clusterpb.Node) bool) {
 	t.Helper()
 	before := n.VM()
@@ -315,7 +325,21 @@ func rebootAndWait(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode
 	if n.VM() == before {
 		t.Fatal("the node did not reboot")
 	}
-	wantBootCount(t, ctx, n.VM(), strconv.FormatInt(bootCount, 10))
+	wantNodeBootCount(t, ctx, c, n, bootCount)
+}
+
+// wantNodeBootCount fails unless n's current boot is its boot want, as
+// the node's own status reports it (asked of the node: the curator's
+// copy may still be the last boot's).
+func wantNodeBootCount(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, want int64) {
+	t.Helper()
+	st, err := c.waitStatus(ctx, n, "its boot count", func(*clusterpb.StatusResponse) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.GetStatus().GetBootCount(); got != want {
+		t.Fatalf("%s reports boot %d, want %d", n.Name, got, want)
+	}
 }
 
 // plinthctl is the operator CLI, built from this tree.

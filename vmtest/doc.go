@@ -30,6 +30,15 @@
 // carries the console tail and the exit status: a test fails fast with the
 // evidence instead of timing out.
 //
+// The console is what a node says about its boot; once a node is in a
+// cluster, the cluster tests wait on what its APIs report instead (the
+// curator's record, the node's own status and runnables), polled every
+// second (cluster_wait.go): typed state fails with the state it saw, and
+// does not break when a log message is reworded. Console lines stay
+// where the console is the product's channel: /init's boot steps, a
+// halted node's reason, the CA fingerprint the bootstrap node prints for
+// its owner, and what a node that registers or is refused says.
+//
 // Unix socket paths are limited to 107 bytes, and test work directories can
 // be deep, so sockets live in a short temporary directory instead of
 // WorkDir. swtpm is started with --terminate so it follows QEMU's lifetime

@@ -6,18 +6,14 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/identity"
-	"plinth.dev/plinth/roleserver/rpc"
 )
 
 // failoverBound is how long the survivors of a power cut of the curator
@@ -127,11 +123,14 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	if target == nil {
 		t.Fatal("every survivor is a Kubernetes worker already: no role to add")
 	}
-	mark := len(target.VM().Lines())
 	t.Log(ctl.run(t, "roles", "add", "-config", cfg, target.ID(), "kubernetes-worker"))
 	rctx, rcancel := context.WithTimeout(ctx, failoverBound)
 	defer rcancel()
-	if _, _, err := target.VM().WaitForLineAfter(rctx, mark, regexp.MustCompile(`I root\.roleserver\.[a-z]+: roles changed .*kubernetes_worker=true`)); err != nil {
+	// The role reached the node when it runs the role's runnable (its
+	// kubernetes worker restarts with the worker below it).
+	if _, err := c.waitStatus(rctx, target, "its kubernetes-worker role running", func(st *clusterpb.StatusResponse) bool {
+		return hasRunnable(st, kubernetesWorkerDN)
+	}); err != nil {
 		t.Fatalf("%s never saw its kubernetes-worker role: %v", target.Name, err)
 	}
 	t.Logf("%s got its new role %v after the power cut", target.Name, time.Since(cut).Round(100*time.Millisecond))
@@ -145,9 +144,13 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 			t.Fatal(err)
 		}
 	}
-	wantBootCount(t, ctx, dead.VM(), strconv.FormatInt(bootAfter, 10))
+	wantNodeBootCount(t, ctx, c, dead, bootAfter)
 	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
 }
+
+// kubernetesWorkerDN is the supervisor runnable a node runs while it has
+// the KubernetesWorker role.
+const kubernetesWorkerDN = "root.roleserver.kubernetes.worker"
 
 // voter: UP, HEALTHY and a voting etcd member.
 func voter(r *clusterpb.Node) bool {
@@ -183,11 +186,7 @@ func launchMembers(t *testing.T, ctx context.Context, ctl plinthctl, o ClusterOp
 // curatorLeader asks n's curator (through the router) who leads, with the
 // owner's credentials.
 func curatorLeader(ctx context.Context, c *Cluster, n *ClusterNode) (string, error) {
-	c.mu.Lock()
-	creds := c.cfg.Credentials
-	c.mu.Unlock()
-	cc, err := grpc.NewClient("passthrough:///"+c.CuratorEndpoint(n),
-		grpc.WithTransportCredentials(credentials.NewTLS(creds.ClientTLSConfig(identity.ServerCurator))), rpc.ClientKeepalive())
+	cc, err := c.dial(c.CuratorEndpoint(n), identity.ServerCurator, "")
 	if err != nil {
 		return "", err
 	}

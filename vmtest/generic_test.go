@@ -2,35 +2,11 @@ package vmtest
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"plinth.dev/plinth/board"
 )
-
-// genericImage is the generic-x86_64 board's image: $PLINTH_GENERIC_IMAGE
-// (make exports it) or out/image/generic-x86_64.
-func genericImage(t *testing.T) *Image {
-	t.Helper()
-	dir := os.Getenv("PLINTH_GENERIC_IMAGE")
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir = filepath.Join(root, "out", "image", "generic-x86_64")
-	}
-	img, err := LoadImage(dir)
-	if err != nil {
-		t.Fatalf("%v (make image-generic builds it)", err)
-	}
-	if img.Manifest.Board != "generic-x86_64" || img.Board.Name != img.Manifest.Board {
-		t.Fatalf("%s holds an image for board %q", dir, img.Manifest.Board)
-	}
-	return img
-}
 
 // TestGenericBoard: the generic-x86_64 board's disk.img, flashed onto a
 // SATA disk, boots under OVMF on a machine that looks like a PC (AHCI,

@@ -20,10 +20,13 @@ type Image struct {
 }
 
 // LoadImage reads the manifest in dir and checks the artefacts are there.
-func LoadImage(dir string) (*Image, error) {
+func LoadImage(dir string) (*Image, error) { return loadImage(dir, DefaultImage.Target) }
+
+// loadImage is LoadImage of an image `make target` builds.
+func loadImage(dir, target string) (*Image, error) {
 	m, err := image.ReadManifest(dir)
 	if err != nil {
-		return nil, fmt.Errorf("no image in %s (run `make image`): %w", dir, err)
+		return nil, fmt.Errorf("no image in %s (run `make %s`): %w", dir, target, err)
 	}
 	b, err := board.Get(m.Board)
 	if err != nil {
@@ -37,18 +40,56 @@ func LoadImage(dir string) (*Image, error) {
 	return &Image{Dir: dir, Manifest: m, Board: b}, nil
 }
 
-// DefaultImageDir is where `make image` puts the default board's image,
-// unless PLINTH_IMAGE says otherwise.
-func DefaultImageDir() (string, error) {
-	if d := os.Getenv("PLINTH_IMAGE"); d != "" {
-		return d, nil
+// The images the tests boot, as make builds and exports them: the
+// environment variable make sets, the directory under out/ of the
+// repository it builds the image in, and its target.
+var (
+	// DefaultImage is the default board's image (`make image`).
+	DefaultImage = ImageRef{Env: "PLINTH_IMAGE", Dir: filepath.Join("image", board.Default), Target: "image"}
+	// NextImage is the default board's image again with another version,
+	// so another system image: what a test updates to (`make image-next`).
+	NextImage = ImageRef{Env: "PLINTH_NEXT_IMAGE", Dir: filepath.Join("image-next", board.Default), Target: "image-next"}
+	// GenericImage is the generic-x86_64 board's image (`make
+	// image-generic`).
+	GenericImage = ImageRef{Env: "PLINTH_GENERIC_IMAGE", Dir: filepath.Join("image", "generic-x86_64"), Target: "image-generic"}
+)
+
+// ImageRef names a built image: the directory environment variable Env
+// names or, if Env is unset, out/Dir of the repository, where `make
+// Target` puts it: one rule for every image the tests boot, the one
+// make follows when it exports them.
+type ImageRef struct{ Env, Dir, Target string }
+
+// Path is the image directory r names.
+func (r ImageRef) Path() (string, error) { return FromEnv(r.Env, r.Dir) }
+
+// FromEnv is the path environment variable env names or, if env is
+// unset, out/rel of the repository: where make puts what it builds (and
+// exports the path of, so that a test run by make uses what make built).
+func FromEnv(env, rel string) (string, error) {
+	if p := os.Getenv(env); p != "" {
+		return p, nil
 	}
 	root, err := repoRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("vmtest: %w (set %s)", err, env)
 	}
-	return filepath.Join(root, "out", "image", board.Default), nil
+	return filepath.Join(root, "out", rel), nil
 }
+
+// Load loads the image r names; a missing one's error names the make
+// target that builds it.
+func (r ImageRef) Load() (*Image, error) {
+	dir, err := r.Path()
+	if err != nil {
+		return nil, err
+	}
+	return loadImage(dir, r.Target)
+}
+
+// DefaultImageDir is where `make image` puts the default board's image,
+// unless PLINTH_IMAGE says otherwise.
+func DefaultImageDir() (string, error) { return DefaultImage.Path() }
 
 // NodeOptions returns options booting this image the way its board says;
 // the caller adds WorkDir, disk, TPM state and so on.

@@ -15,17 +15,32 @@ import (
 )
 
 // These tests boot the real node image built by `make image` (PLINTH_IMAGE
-// overrides where it is). They fail, never skip, when it is missing.
+// overrides where it is), some also the next and the generic board's
+// (ImageRef). They fail, never skip, when one is missing.
 
-func testImage(t *testing.T) *Image {
+// mustImage loads the image r names or fails t.
+func mustImage(t *testing.T, r ImageRef) *Image {
 	t.Helper()
-	dir, err := DefaultImageDir()
+	img, err := r.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := LoadImage(dir)
-	if err != nil {
-		t.Fatal(err)
+	return img
+}
+
+// testImage is the default board's image, what most tests boot.
+func testImage(t *testing.T) *Image { return mustImage(t, DefaultImage) }
+
+// nextImage is the image `make image-next` built: the test image's
+// binaries and board with another version, so another system image.
+func nextImage(t *testing.T) *Image { return mustImage(t, NextImage) }
+
+// genericImage is the generic-x86_64 board's image.
+func genericImage(t *testing.T) *Image {
+	t.Helper()
+	img := mustImage(t, GenericImage)
+	if img.Manifest.Board != "generic-x86_64" || img.Board.Name != img.Manifest.Board {
+		t.Fatalf("%s holds an image for board %q", img.Dir, img.Manifest.Board)
 	}
 	return img
 }

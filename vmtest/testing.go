@@ -21,13 +21,9 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // guest did. PLINTH_VMTEST_KEEP=1 keeps every test's directory.
 func TestDir(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("PLINTH_VMTEST_DIR")
-	if base == "" {
-		root, err := repoRoot()
-		if err != nil {
-			t.Fatalf("vmtest: %v (set PLINTH_VMTEST_DIR)", err)
-		}
-		base = filepath.Join(root, "out", "vmtest")
+	base, err := FromEnv("PLINTH_VMTEST_DIR", "vmtest")
+	if err != nil {
+		t.Fatal(err)
 	}
 	name := strings.Trim(unsafeName.ReplaceAllString(t.Name(), "_"), "_.")
 	if name == "" {

@@ -176,39 +176,9 @@ func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vmtest: %w", err)
 	}
-	if o.Name == "" {
-		o.Name = filepath.Base(o.WorkDir)
-	}
-	if o.MemoryMiB <= 0 {
-		o.MemoryMiB = 1024
-	}
-	if o.CPUs <= 0 {
-		o.CPUs = 2
-	}
-	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
-		return nil, fmt.Errorf("vmtest: %w", err)
-	}
-	if u := o.UEFI; u != nil {
-		if u.Vars == "" {
-			return nil, fmt.Errorf("vmtest: node %s: UEFI.Vars is required", o.Name)
-		}
-		if _, err := os.Stat(u.Vars); errors.Is(err, os.ErrNotExist) {
-			data, err := os.ReadFile(OVMFVars)
-			if err != nil {
-				return nil, fmt.Errorf("vmtest: node %s: %w (make deps installs ovmf)", o.Name, err)
-			}
-			if err := os.WriteFile(u.Vars, data, 0o644); err != nil {
-				return nil, fmt.Errorf("vmtest: %w", err)
-			}
-		}
-	}
-	for _, d := range o.disks() {
-		if d.Path == "" {
-			return nil, fmt.Errorf("vmtest: node %s: a disk without a path", o.Name)
-		}
-		if err := prepareDisk(d.Path, d.SizeBytes); err != nil {
-			return nil, fmt.Errorf("vmtest: node %s: %w", o.Name, err)
-		}
+	o = o.withDefaults()
+	if err := o.prepareFiles(); err != nil {
+		return nil, err
 	}
 
 	n = &Node{opts: o, exited: make(chan struct{}), changed: make(chan struct{}), extra: o.Console}
@@ -220,35 +190,109 @@ func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
 			n = nil
 		}
 	}()
-
-	if n.sockDir, err = shortTempDir(); err != nil {
+	if err = n.openFiles(); err != nil {
 		return n, err
 	}
-	n.qmpPath = filepath.Join(n.sockDir, "qmp.sock")
-	if n.consoleLog, err = os.Create(filepath.Join(o.WorkDir, "console.log")); err != nil {
-		return n, fmt.Errorf("vmtest: %w", err)
+	tpmSock, err := n.startTPM(ctx)
+	if err != nil {
+		return n, err
 	}
-	if n.qemuLog, err = os.Create(filepath.Join(o.WorkDir, "qemu.log")); err != nil {
-		return n, fmt.Errorf("vmtest: %w", err)
+	if err = n.startQEMU(tpmSock); err != nil {
+		return n, err
 	}
+	go n.reap()
+	return n, nil
+}
 
-	var tpmSock string
-	if !o.NoTPM {
-		stateDir := o.TPMStateDir
-		if stateDir == "" {
-			if stateDir, err = os.MkdirTemp("", "pvm-tpm"); err != nil {
-				return n, fmt.Errorf("vmtest: %w", err)
+// withDefaults fills in the name (the work directory's) and the size of
+// the machine.
+func (o NodeOptions) withDefaults() NodeOptions {
+	if o.Name == "" {
+		o.Name = filepath.Base(o.WorkDir)
+	}
+	if o.MemoryMiB <= 0 {
+		o.MemoryMiB = 1024
+	}
+	if o.CPUs <= 0 {
+		o.CPUs = 2
+	}
+	return o
+}
+
+// prepareFiles makes what the node's files need before QEMU starts: the
+// work directory, the UEFI variable store (a copy of OVMFVars the first
+// time) and the disks.
+func (o NodeOptions) prepareFiles() error {
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return fmt.Errorf("vmtest: %w", err)
+	}
+	if u := o.UEFI; u != nil {
+		if u.Vars == "" {
+			return fmt.Errorf("vmtest: node %s: UEFI.Vars is required", o.Name)
+		}
+		if _, err := os.Stat(u.Vars); errors.Is(err, os.ErrNotExist) {
+			data, err := os.ReadFile(OVMFVars)
+			if err != nil {
+				return fmt.Errorf("vmtest: node %s: %w (make deps installs ovmf)", o.Name, err)
 			}
-			n.tpmTemp = stateDir
-		}
-		tpmSock = filepath.Join(n.sockDir, "tpm.sock")
-		n.tpm, err = startSwtpm(ctx, stateDir, tpmSock, filepath.Join(o.WorkDir, "swtpm.log"))
-		if err != nil {
-			return n, fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+			if err := os.WriteFile(u.Vars, data, 0o644); err != nil {
+				return fmt.Errorf("vmtest: %w", err)
+			}
 		}
 	}
+	for _, d := range o.disks() {
+		if d.Path == "" {
+			return fmt.Errorf("vmtest: node %s: a disk without a path", o.Name)
+		}
+		if err := prepareDisk(d.Path, d.SizeBytes); err != nil {
+			return fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+		}
+	}
+	return nil
+}
 
-	args := qemuArgs(o, n.qmpPath, tpmSock, KVMAvailable())
+// openFiles makes the socket directory and truncates the logs of the
+// node's launch.
+func (n *Node) openFiles() (err error) {
+	if n.sockDir, err = shortTempDir(); err != nil {
+		return err
+	}
+	n.qmpPath = filepath.Join(n.sockDir, "qmp.sock")
+	if n.consoleLog, err = os.Create(filepath.Join(n.opts.WorkDir, "console.log")); err != nil {
+		return fmt.Errorf("vmtest: %w", err)
+	}
+	if n.qemuLog, err = os.Create(filepath.Join(n.opts.WorkDir, "qemu.log")); err != nil {
+		return fmt.Errorf("vmtest: %w", err)
+	}
+	return nil
+}
+
+// startTPM starts the node's swtpm, unless NoTPM, and returns its socket
+// ("" without a TPM).
+func (n *Node) startTPM(ctx context.Context) (string, error) {
+	o := n.opts
+	if o.NoTPM {
+		return "", nil
+	}
+	var err error
+	stateDir := o.TPMStateDir
+	if stateDir == "" {
+		if stateDir, err = os.MkdirTemp("", "pvm-tpm"); err != nil {
+			return "", fmt.Errorf("vmtest: %w", err)
+		}
+		n.tpmTemp = stateDir
+	}
+	tpmSock := filepath.Join(n.sockDir, "tpm.sock")
+	n.tpm, err = startSwtpm(ctx, stateDir, tpmSock, filepath.Join(o.WorkDir, "swtpm.log"))
+	if err != nil {
+		return "", fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+	}
+	return tpmSock, nil
+}
+
+// startQEMU starts QEMU with the console on the node's sink.
+func (n *Node) startQEMU(tpmSock string) error {
+	args := qemuArgs(n.opts, n.qmpPath, tpmSock, KVMAvailable())
 	// The exact command line, pasteable into a shell, is the first thing
 	// one wants when reproducing a failure by hand.
 	fmt.Fprintf(n.qemuLog, "# qemu-system-x86_64 %s\n", shellJoin(args))
@@ -267,12 +311,11 @@ func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	// Bounds Wait if something inherited QEMU's stdout and outlives it.
 	cmd.WaitDelay = 10 * time.Second
-	if err = cmd.Start(); err != nil {
-		return n, fmt.Errorf("vmtest: node %s: starting qemu: %w", o.Name, err)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("vmtest: node %s: starting qemu: %w", n.opts.Name, err)
 	}
 	n.cmd = cmd
-	go n.reap()
-	return n, nil
+	return nil
 }
 
 func (n *Node) reap() {

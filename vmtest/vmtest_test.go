@@ -16,23 +16,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"plinth.dev/plinth/image"
 )
 
-// defaultKernel is where `make image` leaves the kernel,
-// relative to the repository root.
-const defaultKernel = "out/image/qemu-x86_64/vmlinuz"
-
-// testKernel fails rather than skips: a VM test that silently skips on CI
-// would report green for a harness that was never exercised.
+// testKernel is $PLINTH_KERNEL or the kernel `make image` leaves in the
+// default board's image. It fails rather than skips: a VM test that
+// silently skips on CI would report green for a harness that was never
+// exercised.
 func testKernel(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("PLINTH_KERNEL")
-	if p == "" {
-		root, err := repoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p = filepath.Join(root, defaultKernel)
+	p, err := FromEnv("PLINTH_KERNEL", filepath.Join(DefaultImage.Dir, image.KernelFile))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("no kernel for VM tests (%v): run `make image`, or set PLINTH_KERNEL to a bzImage", err)

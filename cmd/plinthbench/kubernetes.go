@@ -26,13 +26,14 @@ var apiServingRE = regexp.MustCompile(`^(\S+) I \S+: Kubernetes API server servi
 // and of each Kubernetes process; and last, a reboot to the API
 // server serving again (its objects exist then).
 func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string, add addFunc) error {
-	kubectlBin, plinthctl := filepath.Join(binDir, "kubectl"), filepath.Join(binDir, "plinthctl")
-	for _, b := range []string{kubectlBin, plinthctl} {
-		if _, err := os.Stat(b); err != nil {
+	b := &kubeBench{plinthctl: filepath.Join(binDir, "plinthctl"), kubectlBin: filepath.Join(binDir, "kubectl"), add: add}
+	for _, bin := range []string{b.kubectlBin, b.plinthctl} {
+		if _, err := os.Stat(bin); err != nil {
 			return fmt.Errorf("%w (make bench builds it)", err)
 		}
 	}
 	dir := filepath.Join(work, "kubernetes")
+	b.kubeconfig = filepath.Join(dir, "kubeconfig")
 	cons := &consoleClock{boots: map[string][]*stampedBoot{}}
 	c, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{
 		Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: os.Stderr, Console: cons.writer,
@@ -42,45 +43,77 @@ func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string
 	}
 	defer c.Close()
 	node := c.Nodes()[0]
-	launched := node.Times().Launched
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	// -wait: the API server is not serving yet; the times below come
-	// from the console and kubectl, not from this.
-	if out, err := exec.CommandContext(ctx, plinthctl, "kubeconfig", "-config", c.OwnerDir(),
-		"-server", "https://"+c.KubernetesAPIEndpoint(node), "-wait", "20m", "-o", kubeconfig).CombinedOutput(); err != nil {
+	if err := b.serving(ctx, c, node); err != nil {
+		return err
+	}
+	if err := b.ready(ctx, node, cons); err != nil {
+		return err
+	}
+	if err := b.podRunning(ctx); err != nil {
+		return err
+	}
+	if err := b.usage(ctx, c, node); err != nil {
+		return err
+	}
+	return benchKubernetesReboot(ctx, c, node, cons, add)
+}
+
+// kubeBench is one run of benchKubernetes: the project's plinthctl and
+// kubectl, and the kubeconfig plinthctl writes.
+type kubeBench struct {
+	plinthctl, kubectlBin, kubeconfig string
+	add                               addFunc
+}
+
+// serving waits (plinthctl kubeconfig -wait) for the API server to serve
+// and reports what the API server and the core had used by then (about:
+// kubeconfig -wait polls), beside the calibration's CPU time at its
+// /readyz 200. The times come from the console and kubectl, not from
+// this.
+func (b *kubeBench) serving(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode) error {
+	if out, err := exec.CommandContext(ctx, b.plinthctl, "kubeconfig", "-config", c.OwnerDir(),
+		"-server", "https://"+c.KubernetesAPIEndpoint(node), "-wait", "20m", "-o", b.kubeconfig).CombinedOutput(); err != nil {
 		return fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
 	}
-	// What the API server and the core had used by then (about: kubeconfig
-	// -wait polls), beside the calibration's CPU time at its /readyz 200.
 	if st, err := c.Client().NodeStatus(ctx, node.ID()); err == nil {
 		for _, r := range st.GetRunnables() {
 			if p := r.GetProcess(); p != nil && (r.GetDn() == "root" || r.GetDn() == "root.roleserver.kubernetes.controller.apiserver") {
-				add("kubernetes_cpu_at_serving_"+processName(r.GetDn())+"_seconds", p.GetCpuSeconds(), "s", "CPU time of "+r.GetDn()+"'s process when kubeconfig -wait saw the API server serve")
+				b.add("kubernetes_cpu_at_serving_"+processName(r.GetDn())+"_seconds", p.GetCpuSeconds(), "s", "CPU time of "+r.GetDn()+"'s process when kubeconfig -wait saw the API server serve")
 			}
 		}
 	}
-	kubectl := func(timeout time.Duration, args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...).CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out), nil
+	return nil
+}
+
+// kubectl runs the project's kubectl with the bench's kubeconfig.
+func (b *kubeBench) kubectl(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, b.kubectlBin, append([]string{"--kubeconfig", b.kubeconfig, "--request-timeout=30s"}, args...)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
 	}
-	poll := func(what string, timeout time.Duration, ok func() bool) (time.Time, error) {
-		deadline := time.Now().Add(timeout)
-		for !ok() {
-			if time.Now().After(deadline) {
-				return time.Time{}, fmt.Errorf("%s: not within %v", what, timeout)
-			}
-			time.Sleep(time.Second)
+	return string(out), nil
+}
+
+// poll checks ok every second until it holds, and returns when it did.
+func poll(what string, timeout time.Duration, ok func() bool) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%s: not within %v", what, timeout)
 		}
-		return time.Now(), nil
+		time.Sleep(time.Second)
 	}
+	return time.Now(), nil
+}
+
+// ready times power-on to the API server serving (its console line) and
+// to the Node's Ready condition.
+func (b *kubeBench) ready(ctx context.Context, node *vmtest.ClusterNode, cons *consoleClock) error {
 	fmt.Fprintln(os.Stderr, "kubernetes: waiting for the node to be Ready")
 	readyAt, err := poll("node Ready", 20*time.Minute, func() bool {
-		out, err := kubectl(time.Minute, "get", "node", node.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		out, err := b.kubectl(ctx, time.Minute, "get", "node", node.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		return err == nil && out == "True"
 	})
 	if err != nil {
@@ -90,28 +123,40 @@ func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string
 	if err != nil {
 		return err
 	}
+	launched := node.Times().Launched
 	accel := accelName()
-	add("kubernetes_api_serving_wall_seconds", servingAt.Sub(launched).Seconds(), "s", accel+", launch to 'Kubernetes API server serving' on the console (readyz passed)")
-	add("kubernetes_api_serving_guest_seconds", servingUp, "s", "guest uptime at that line")
-	add("kubernetes_node_ready_wall_seconds", readyAt.Sub(launched).Seconds(), "s", "launch to the Node's Ready condition True (kubectl, polled every second)")
+	b.add("kubernetes_api_serving_wall_seconds", servingAt.Sub(launched).Seconds(), "s", accel+", launch to 'Kubernetes API server serving' on the console (readyz passed)")
+	b.add("kubernetes_api_serving_guest_seconds", servingUp, "s", "guest uptime at that line")
+	b.add("kubernetes_node_ready_wall_seconds", readyAt.Sub(launched).Seconds(), "s", "launch to the Node's Ready condition True (kubectl, polled every second)")
+	return nil
+}
 
+// podRunning times a pod of the test image (from the node's store) from
+// kubectl create to Running.
+func (b *kubeBench) podRunning(ctx context.Context) error {
 	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"bench"},"spec":{"containers":[{"name":"c","image":"` +
 		layout.TestImage + `","imagePullPolicy":"Never","args":["serve"]}]}}`
 	created := time.Now()
-	cmd := exec.CommandContext(ctx, kubectlBin, "--kubeconfig", kubeconfig, "create", "-f", "-")
+	cmd := exec.CommandContext(ctx, b.kubectlBin, "--kubeconfig", b.kubeconfig, "create", "-f", "-")
 	cmd.Stdin = strings.NewReader(pod)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("kubectl create: %v: %s", err, out)
 	}
 	runningAt, err := poll("pod Running", 10*time.Minute, func() bool {
-		out, err := kubectl(time.Minute, "get", "pod", "bench", "-o", "jsonpath={.status.phase}")
+		out, err := b.kubectl(ctx, time.Minute, "get", "pod", "bench", "-o", "jsonpath={.status.phase}")
 		return err == nil && out == "Running"
 	})
 	if err != nil {
 		return err
 	}
-	add("kubernetes_pod_running_wall_seconds", runningAt.Sub(created).Seconds(), "s", "kubectl create of a pod of the test image to phase Running (polled every second)")
+	b.add("kubernetes_pod_running_wall_seconds", runningAt.Sub(created).Seconds(), "s", "kubectl create of a pod of the test image to phase Running (polled every second)")
+	return nil
+}
 
+// usage reports what the node's processes used (plinthctl status's
+// numbers): CPU time and peak resident memory of the core (role server,
+// etcd embedded) and of each Kubernetes process.
+func (b *kubeBench) usage(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode) error {
 	st, err := c.Client().NodeStatus(ctx, node.ID())
 	if err != nil {
 		return err
@@ -123,14 +168,14 @@ func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string
 			continue
 		}
 		name := processName(r.GetDn())
-		add("kubernetes_cpu_"+name+"_seconds", p.GetCpuSeconds(), "s", "CPU time of "+r.GetDn()+"'s process, a pod after Ready")
-		add("kubernetes_peak_rss_"+name+"_mib", float64(p.GetPeakRssBytes())/(1<<20), "MiB", "peak resident memory (VmHWM) of "+r.GetDn()+"'s process")
+		b.add("kubernetes_cpu_"+name+"_seconds", p.GetCpuSeconds(), "s", "CPU time of "+r.GetDn()+"'s process, a pod after Ready")
+		b.add("kubernetes_peak_rss_"+name+"_mib", float64(p.GetPeakRssBytes())/(1<<20), "MiB", "peak resident memory (VmHWM) of "+r.GetDn()+"'s process")
 		totalCPU += p.GetCpuSeconds()
 		totalPeak += float64(p.GetPeakRssBytes()) / (1 << 20)
 	}
-	add("kubernetes_cpu_total_seconds", totalCPU, "s", "sum of the above (not counting pods, shims or the kernel)")
-	add("kubernetes_peak_rss_sum_mib", totalPeak, "MiB", "sum of the processes' peaks (an upper bound of their joint peak)")
-	return benchKubernetesReboot(ctx, c, node, cons, add)
+	b.add("kubernetes_cpu_total_seconds", totalCPU, "s", "sum of the above (not counting pods, shims or the kernel)")
+	b.add("kubernetes_peak_rss_sum_mib", totalPeak, "MiB", "sum of the processes' peaks (an upper bound of their joint peak)")
+	return nil
 }
 
 // processName is a runnable's DN as a benchmark name part.

@@ -126,7 +126,7 @@ func (d *dhcpClient) retryUntil(ctx context.Context, what string, deadline time.
 		}
 		wait := max(time.Until(deadline)/2, retryFloor)
 		d.log.Warn("DHCP "+what+" failed, retrying", "interface", d.nic.name, "err", err, "in", wait)
-		if sleep(dctx, wait) != nil {
+		if supervisor.Sleep(dctx, wait) != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}

@@ -284,7 +284,7 @@ func (s *Service) findLink(ctx context.Context) (netlink.Link, error) {
 			}
 			return nil, fmt.Errorf("no ethernet link found (waited %s)", s.linkWait)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := supervisor.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
@@ -328,23 +328,12 @@ func (s *Service) waitCarrier(ctx context.Context, n nic) bool {
 		if err == nil && l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0 {
 			return true
 		}
-		if time.Now().After(deadline) || sleep(ctx, 50*time.Millisecond) != nil {
+		if time.Now().After(deadline) || supervisor.Sleep(ctx, 50*time.Millisecond) != nil {
 			return false
 		}
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func sleepUntil(ctx context.Context, t time.Time) error {
-	return sleep(ctx, time.Until(t))
+	return supervisor.Sleep(ctx, time.Until(t))
 }

@@ -4,7 +4,8 @@
 // A node's tree (the DNs `plinthctl status` and `plinthctl logs -dn`
 // show), with every role:
 //
-//	root ──┬── enrolment        (done once the node has a cluster identity)
+//	root ──┬── enrolment ──┬── clusterkey  (enrolment is done once the node has a
+//	       │               └── directory    cluster identity; these keep its join state)
 //	       ├── network
 //	       ├── power
 //	       └── roleserver ──┬── controlplane ──┬── consensus ──┬── autopromoter
@@ -13,7 +14,7 @@
 //	                        ├── heartbeat, hosts, nodemgmt, rolefetch, statuspush
 //	                        └── kubernetes ──┬── controller ──┬── etcd (the confined endpoint)
 //	                                         │                ├── apiserver, controller-manager, scheduler
-//	                                         │                └── policy, rbac
+//	                                         │                └── policy, rbac, nodeipam
 //	                                         └── worker ──┬── apiproxy, containerd, images
 //	                                                      └── kubelet, proxy, netd, dns
 //

@@ -41,16 +41,6 @@ const (
 	testHeartbeatTimeout = 2 * time.Second
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -133,7 +123,7 @@ func newMember(t *testing.T, name string) *member {
 	if err := localstorage.Create(&m.root.Ephemeral.Consensus, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m.peerPort, m.curatorPort = freePort(t), freePort(t)
+	m.peerPort, m.curatorPort = testutil.FreePort(t), testutil.FreePort(t)
 	t.Cleanup(func() {
 		m.stopCurator()
 		m.stopConsensus()

@@ -23,6 +23,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/rpc"
 )
@@ -166,7 +167,7 @@ func (s *Service) register(ctx context.Context, l *slog.Logger, resume *joinStat
 				l.Info("still waiting for approval", "node", id)
 				lastReminder = time.Now()
 			}
-			if err := sleep(ctx, approvalPoll); err != nil {
+			if err := supervisor.Sleep(ctx, approvalPoll); err != nil {
 				return err
 			}
 			continue
@@ -376,7 +377,7 @@ func (c *Config) untilAccepted(ctx context.Context, l *slog.Logger, what string,
 		if refused != nil {
 			wait = retryRefused
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := supervisor.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -416,17 +417,8 @@ func (c *Config) retryLocal(ctx context.Context, l *slog.Logger, what string, fn
 			return nil
 		}
 		l.Error(what+" failed; retrying", "err", err)
-		if err := sleep(ctx, retryRefused); err != nil {
+		if err := supervisor.Sleep(ctx, retryRefused); err != nil {
 			return err
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 )
 
 var allKinds = []identity.Kind{identity.KindUnauthenticated, identity.KindNode, identity.KindOwner, identity.KindEphemeral}
@@ -265,7 +266,7 @@ func TestInterceptors(t *testing.T) {
 	}
 	conns := map[string]*grpc.ClientConn{}
 	for name, cert := range callers {
-		conns[name] = dial(t, addr, p.clientCreds(cert))
+		conns[name] = testutil.Dial(t, addr, p.clientCreds(cert))
 	}
 	for _, tc := range tests {
 		t.Run(tc.caller+"/"+tc.name, func(t *testing.T) {
@@ -333,7 +334,7 @@ func TestPanicIsInternalError(t *testing.T) {
 	p := newTestPKI(t)
 	srv := NewServer(p.node(), nil)
 	clusterpb.RegisterManagementServer(srv, panicking{})
-	conn := dial(t, serve(t, srv), p.clientCreds(p.owner().TLSCertificate()))
+	conn := testutil.Dial(t, serve(t, srv), p.clientCreds(p.owner().TLSCertificate()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := 0; i < 2; i++ {
@@ -364,7 +365,7 @@ func TestCallerCheckAndCRL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	getNodes := func(c *identity.Credentials) error {
-		s, err := clusterpb.NewManagementClient(dial(t, addr, p.clientCreds(c.TLSCertificate()))).GetNodes(ctx, &clusterpb.GetNodesRequest{})
+		s, err := clusterpb.NewManagementClient(testutil.Dial(t, addr, p.clientCreds(c.TLSCertificate()))).GetNodes(ctx, &clusterpb.GetNodesRequest{})
 		if err == nil {
 			_, err = s.Recv()
 		}

@@ -101,13 +101,3 @@ func serve(t *testing.T, srv *grpc.Server) string {
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()
 }
-
-func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
