@@ -5,18 +5,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/update"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 )
 
 // fakeUpdater refuses every update as CheckRelease would and keeps what
@@ -75,20 +74,8 @@ func (s *startStream) Send(*clusterpb.UpdateResponse) error { return nil }
 // the update is unavailable (the node cannot check the image), and a
 // network-booted node says so before the curator is asked.
 func TestUpdateReadsReleaseKeys(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cur := &policyCurator{keys: [][]byte{bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{8}, 32)}}
-	srv := grpc.NewServer()
-	clusterpb.RegisterManagementServer(srv, cur)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	cc, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := testutil.ServePlain(t, func(srv *grpc.Server) { clusterpb.RegisterManagementServer(srv, cur) })
 
 	upd := &fakeUpdater{slot: "a"}
 	w := &workerNodeMgmt{updates: upd, curator: new(memory.Value[*CuratorConnection])}
@@ -100,7 +87,7 @@ func TestUpdateReadsReleaseKeys(t *testing.T) {
 		t.Errorf("without a curator connection: %v (Begin called %d times)", err, len(upd.begun))
 	}
 	w.curator.Set(&CuratorConnection{Conn: cc})
-	err = m.Update(&startStream{start: start})
+	err := m.Update(&startStream{start: start})
 	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "update: image refused: the image is not signed (no manifest.sig)" {
 		t.Errorf("refused: %v", err)
 	}

@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
@@ -38,19 +37,7 @@ func (c *silentCurator) Heartbeat(srv grpc.BidiStreamingServer[clusterpb.Heartbe
 // the void for as long as TCP keeps the connection.
 func TestHeartbeatExpectsAnswers(t *testing.T) {
 	fake := &silentCurator{}
-	srv := grpc.NewServer()
-	clusterpb.RegisterCuratorServer(srv, fake)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	defer srv.Stop()
-	cc, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := testutil.ServePlain(t, func(srv *grpc.Server) { clusterpb.RegisterCuratorServer(srv, fake) })
 	res := rpc.NewResolver(slog.New(slog.DiscardHandler), nil)
 	defer res.Close()
 	conn := &CuratorConnection{Resolver: res, Conn: cc}
@@ -62,7 +49,7 @@ func TestHeartbeatExpectsAnswers(t *testing.T) {
 	w := &workerHeartbeat{}
 	var b backoff
 	start := time.Now()
-	err = w.heartbeat(ctx, conn, &b)
+	err := w.heartbeat(ctx, conn, &b)
 	if !errors.Is(err, errNoHeartbeatAnswer) {
 		t.Fatalf("heartbeat to a silent curator ended with %v, want errNoHeartbeatAnswer", err)
 	}

@@ -380,7 +380,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 }
 
 // attackNode is what a user allowed to create pods tries first against
-// the node (the attack issue 21 found: a privileged pod mounting
+// the node (the attack a security review found: a privileged pod mounting
 // /ephemeral reached the etcd member's socket): in default, Pod
 // Security's baseline refuses it; in a namespace labelled privileged,
 // the host path policy still refuses the node's state, however the path
