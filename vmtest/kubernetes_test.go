@@ -256,6 +256,13 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	ready(second, true, 15*time.Minute)
 	next := nextImage(t)
 	staged := stageUpdate(t, ctx, c, ctl, second, next)
+	// Every workload the checks below use is applied now, at once: under
+	// TCG each pod takes tens of seconds to start, and they start side by
+	// side while the checks go one after another.
+	for _, m := range []string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
+		nodePortService, selfTestJob, moverPreferring(second.ID())} {
+		k.apply(t, ctx, m)
+	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 	// The node's status names each component's process with its CPU
 	// time and memory (NodeManagement.Status, from the node's /proc).
@@ -267,7 +274,6 @@ func TestKubernetesTwoNodes(t *testing.T) {
 
 	// On the node with every role (as a one-node cluster's): a
 	// Deployment runs; logs and exec work; a deleted pod is replaced.
-	k.apply(t, ctx, deploymentOn(first.ID()))
 	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/web", "--timeout=10m"); err != nil {
 		t.Fatal(err)
 	}
@@ -290,9 +296,6 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
 
 	t.Log("deployment: rolled out, logs, exec, replaced; pods a and b on the two nodes, Service b on NodePort")
-	k.apply(t, ctx, podOn("a", first.ID()))
-	k.apply(t, ctx, podOn("b", second.ID()))
-	k.apply(t, ctx, nodePortService)
 	if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +318,6 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ipB := reachB("", 0)
 
-	k.apply(t, ctx, selfTestJob)
 	t.Log("pod a reached pod b; the self-test job runs")
 	if _, err := k.wait(ctx, 10*time.Minute, "complete", "job/selftest"); err != nil {
 		logs, _ := k.try(ctx, "logs", "job/selftest")
@@ -528,15 +530,14 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 // that stageUpdate staged, with `plinthctl update NODE -activate` draining it
 // through other's API server, and checks what the issue asks of a
 // worker's update: its pods are evicted before it reboots (pod b is
-// gone; a Deployment's pod that prefers n moves to other, since n is
-// cordoned), it comes back on the new version in slot b, its Kubernetes
+// gone; the mover Deployment's pod, applied with the test's other
+// workloads, prefers n and moves to other, since n is cordoned), it comes back on the new version in slot b, its Kubernetes
 // node Ready and uncordoned: a new pod b is scheduled to it and answers
 // (reachB).
 func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, next *Image, reachB func(when string)) {
 	t.Helper()
 	// Where the mover's running pods are.
 	moverNodes := []string{"get", "pods", "-l", "app=mover", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}"}
-	k.apply(t, ctx, moverPreferring(n.ID()))
 	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/mover", "--timeout=10m"); err != nil {
 		t.Fatal(err)
 	}
