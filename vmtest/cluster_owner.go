@@ -95,7 +95,7 @@ func (c *Cluster) OwnerCommands(plinthctl, kubectl string) []string {
 	cmds := []string{"export PLINTH_CONFIG=" + c.OwnerDir(), plinthctl + " nodes list"}
 	if nodes := c.Nodes(); c.opts.Kubernetes && len(nodes) > 0 {
 		kc := filepath.Join(c.opts.Dir, "kubeconfig")
-		cmds = append(cmds, fmt.Sprintf("%s kubeconfig -server https://%s -wait 5m -o %s && %s --kubeconfig %s get nodes",
+		cmds = append(cmds, fmt.Sprintf("%s kubeconfig -server https://%s -wait 10m -o %s && %s --kubeconfig %s get nodes",
 			plinthctl, c.KubernetesAPIEndpoint(nodes[0]), kc, kubectl, kc))
 	}
 	return cmds

@@ -319,11 +319,14 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	ipB := reachB("", 0)
 
 	t.Log("pod a reached pod b; the self-test job runs")
+	// Its pods' logs, each line prefixed with its pod: a pod that started
+	// before kube-proxy had the Service's rules fails and the Job retries.
+	selfTestLogs := []string{"logs", "-l", "batch.kubernetes.io/job-name=selftest", "--prefix"}
 	if _, err := k.wait(ctx, 10*time.Minute, "complete", "job/selftest"); err != nil {
-		logs, _ := k.try(ctx, "logs", "job/selftest")
+		logs, _ := k.try(ctx, selfTestLogs...)
 		t.Fatalf("self-test job: %v\n%s", err, logs)
 	}
-	t.Log(k.run(t, ctx, "logs", "job/selftest"))
+	t.Log(k.run(t, ctx, selfTestLogs...))
 
 	// NodePort from the host, through the harness's forward to the first
 	// node (the pod is on the second: kube-proxy forwards it there).

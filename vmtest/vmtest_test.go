@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,16 +50,6 @@ func bareInitramfs(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // swtpmsUsing lists swtpm processes whose command line names stateDir, so
@@ -108,7 +97,7 @@ func TestBareBoot(t *testing.T) {
 		DiskPath:      disk,
 		DiskSizeBytes: 64 << 20,
 		FwCfg:         map[string]string{"opt/plinth/parameters": param},
-		HostForwards:  []Forward{{HostPort: freePort(t), GuestPort: 22}},
+		HostForwards:  []Forward{{HostPort: freePorts(t, 1)[0], GuestPort: 22}},
 		Console:       &console,
 	})
 	if fi, err := os.Stat(disk); err != nil || fi.Size() != 64<<20 {

@@ -292,7 +292,7 @@ func waitServing(ctx context.Context, api *owner.KubeAPI, wait time.Duration, st
 			return err
 		}
 		if time.Since(start) >= wait {
-			return fmt.Errorf("%w: the node is still starting Kubernetes (under TCG its API server serves a minute or two after power-on); kubectl works once it does, or run this with -wait 5m", err)
+			return fmt.Errorf("%w: the node is still starting Kubernetes (under TCG its API server serves a minute or two after power-on); kubectl works once it does, or run this with -wait 10m", err)
 		}
 		if time.Now().After(next) {
 			fmt.Fprintf(stderr, "plinthctl: waiting for the API server at %s (%s): the node is still starting Kubernetes\n", server, time.Since(start).Round(time.Second))

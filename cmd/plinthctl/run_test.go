@@ -75,7 +75,7 @@ func TestRunGuide(t *testing.T) {
 	out := guideText(g)
 	for _, want := range []string{
 		"  out/bin/plinthctl takeownership -config out/run/q/owner -endpoint 127.0.0.1:17835 -mgmt-endpoint 127.0.0.1:17836\n",
-		"  out/bin/plinthctl kubeconfig -config out/run/q/owner -server https://127.0.0.1:16443 -wait 5m -o out/run/q/kubeconfig && out/bin/kubectl --kubeconfig out/run/q/kubeconfig get nodes\n",
+		"  out/bin/plinthctl kubeconfig -config out/run/q/owner -server https://127.0.0.1:16443 -wait 10m -o out/run/q/kubeconfig && out/bin/kubectl --kubeconfig out/run/q/kubeconfig get nodes\n",
 		"under TCG its API server serves about 1-2 minutes after power-on",
 	} {
 		if !strings.Contains(out, want) {

@@ -37,8 +37,11 @@ type runGuide struct {
 const bootstrappedLine = "cluster bootstrapped: node certificate issued"
 
 // runKubeconfigWait is how long the printed kubeconfig command waits for
-// the API server (under TCG a new node's serves after one to two minutes).
-const runKubeconfigWait = "5m"
+// the cluster to take pods: under TCG a new node's API server serves after
+// one to two minutes, its controller manager makes the default service
+// account a minute or more later, and on a loaded 2-core host (the VM
+// tests beside it) the two took over five minutes.
+const runKubeconfigWait = "10m"
 
 func (g runGuide) write(w io.Writer) {
 	switch {

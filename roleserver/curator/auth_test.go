@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/roleserver/internal/testutil"
 )
 
 // TestPermissions: each kind of caller (owner, ephemeral, node, none)
@@ -40,7 +41,7 @@ func TestPermissions(t *testing.T) {
 	_, err = clusterpb.NewCuratorClient(oconn).UpdateNodeStatus(ctx, &clusterpb.UpdateNodeStatusRequest{NodeId: a.id})
 	wantCode(t, "owner UpdateNodeStatus", err, codes.PermissionDenied, "owner")
 	// No client certificate at all.
-	anon := dial(t, a.addr(), credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}))
+	anon := testutil.Dial(t, a.addr(), credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}))
 	_, err = clusterpb.NewManagementClient(anon).GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
 	wantCode(t, "anonymous GetClusterInfo", err, codes.Unauthenticated)
 

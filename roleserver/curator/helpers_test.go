@@ -227,17 +227,6 @@ func observedAt(id string) []net.IP {
 
 func (m *member) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(m.curatorPort)) }
 
-// dial connects to a curator with transport credentials.
-func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
 // connected waits until conn has a connection, so that its TLS state can
 // be captured for a session proof.
 func connected(t *testing.T, conn *grpc.ClientConn) {
@@ -259,13 +248,13 @@ func ephemeral(t *testing.T, addr string, ca *x509.Certificate, key ed25519.Priv
 		t.Fatal(err)
 	}
 	creds := identity.NewCapturingCredentials(identity.ClientTLSConfig(identity.NewTrust(ca), cert, identity.ServerCurator))
-	conn := dial(t, addr, creds)
+	conn := testutil.Dial(t, addr, creds)
 	connected(t, conn)
 	return conn, creds
 }
 
 func withCreds(t *testing.T, addr string, c *identity.Credentials) *grpc.ClientConn {
-	return dial(t, addr, credentials.NewTLS(c.ClientTLSConfig(identity.ServerCurator)))
+	return testutil.Dial(t, addr, credentials.NewTLS(c.ClientTLSConfig(identity.ServerCurator)))
 }
 
 // cluster is a test cluster bootstrapped by its first member.
