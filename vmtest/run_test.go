@@ -26,7 +26,8 @@ import (
 // with the project's kubectl. The node is Ready and runs a pod of the
 // test image. Ctrl-C (SIGINT) powers it off; a second run with the same
 // state boots the same node from its disk (no new parameters, no new
-// owner key), which the owner still owns: HEALTHY under the same ID.
+// owner key), which the owner still owns and whose Kubernetes still has
+// the pod.
 func TestRunFirstMinutes(t *testing.T) {
 	parallel(t, 200*time.Second) // 144 s measured on a fast afternoon
 	img := testImage(t)
@@ -91,9 +92,7 @@ func TestRunFirstMinutes(t *testing.T) {
 	// Ctrl-C: the node powers off and run ends cleanly.
 	run.interrupt(t, 3*time.Minute)
 
-	// make run a second time: the same node from its disk (its identity
-	// and cluster, HEALTHY again; its Kubernetes state is on the same
-	// disk, not waited for: that would be a second API server start).
+	// make run a second time: the same node from its disk.
 	paramsBefore, _ := os.ReadFile(filepath.Join(state, "parameters.pb"))
 	run = startRun(t, ctx, dir, string(ctl), args)
 	if run.said("first run") || !run.said("you own this node") {
@@ -110,6 +109,8 @@ func TestRunFirstMinutes(t *testing.T) {
 		}
 		time.Sleep(3 * time.Second)
 	}
+	k.until(t, ctx, 10*time.Minute, "the pod kept across the second run", func(out string) bool { return out == "first" },
+		"get", "pod", "first", "-o", "jsonpath={.metadata.name}")
 	if paramsAfter, _ := os.ReadFile(filepath.Join(state, "parameters.pb")); string(paramsAfter) != string(paramsBefore) {
 		t.Error("the second run rewrote the node's parameters")
 	}
