@@ -35,7 +35,7 @@ all: image
 
 help:
 	@echo "make run       build the default image if needed and boot a node in QEMU with swtpm"
-	@echo "make test      everything CI runs: unit tests, reproducibility, VM tests"
+	@echo "make test      everything CI runs: unit, race and fuzz tests, reproducibility, VM tests"
 	@echo "make image     build the image for BOARD=$(BOARD) into $(IMAGE)"
 	@echo "make image-generic  build the generic-x86_64 board's image (real machines)"
 	@echo "make kube-bins build kube, containerd, runc, CNI plugins, testpod and kubectl into $(BIN)"
