@@ -535,9 +535,9 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 // through other's API server, and checks what the issue asks of a
 // worker's update: its pods are evicted before it reboots (pod b is
 // gone; the mover Deployment's pod, applied with the test's other
-// workloads, prefers n and moves to other, since n is cordoned), it comes back on the new version in slot b, its Kubernetes
-// node Ready and uncordoned: a new pod b is scheduled to it and answers
-// (reachB).
+// workloads, prefers n and moves to other, since n is cordoned), it comes
+// back on the new version in slot b, its Kubernetes node Ready and
+// uncordoned: a new pod b is scheduled to it and answers (reachB).
 func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, next *Image, reachB func(when string)) {
 	t.Helper()
 	// Where the mover's running pods are.
