@@ -143,6 +143,7 @@ spec:
     metadata: {labels: {app: ` + name + `}}
     spec:
       ` + strings.ReplaceAll(placement, "\n", "\n      ") + `
+      ` + strings.ReplaceAll(outlastOutages, "\n", "\n      ") + `
       containers:
       - name: ` + name + `
         image: ` + layout.TestImage + `
@@ -150,6 +151,17 @@ spec:
         args: [serve]
 `
 }
+
+// outlastOutages (YAML, a pod spec's field) keeps a pod bound to its
+// node through the test's outages of it (its role removed, its power
+// cut), however slow the machine: by default a pod tolerates a node
+// NotReady or unreachable for 5 minutes, then the node lifecycle
+// controller evicts it and, for a Deployment, the scheduler puts the new
+// pod elsewhere. What moves the test's pods is the drain, which evicts
+// whatever the pod tolerates.
+const outlastOutages = `tolerations:
+- {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 3600}
+- {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 3600}`
 
 // podOn is a pod of the test image serving HTTP, pinned to a node (by
 // the scheduler: a cordoned node gets none).
@@ -159,6 +171,7 @@ kind: Pod
 metadata: {name: ` + name + `, labels: {app: ` + name + `}}
 spec:
   nodeSelector: {kubernetes.io/hostname: ` + node + `}
+  ` + strings.ReplaceAll(outlastOutages, "\n", "\n  ") + `
   containers:
   - name: web
     image: ` + layout.TestImage + `
@@ -421,8 +434,15 @@ spec:
 	if out := try(pod("default", "/ephemeral")); !strings.Contains(out, `violates PodSecurity "baseline:latest"`) {
 		t.Errorf("a privileged pod mounting /ephemeral in default: %s; want Pod Security's baseline refusal", out)
 	}
-	k.run(t, ctx, "create", "namespace", "attack")
-	k.run(t, ctx, "label", "namespace", "attack", "pod-security.kubernetes.io/enforce=privileged")
+	// The namespace is created with its label, not labelled after: Pod
+	// Security reads namespaces from the API server's informer, which a
+	// moment after a label change may still hold the namespace without
+	// it (then Pod Security's refusal comes first). One not yet in the
+	// informer at all it reads from the API: never stale.
+	k.apply(t, ctx, `apiVersion: v1
+kind: Namespace
+metadata: {name: attack, labels: {pod-security.kubernetes.io/enforce: privileged}}
+`)
 	for _, p := range []string{"/ephemeral", "//data", "/var/lib/kubelet", "/"} {
 		if out := try(pod("attack", p)); !strings.Contains(out, "plinth-host-paths.static.k8s.io") {
 			t.Errorf("a privileged pod mounting %s in a privileged namespace: %s; want the host path policy's refusal", p, out)

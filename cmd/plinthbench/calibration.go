@@ -51,7 +51,7 @@ var (
 	calibResultRE = regexp.MustCompile(`calibration: exec at ([0-9.]+) s, ready at ([0-9.]+) s uptime`)
 	calibFailedRE = regexp.MustCompile(`calibration: failed: (.*)`)
 	calibExtraRE  = map[string]*regexp.Regexp{
-		"with":    regexp.MustCompile(`\(with ([a-z+]+),`),
+		"with":    regexp.MustCompile(`\(with ([A-Za-z0-9+=]+),`),
 		"init":    regexp.MustCompile(`\binit ([0-9.]+) s\b`),
 		"etcd":    regexp.MustCompile(`\betcd ready ([0-9.]+) s\b`),
 		"apiRSS":  regexp.MustCompile(`\bapiserver peak rss ([0-9.]+) MiB\b`),
@@ -194,11 +194,14 @@ type calibrationRun struct {
 }
 
 // calibrationBoot boots the calibration's initramfs once, with the
-// policies of variant ("plain" or KIND+KIND...).
+// policies of variant ("plain" or KIND+KIND...) or its environment
+// variable (NAME=VALUE).
 func calibrationBoot(ctx context.Context, img *vmtest.Image, initramfs, workDir, variant string) (calibrationRun, error) {
 	o := img.NodeOptions("calibration")
 	o.Initramfs, o.Cmdline = initramfs, calibrationCmdline(o.Cmdline)
-	if variant != "plain" {
+	if strings.Contains(variant, "=") {
+		o.Cmdline += " calibration.env=" + variant
+	} else if variant != "plain" {
 		o.Cmdline += " calibration.with=" + strings.ReplaceAll(variant, "+", ",")
 	}
 	o.NoTPM = true
@@ -255,8 +258,13 @@ func calibrationPolicyFiles() ([]vmtest.InitramfsFile, error) {
 	return files, nil
 }
 
-// calibrationVariants checks -calibrations: plain, or Plinth's API
-// server policy kinds joined by "+" ("all" is every kind).
+// calibrationVariants checks -calibrations: plain, Plinth's API server
+// policy kinds joined by "+" ("all" is every kind), or NAME=VALUE (the
+// plain start with that in the API server's environment).
+// calibrationEnvRE is an environment variant: it goes on the kernel's
+// command line as calibration.env=NAME=VALUE, so no spaces.
+var calibrationEnvRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=[^\s"]+$`)
+
 func calibrationVariants(list string) ([]string, error) {
 	var out []string
 	for _, v := range strings.Split(list, ",") {
@@ -266,7 +274,11 @@ func calibrationVariants(list string) ([]string, error) {
 		if v == "all" {
 			v = strings.Join(kubernetes.APIServerPolicyKinds, "+")
 		}
-		if v != "plain" {
+		if strings.Contains(v, "=") {
+			if !calibrationEnvRE.MatchString(v) {
+				return nil, fmt.Errorf("-calibrations: %q: want NAME=VALUE, NAME in capitals (an environment variable such as GOGC=400)", v)
+			}
+		} else if v != "plain" {
 			for _, k := range strings.Split(v, "+") {
 				if !slices.Contains(kubernetes.APIServerPolicyKinds, k) {
 					return nil, fmt.Errorf("-calibrations: %q: no policy %q (want plain, all or %s joined by +)", v, k, strings.Join(kubernetes.APIServerPolicyKinds, ", "))

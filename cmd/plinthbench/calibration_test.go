@@ -12,15 +12,15 @@ import (
 )
 
 func TestCalibrationVariants(t *testing.T) {
-	got, err := calibrationVariants("plain, all,audit+encryption,,admission")
+	got, err := calibrationVariants("plain, all,audit+encryption,,admission,GOGC=400")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"plain", "admission+audit+encryption", "audit+encryption", "admission"}
+	want := []string{"plain", "admission+audit+encryption", "audit+encryption", "admission", "GOGC=400"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	for _, bad := range []string{"audit+tracing", "Plain", "audit,fast"} {
+	for _, bad := range []string{"audit+tracing", "Plain", "audit,fast", "gogc=400", "GOGC=", "=400"} {
 		if _, err := calibrationVariants(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

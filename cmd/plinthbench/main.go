@@ -19,8 +19,9 @@
 //	             node's VM shape: launch → first /readyz 200 (guest uptime,
 //	             time after its exec, CPU time); the kubernetes section's
 //	             yardstick. -calibrations adds variants with Plinth's API
-//	             server policies (admission, audit, encryption, all), each a
-//	             ratio to the plain start: what a policy costs alone
+//	             server policies (admission, audit, encryption, all), or
+//	             with an environment variable (GOGC=400), each a ratio to
+//	             the plain start: what a policy or setting costs alone
 //	kubernetes:  one-node cluster: launch → API serving, → Node Ready, a
 //	             pod's start, CPU and memory, a reboot → API serving; each
 //	             start figure also as a ratio to the calibration
@@ -74,7 +75,7 @@ func main() {
 	out := flag.String("out", "out/bench.json", "where to write the results")
 	boots := flag.Int("boots", 3, "boots of each kind (median reported)")
 	only := flag.String("only", "", "comma-separated `sections` to run, of "+strings.Join(sections, ",")+" (default all)")
-	calibs := flag.String("calibrations", "plain,all", "calibration `variants`: plain (the yardstick, always run), all, or Plinth's API server policies (admission, audit, encryption) joined by +")
+	calibs := flag.String("calibrations", "plain,all", "calibration `variants`: plain (the yardstick, always run), all, Plinth's API server policies (admission, audit, encryption) joined by +, or NAME=VALUE (the plain start with that environment variable, e.g. GOGC=400)")
 	calibRounds := flag.Int("calibration-rounds", 1, "boots of each calibration variant, interleaved (median reported)")
 	flag.Parse()
 	variants, err := calibrationVariants(*calibs)

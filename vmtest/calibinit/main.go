@@ -150,7 +150,11 @@ func run(initAt float64) error {
 	}
 	cmd := exec.Command(kube, append(apiserverArgs(), policyArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = []string{"PATH=/", "HOME=/tmp"}
+	env := extraEnv()
+	if len(env) > 0 {
+		with = strings.Join(env, ",")
+	}
+	cmd.Env = append([]string{"PATH=/", "HOME=/tmp"}, env...)
 	cmd.Dir = "/tmp"
 	execAt, _ := uptime()
 	if err := cmd.Start(); err != nil {
@@ -245,6 +249,19 @@ func policies() (with string, args []string, err error) {
 		args = append(args, strings.Fields(string(b))...)
 	}
 	return strings.Join(kinds, "+"), args, nil
+}
+
+// extraEnv is the API server's extra environment, calibration.env=K=V,...
+// on the command line (plinthbench's -calibrations GOGC=400: a variant
+// that tries a Go runtime setting on the plain start).
+func extraEnv() []string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, f := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(f, "calibration.env="); ok && v != "" {
+			return strings.Split(v, ",")
+		}
+	}
+	return nil
 }
 
 // policyDir is where the initramfs holds the policies' files.
