@@ -23,7 +23,9 @@
 //	             with an environment variable (GOGC=400), each a ratio to
 //	             the plain start: what a policy or setting costs alone
 //	kubernetes:  one-node cluster: launch → API serving, → Node Ready, a
-//	             pod's start, CPU and memory, a reboot → API serving; each
+//	             pod's start, CPU and memory, CPU at rest for a minute
+//	             (each process's, QEMU's on the host), a reboot → API
+//	             serving; each
 //	             start figure also as a ratio to the calibration
 //	update:      three consensus members booted from flashed disks: one node
 //	             updated to the next image (bytes sent, install, reboot →
