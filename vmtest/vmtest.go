@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"plinth.dev/plinth/platform/supervisor"
 )
 
 // NodeOptions describe one QEMU node.
@@ -646,23 +648,11 @@ func (n *Node) Wait(ctx context.Context) error {
 // and system, every vCPU and I/O thread): under TCG, what the guest's
 // work costs the machine the tests share.
 func (n *Node) HostCPUSeconds() (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid))
+	u, err := supervisor.ProcessUsage(n.cmd.Process.Pid)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("node %s: %w", n.opts.Name, err)
 	}
-	// The fields after the command's ")": state is the 3rd field, utime
-	// and stime the 14th and 15th, in clock ticks (100 a second on Linux).
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0, fmt.Errorf("node %s: /proc/%d/stat: %q", n.opts.Name, n.cmd.Process.Pid, b)
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return (utime + stime) / 100, nil
+	return u.CPUSeconds, nil
 }
 
 // Kill SIGKILLs QEMU, which is as close to pulling the plug as it gets:

@@ -258,13 +258,13 @@ func calibrationPolicyFiles() ([]vmtest.InitramfsFile, error) {
 	return files, nil
 }
 
-// calibrationVariants checks -calibrations: plain, Plinth's API server
-// policy kinds joined by "+" ("all" is every kind), or NAME=VALUE (the
-// plain start with that in the API server's environment).
 // calibrationEnvRE is an environment variant: it goes on the kernel's
 // command line as calibration.env=NAME=VALUE, so no spaces.
 var calibrationEnvRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=[^\s"]+$`)
 
+// calibrationVariants checks -calibrations: plain, Plinth's API server
+// policy kinds joined by "+" ("all" is every kind), or NAME=VALUE (the
+// plain start with that in the API server's environment).
 func calibrationVariants(list string) ([]string, error) {
 	var out []string
 	for _, v := range strings.Split(list, ",") {

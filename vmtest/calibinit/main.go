@@ -144,13 +144,20 @@ func run(initAt float64) error {
 		return err
 	}
 	defer logf.Close()
-	with, policyArgs, err := policies()
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	with, policyArgs, err := policies(cmdlineList(cmdline, "calibration.with"))
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command(kube, append(apiserverArgs(), policyArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	env := extraEnv()
+	// The API server's extra environment (plinthbench's -calibrations
+	// GOGC=400: a variant that tries a Go runtime setting on the plain
+	// start).
+	env := cmdlineList(cmdline, "calibration.env")
 	if len(env) > 0 {
 		with = strings.Join(env, ",")
 	}
@@ -222,22 +229,12 @@ func apiserverArgs() []string {
 	}
 }
 
-// policies are the flags of the Plinth API server policies the kernel
-// command line's calibration.with=KIND,... asks for (none: "plain"):
+// policies are the flags of the Plinth API server policies of kinds (the
+// kernel command line's calibration.with=KIND,...; none: "plain"):
 // plinthbench put each policy's files and flags (kubernetes.
 // APIServerPolicies) under policyDir, its flags one per line in
 // KIND.args.
-func policies() (with string, args []string, err error) {
-	b, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		return "", nil, err
-	}
-	var kinds []string
-	for _, f := range strings.Fields(string(b)) {
-		if v, ok := strings.CutPrefix(f, "calibration.with="); ok && v != "" {
-			kinds = strings.Split(v, ",")
-		}
-	}
+func policies(kinds []string) (with string, args []string, err error) {
 	if len(kinds) == 0 {
 		return "plain", nil, nil
 	}
@@ -251,17 +248,16 @@ func policies() (with string, args []string, err error) {
 	return strings.Join(kinds, "+"), args, nil
 }
 
-// extraEnv is the API server's extra environment, calibration.env=K=V,...
-// on the command line (plinthbench's -calibrations GOGC=400: a variant
-// that tries a Go runtime setting on the plain start).
-func extraEnv() []string {
-	b, _ := os.ReadFile("/proc/cmdline")
-	for _, f := range strings.Fields(string(b)) {
-		if v, ok := strings.CutPrefix(f, "calibration.env="); ok && v != "" {
-			return strings.Split(v, ",")
+// cmdlineList is the comma-separated value of key=... on the kernel
+// command line (nil if it is absent or empty).
+func cmdlineList(cmdline []byte, key string) []string {
+	var list []string
+	for _, f := range strings.Fields(string(cmdline)) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok && v != "" {
+			list = strings.Split(v, ",")
 		}
 	}
-	return nil
+	return list
 }
 
 // policyDir is where the initramfs holds the policies' files.
