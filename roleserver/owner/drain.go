@@ -68,27 +68,27 @@ func NewKubeAPI(kc *KubernetesCredentials, key crypto.Signer, server string) *Ku
 // ErrAPINotServing is what Ready returns (wrapped) for an API server
 // that does not serve yet: nothing answers at its address, the
 // connection is reset (a forwarded port whose node listens on nothing
-// yet), or /readyz says it is not ready.
+// yet), a request times out (an API server still starting on a loaded
+// machine), or /readyz says it is not ready.
 var ErrAPINotServing = errors.New("the API server is not serving yet")
+
+// readyTimeout bounds each of Ready's requests.
+const readyTimeout = 10 * time.Second
 
 // Ready asks the API server's /readyz whether it serves requests. It
 // returns nil when it does, an error wrapping ErrAPINotServing when it
 // does not (yet), and any other error (a refused certificate, a name that
 // does not resolve) as it is.
 func (k *KubeAPI) Ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.Server+"/readyz", nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, k.Server+"/readyz", nil)
 	if err != nil {
 		return err
 	}
 	resp, err := k.HTTP.Do(req)
-	var op *net.OpError
-	switch {
-	case errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w (%s: %v)", ErrAPINotServing, k.Server, err)
-	case err != nil:
-		return err
+	if err != nil {
+		return k.notServing(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
@@ -107,12 +107,35 @@ func (k *KubeAPI) Ready(ctx context.Context) error {
 	// And pods can be made: the controller manager (which starts after
 	// the API server, and takes a while under TCG) has made the default
 	// namespace's service account, without which the API refuses pods.
-	status, err := k.do(ctx, http.MethodGet, "/api/v1/namespaces/default/serviceaccounts/default", "", nil, nil)
-	switch status {
-	case http.StatusForbidden:
+	sctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	status, err := k.do(sctx, http.MethodGet, "/api/v1/namespaces/default/serviceaccounts/default", "", nil, nil)
+	switch {
+	case status == http.StatusForbidden:
 		return fmt.Errorf("%w (it serves, but has not bound the owner's group to cluster-admin yet)", ErrAPINotServing)
-	case http.StatusNotFound:
+	case status == http.StatusNotFound:
 		return fmt.Errorf("%w (it serves, but the controller manager has not made the default service account yet: no pod can be created before it has)", ErrAPINotServing)
+	case status == http.StatusTooManyRequests || status >= 500:
+		// Still starting: priority and fairness refusing, or a request
+		// that timed out inside it.
+		return fmt.Errorf("%w (%v)", ErrAPINotServing, err)
+	case err != nil:
+		return k.notServing(err)
+	}
+	return nil
+}
+
+// notServing wraps a request's transport error in ErrAPINotServing when
+// it is what an API server that is not serving yet gives: nothing
+// listening, a connection reset or cut short, no answer in time. Other
+// errors (a refused certificate, a name that does not resolve) stay as
+// they are.
+func (k *KubeAPI) notServing(err error) error {
+	var op *net.OpError
+	var timeout net.Error
+	if errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &timeout) && timeout.Timeout()) {
+		return fmt.Errorf("%w (%s: %v)", ErrAPINotServing, k.Server, err)
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -105,5 +106,68 @@ func TestCordonAndDrain(t *testing.T) {
 	}
 	if _, _, err := k.NodeReady(ctx, "plinth-unknown"); err == nil {
 		t.Fatal("NodeReady of an unknown node succeeded")
+	}
+}
+
+// TestReadyWhileStarting: Ready says "not serving yet" (ErrAPINotServing,
+// so plinthctl kubeconfig -wait keeps waiting) for every answer an API
+// server that is still starting gives — /readyz failing, the default
+// service account missing, priority and fairness refusing, the request
+// after /readyz answering too late (a starved API server under TCG) — and
+// nil once it serves and the account exists.
+func TestReadyWhileStarting(t *testing.T) {
+	var mu sync.Mutex
+	readyz, sa, saDelay := http.StatusOK, http.StatusOK, time.Duration(0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		rz, s, d := readyz, sa, saDelay
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/readyz":
+			w.WriteHeader(rz)
+		case "/api/v1/namespaces/default/serviceaccounts/default":
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+			w.WriteHeader(s)
+			w.Write([]byte(`{}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	k := &KubeAPI{Server: srv.URL, HTTP: srv.Client()}
+	for _, c := range []struct {
+		name           string
+		readyz, sa     int
+		saDelay        time.Duration
+		wantNotServing bool
+	}{
+		{"serving", http.StatusOK, http.StatusOK, 0, false},
+		{"readyz failing", http.StatusInternalServerError, http.StatusOK, 0, true},
+		{"no default service account yet", http.StatusOK, http.StatusNotFound, 0, true},
+		{"owner not bound yet", http.StatusOK, http.StatusForbidden, 0, true},
+		{"priority and fairness refusing", http.StatusOK, http.StatusTooManyRequests, 0, true},
+		{"unavailable", http.StatusOK, http.StatusServiceUnavailable, 0, true},
+		{"the account's answer too late", http.StatusOK, http.StatusOK, 3 * time.Second, true},
+	} {
+		mu.Lock()
+		readyz, sa, saDelay = c.readyz, c.sa, c.saDelay
+		mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := k.Ready(ctx)
+		cancel()
+		if got := errors.Is(err, ErrAPINotServing); got != c.wantNotServing || (!c.wantNotServing && err != nil) {
+			t.Errorf("%s: Ready = %v (want not serving: %v)", c.name, err, c.wantNotServing)
+		}
+	}
+	// An unauthorised certificate is an error of its own, not a wait.
+	mu.Lock()
+	readyz = http.StatusUnauthorized
+	mu.Unlock()
+	if err := k.Ready(context.Background()); err == nil || errors.Is(err, ErrAPINotServing) {
+		t.Errorf("401 from /readyz: Ready = %v (want an error other than not serving)", err)
 	}
 }
