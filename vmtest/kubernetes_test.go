@@ -104,15 +104,30 @@ func (k kubectl) until(t *testing.T, ctx context.Context, timeout time.Duration,
 	return ""
 }
 
-// applyStdin is kubectl apply -f - with manifest.
+// apply is kubectl apply -f - with manifest, tried again for up to
+// applyTimeout: on a saturated machine an API server can answer one of
+// apply's requests (the OpenAPI documents it validates with) too late,
+// and applying again is what its user would do.
 func (k kubectl) apply(t *testing.T, ctx context.Context, manifest string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, k.bin, "--kubeconfig", k.kubeconfig, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
+	deadline := time.Now().Add(applyTimeout)
+	for {
+		cmd := exec.CommandContext(ctx, k.bin, "--kubeconfig", k.kubeconfig, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
+		}
+		t.Logf("kubectl apply: %v (trying again)\n%s", err, out)
+		time.Sleep(2 * time.Second)
 	}
 }
+
+// applyTimeout bounds apply's tries.
+const applyTimeout = 3 * time.Minute
 
 // deploymentOn is a Deployment "web" of the test image serving HTTP, its
 // pods on node (by the kubernetes.io/hostname label the kubelet sets).
