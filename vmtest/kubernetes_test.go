@@ -135,15 +135,20 @@ func deploymentOn(node string) string {
 	return deployment("web", "nodeSelector: {kubernetes.io/hostname: "+node+"}")
 }
 
-// moverPreferring is a Deployment "mover" of the test image whose pod
-// prefers node but may run anywhere: a drain of node moves it.
-func moverPreferring(node string) string {
-	return deployment("mover", `affinity:
+// moverLabel marks the node the mover Deployment's pod prefers.
+const moverLabel = "test.plinth.dev/mover"
+
+// mover is a Deployment "mover" of the test image whose pod prefers the
+// node labelled moverLabel but may run anywhere: a drain of that node
+// moves it. The test moves the label to another node before the drain:
+// the replacement then goes there even when a loaded controller manager
+// makes it only after the drained node is uncordoned again (seen under
+// TCG: its leader election lost while the update ran).
+var mover = deployment("mover", `affinity:
   nodeAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
     - weight: 100
-      preference: {matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [`+node+`]}]}`)
-}
+      preference: {matchExpressions: [{key: `+moverLabel+`, operator: Exists}]}`)
 
 // deployment is a one-replica Deployment of the test image serving HTTP,
 // its pods labelled app=name, placement (YAML) in their spec.
@@ -287,8 +292,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// Every workload the checks below use is applied now, at once: under
 	// TCG each pod takes tens of seconds to start, and they start side by
 	// side while the checks go one after another.
+	k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
 	for _, m := range []string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
-		nodePortService, selfTestJob, moverPreferring(second.ID())} {
+		nodePortService, selfTestJob, mover} {
 		k.apply(t, ctx, m)
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
@@ -458,6 +464,11 @@ spec:
 kind: Namespace
 metadata: {name: attack, labels: {pod-security.kubernetes.io/enforce: privileged}}
 `)
+	// Pods need the namespace's default service account, which the
+	// controller manager makes (a while after, on a loaded machine):
+	// without it the service account admission refuses them first.
+	k.until(t, ctx, 5*time.Minute, "the attack namespace's default service account", func(string) bool { return true },
+		"get", "serviceaccount", "default", "-n", "attack", "-o", "name")
 	for _, p := range []string{"/ephemeral", "//data", "/var/lib/kubelet", "/"} {
 		if out := try(pod("attack", p)); !strings.Contains(out, "plinth-host-paths.static.k8s.io") {
 			t.Errorf("a privileged pod mounting %s in a privileged namespace: %s; want the host path policy's refusal", p, out)
@@ -570,7 +581,8 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 // through other's API server, and checks what the issue asks of a
 // worker's update: its pods are evicted before it reboots (pod b is
 // gone; the mover Deployment's pod, applied with the test's other
-// workloads, prefers n and moves to other, since n is cordoned), it comes
+// workloads, ran on n, which it preferred, and moves to other, which it
+// prefers from now on), it comes
 // back on the new version in slot b, its Kubernetes node Ready and
 // uncordoned: a new pod b is scheduled to it and answers (reachB).
 func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, next *Image, reachB func(when string)) {
@@ -583,6 +595,9 @@ func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 	if got := k.run(t, ctx, moverNodes...); got != n.ID() {
 		t.Fatalf("the mover pod runs on %q, not on %s, which it prefers", got, n.Name)
 	}
+	// From now on it prefers other; what moves it is the drain.
+	k.run(t, ctx, "label", "node", other.ID(), moverLabel+"=yes")
+	k.run(t, ctx, "label", "node", n.ID(), moverLabel+"-")
 	cmd := []string{"update", "-config", c.OwnerDir(), n.ID(), "-activate", "-version", next.Manifest.Version, "-kube-server", c.KubernetesAPIEndpoint(other)}
 	out, err := ctl.output(ctx, cmd...)
 	t.Logf("plinthctl %s:\n%s", strings.Join(cmd, " "), out)
