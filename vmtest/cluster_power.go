@@ -49,6 +49,7 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) (err error) {
 	if c.opts.Console != nil {
 		o.Console = c.opts.Console(n.Name)
 	}
+	o.Progress = c.opts.Progress
 	if n.times.Launched.IsZero() {
 		n.times.Launched = time.Now()
 	}

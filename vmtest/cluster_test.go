@@ -22,13 +22,6 @@ import (
 )
 
 // logWriter sends progress lines to the test log.
-type logWriter struct{ t *testing.T }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
-}
-
 func TestClusterMatch(t *testing.T) {
 	c := &Cluster{}
 	a := &ClusterNode{Name: "node0", Addr: netip.MustParseAddr("10.42.0.10"), used: true, id: "plinth-a"}

@@ -79,6 +79,9 @@ func LaunchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
 	if o.Name == "" {
 		o.Name = t.Name()
 	}
+	if o.Progress == nil {
+		o.Progress = logWriter{t}
+	}
 	n, err := Launch(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -92,4 +95,12 @@ func LaunchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
 		}
 	})
 	return n
+}
+
+// logWriter turns a progress writer's lines into t.Log lines.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
 }

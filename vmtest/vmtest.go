@@ -58,6 +58,14 @@ type NodeOptions struct {
 	// PC makes the node look like a physical machine instead of using
 	// QEMU's paravirtual devices (the generic board's test).
 	PC *PC
+	// SilentStart is how long the guest may print nothing after QEMU
+	// starts before Launch counts the start as hung and launches again
+	// (silent.go); 0 is DefaultSilentStart, negative for a machine that
+	// prints nothing by design (no kernel, no OVMF).
+	SilentStart time.Duration
+	// Progress receives the harness's own notes about the node (a silent
+	// start launched again); nil discards them.
+	Progress io.Writer
 }
 
 // PC hardware: what the generic board's drivers must find.
@@ -133,6 +141,9 @@ type Node struct {
 	tpm   *swtpm
 	extra io.Writer // o.Console; dropped after its first error
 
+	spoke     chan struct{} // closed at the guest's first console byte
+	hasSpoken bool          // spoke is closed; only consoleSink.Write touches it
+
 	mu      sync.Mutex // guards the console state below
 	lines   []string
 	partial []byte
@@ -168,10 +179,12 @@ func KVMAvailable() bool {
 	return false
 }
 
-// Launch starts swtpm (unless NoTPM) and QEMU and returns as soon as QEMU
-// is running; it does not wait for the guest. ctx bounds only the launch
-// itself: the node then lives until it exits, Kill or Close.
-func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
+// Launch starts swtpm (unless NoTPM) and QEMU and returns once the guest
+// has printed its first byte (or QEMU exited): seconds, not the boot. A
+// guest that prints nothing within o.SilentStart is a hung start, which
+// Launch records and tries once more (silent.go). ctx bounds only the
+// launch itself: the node then lives until it exits, Kill or Close.
+func Launch(ctx context.Context, o NodeOptions) (*Node, error) {
 	if o.WorkDir == "" {
 		return nil, errors.New("vmtest: NodeOptions.WorkDir is required")
 	}
@@ -182,8 +195,39 @@ func Launch(ctx context.Context, o NodeOptions) (n *Node, err error) {
 	if err := o.prepareFiles(); err != nil {
 		return nil, err
 	}
+	limit := o.silentStartLimit()
+	var reports []string
+	for try := 1; ; try++ {
+		n, err := launchOnce(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		silent, err := n.awaitFirstOutput(ctx, limit)
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		if !silent {
+			return n, nil
+		}
+		report := n.silentStartReport(ctx, limit)
+		n.Close()
+		keepSilentStart(o.WorkDir, try, report)
+		reports = append(reports, report)
+		if try == silentStartTries {
+			return nil, fmt.Errorf("vmtest: node %s: %w in %s, %d times (reports silent-start-N.txt in %s):\n%s",
+				o.Name, ErrSilentStart, limit, try, o.WorkDir, strings.Join(reports, "\n"))
+		}
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "vmtest: node %s: the guest printed nothing in %s, a hung start: launching it again (report: %s)\n%s",
+				o.Name, limit, filepath.Join(o.WorkDir, fmt.Sprintf("silent-start-%d.txt", try)), report)
+		}
+	}
+}
 
-	n = &Node{opts: o, exited: make(chan struct{}), changed: make(chan struct{}), extra: o.Console}
+// launchOnce starts swtpm and QEMU for one try.
+func launchOnce(ctx context.Context, o NodeOptions) (n *Node, err error) {
+	n = &Node{opts: o, exited: make(chan struct{}), changed: make(chan struct{}), spoke: make(chan struct{}), extra: o.Console}
 	// Until QEMU is started, a failure must undo whatever was already set up;
 	// cleanup is the same as Close minus QEMU.
 	defer func() {
@@ -484,6 +528,10 @@ type consoleSink struct{ n *Node }
 
 func (s consoleSink) Write(p []byte) (int, error) {
 	n, total := s.n, len(p)
+	if !n.hasSpoken && total > 0 && n.spoke != nil {
+		n.hasSpoken = true
+		close(n.spoke)
+	}
 	// The log on disk is the evidence a failed test leaves behind, so it is
 	// written first and its errors are not allowed to stall the guest.
 	n.consoleLog.Write(p)

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -168,7 +169,8 @@ func TestBareBoot(t *testing.T) {
 func TestQMPAndKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n := LaunchT(t, ctx, NodeOptions{NoTPM: true, NoNetwork: true, MemoryMiB: 128, CPUs: 1})
+	// SeaBIOS prints nothing on the serial port.
+	n := LaunchT(t, ctx, NodeOptions{NoTPM: true, NoNetwork: true, MemoryMiB: 128, CPUs: 1, SilentStart: -1})
 	ret, err := n.qmp(ctx, "query-status", nil)
 	if err != nil || !bytes.Contains(ret, []byte(`"status"`)) {
 		t.Fatalf("query-status: %s %v", ret, err)
@@ -198,6 +200,52 @@ func TestQMPAndKill(t *testing.T) {
 	}
 	if err := n.PowerDown(ctx); !errors.Is(err, ErrExited) {
 		t.Errorf("PowerDown after exit = %v, want ErrExited", err)
+	}
+}
+
+// TestSilentStartLaunchedAgain: a QEMU whose guest prints nothing (here:
+// -S, never started) is reported, killed with its swtpm and launched
+// again once; a second silent try is ErrSilentStart, with both reports
+// and both tries' logs kept.
+func TestSilentStartLaunchedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := TestDir(t)
+	var progress bytes.Buffer
+	n, err := Launch(ctx, NodeOptions{
+		Name: "silent", WorkDir: dir, NoNetwork: true, MemoryMiB: 128, CPUs: 1,
+		ExtraArgs: []string{"-S"}, SilentStart: 2 * time.Second, Progress: &progress,
+	})
+	if !errors.Is(err, ErrSilentStart) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("Launch = %v, want ErrSilentStart", err)
+	}
+	if got := strings.Count(progress.String(), "launching it again"); got != 1 {
+		t.Errorf("progress said %d relaunches, want 1:\n%s", got, progress.String())
+	}
+	for try := 1; try <= silentStartTries; try++ {
+		report, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("silent-start-%d.txt", try)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"status": "prelaunch"`, "qemu CPU time:", "state S wchan", "swtpm: running", "CPU#0"} {
+			if !strings.Contains(string(report), want) {
+				t.Errorf("report %d lacks %q:\n%s", try, want, report)
+			}
+		}
+		if q, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("qemu.silent-start-%d.log", try))); err != nil || !strings.Contains(string(q), "# qemu-system-x86_64 ") {
+			t.Errorf("try %d's qemu.log not kept: %v", try, err)
+		}
+		m := regexp.MustCompile(`qemu pid (\d+)`).FindSubmatch(report)
+		if m == nil {
+			t.Fatalf("report %d names no pid", try)
+		}
+		pid, _ := strconv.Atoi(string(m[1]))
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("try %d's qemu (pid %d) still there: %v", try, pid, err)
+		}
 	}
 }
 

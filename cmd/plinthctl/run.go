@@ -131,6 +131,7 @@ var rebootLine = regexp.MustCompile(`handing over to PID 1 .*action=reboot`)
 // bootOnce runs one boot of the node until QEMU exits, and reports
 // whether the guest rebooted.
 func bootOnce(ctx context.Context, stderr io.Writer, o vmtest.NodeOptions) (bool, error) {
+	o.Progress = stderr
 	// The node must outlive the first Ctrl-C, which only asks it to stop.
 	n, err := vmtest.Launch(context.WithoutCancel(ctx), o)
 	if err != nil {
