@@ -213,7 +213,7 @@ repro: image
 
 vmtest: image image-generic image-next
 	@# -parallel: the tests' own pool starts the longest first (vmtest/doc.go).
-	$(NOCGO) go test -trimpath -count=1 -timeout 60m -parallel 100 -v ./vmtest/ 2>&1 | scripts/testsummary vmtest
+	$(NOCGO) go test -trimpath -count=1 -timeout 70m -parallel 100 -v ./vmtest/ 2>&1 | scripts/testsummary vmtest
 
 # Each fuzz target runs briefly (a count, not a duration: a duration can
 # end mid-baseline with "context deadline exceeded"); FUZZTIME=10m digs
