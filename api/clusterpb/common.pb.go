@@ -510,8 +510,14 @@ type KubernetesPolicy struct {
 	// under the node's state (absolute and clean; a path below one is
 	// allowed too). Default: none.
 	AllowedHostPaths []string `protobuf:"bytes,2,rep,name=allowed_host_paths,json=allowedHostPaths,proto3" json:"allowed_host_paths,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How the workers pull images, one entry per registry. A registry not
+	// named here is pulled from directly, over HTTPS checked against the
+	// system image's CAs, without credentials. Workers follow changes
+	// without a restart of anything but, when the set of registries with
+	// credentials changes, their kubelet.
+	ImageRegistries []*ImageRegistry `protobuf:"bytes,3,rep,name=image_registries,json=imageRegistries,proto3" json:"image_registries,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *KubernetesPolicy) Reset() {
@@ -558,6 +564,105 @@ func (x *KubernetesPolicy) GetAllowedHostPaths() []string {
 	return nil
 }
 
+func (x *KubernetesPolicy) GetImageRegistries() []*ImageRegistry {
+	if x != nil {
+		return x.ImageRegistries
+	}
+	return nil
+}
+
+// ImageRegistry is how workers pull the images of one registry.
+type ImageRegistry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The registry as image references name it: a host name or address,
+	// with the port if the references carry one ("registry.example.com",
+	// "10.0.0.5:5000"; "docker.io" is Docker Hub). Unique in the policy.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// Mirrors tried in this order before the registry itself: URLs of a
+	// host, optionally with a port and a path ("https://mirror.example.com",
+	// "http://10.0.0.7:5000/v2/cache"). A mirror serves the same
+	// repositories as the registry; by tag, what it serves is trusted, by
+	// digest every byte is checked.
+	Mirrors []string `protobuf:"bytes,2,rep,name=mirrors,proto3" json:"mirrors,omitempty"`
+	// CA certificates (PEM) trusted, besides the system image's, for the
+	// registry's and its mirrors' TLS.
+	CaCertificates string `protobuf:"bytes,3,opt,name=ca_certificates,json=caCertificates,proto3" json:"ca_certificates,omitempty"`
+	// Credentials (HTTP basic) for pulls from the registry: both or
+	// neither. A pull presents them to every host it tries for the
+	// registry's images, mirrors included (containerd gives a pull one set
+	// of credentials). Returned only to the owner and to nodes; kept on
+	// nodes in memory and on tmpfs, never on their disks.
+	Username      string `protobuf:"bytes,4,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string `protobuf:"bytes,5,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageRegistry) Reset() {
+	*x = ImageRegistry{}
+	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageRegistry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageRegistry) ProtoMessage() {}
+
+func (x *ImageRegistry) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageRegistry.ProtoReflect.Descriptor instead.
+func (*ImageRegistry) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ImageRegistry) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *ImageRegistry) GetMirrors() []string {
+	if x != nil {
+		return x.Mirrors
+	}
+	return nil
+}
+
+func (x *ImageRegistry) GetCaCertificates() string {
+	if x != nil {
+		return x.CaCertificates
+	}
+	return ""
+}
+
+func (x *ImageRegistry) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *ImageRegistry) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
 // NodeRoles is what a node runs beyond the base system. Each role is a
 // message whose presence turns the role on: an unset field means "not this
 // role", and a role can carry the data needed to take it up without a
@@ -573,7 +678,7 @@ type NodeRoles struct {
 
 func (x *NodeRoles) Reset() {
 	*x = NodeRoles{}
-	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +690,7 @@ func (x *NodeRoles) String() string {
 func (*NodeRoles) ProtoMessage() {}
 
 func (x *NodeRoles) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +703,7 @@ func (x *NodeRoles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles.ProtoReflect.Descriptor instead.
 func (*NodeRoles) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeRoles) GetConsensusMember() *NodeRoles_ConsensusMember {
@@ -654,7 +759,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +771,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +784,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NodeStatus) GetAddresses() []string {
@@ -742,7 +847,7 @@ type NodeSoftware struct {
 
 func (x *NodeSoftware) Reset() {
 	*x = NodeSoftware{}
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +859,7 @@ func (x *NodeSoftware) String() string {
 func (*NodeSoftware) ProtoMessage() {}
 
 func (x *NodeSoftware) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +872,7 @@ func (x *NodeSoftware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSoftware.ProtoReflect.Descriptor instead.
 func (*NodeSoftware) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeSoftware) GetSlot() string {
@@ -814,7 +919,7 @@ type PendingUpdate struct {
 
 func (x *PendingUpdate) Reset() {
 	*x = PendingUpdate{}
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +931,7 @@ func (x *PendingUpdate) String() string {
 func (*PendingUpdate) ProtoMessage() {}
 
 func (x *PendingUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +944,7 @@ func (x *PendingUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingUpdate.ProtoReflect.Descriptor instead.
 func (*PendingUpdate) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PendingUpdate) GetVersion() string {
@@ -875,7 +980,7 @@ type FailedUpdate struct {
 
 func (x *FailedUpdate) Reset() {
 	*x = FailedUpdate{}
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +992,7 @@ func (x *FailedUpdate) String() string {
 func (*FailedUpdate) ProtoMessage() {}
 
 func (x *FailedUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1005,7 @@ func (x *FailedUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedUpdate.ProtoReflect.Descriptor instead.
 func (*FailedUpdate) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FailedUpdate) GetVersion() string {
@@ -946,7 +1051,7 @@ type NodeProblem struct {
 
 func (x *NodeProblem) Reset() {
 	*x = NodeProblem{}
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1063,7 @@ func (x *NodeProblem) String() string {
 func (*NodeProblem) ProtoMessage() {}
 
 func (x *NodeProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1076,7 @@ func (x *NodeProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeProblem.ProtoReflect.Descriptor instead.
 func (*NodeProblem) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeProblem) GetComponent() string {
@@ -1042,7 +1147,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1159,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1172,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Node) GetId() string {
@@ -1164,7 +1269,7 @@ type DirectoryNode struct {
 
 func (x *DirectoryNode) Reset() {
 	*x = DirectoryNode{}
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1281,7 @@ func (x *DirectoryNode) String() string {
 func (*DirectoryNode) ProtoMessage() {}
 
 func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1294,7 @@ func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryNode.ProtoReflect.Descriptor instead.
 func (*DirectoryNode) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DirectoryNode) GetId() string {
@@ -1226,7 +1331,7 @@ type ClusterDirectory struct {
 
 func (x *ClusterDirectory) Reset() {
 	*x = ClusterDirectory{}
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1343,7 @@ func (x *ClusterDirectory) String() string {
 func (*ClusterDirectory) ProtoMessage() {}
 
 func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1356,7 @@ func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{10}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClusterDirectory) GetNodes() []*DirectoryNode {
@@ -1286,7 +1391,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_cluster_v1_common_proto_msgTypes[11]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1403,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[11]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1416,7 @@ func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_ConsensusMember.ProtoReflect.Descriptor instead.
 func (*NodeRoles_ConsensusMember) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 0}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 0}
 }
 
 func (x *NodeRoles_ConsensusMember) GetCaCertificate() []byte {
@@ -1353,7 +1458,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_cluster_v1_common_proto_msgTypes[12]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1470,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[12]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1483,7 @@ func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_KubernetesController.ProtoReflect.Descriptor instead.
 func (*NodeRoles_KubernetesController) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 1}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 1}
 }
 
 // KubernetesWorker: run containerd and the kubelet. Empty for the same
@@ -1391,7 +1496,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_cluster_v1_common_proto_msgTypes[13]
+	mi := &file_cluster_v1_common_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1508,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[13]
+	mi := &file_cluster_v1_common_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1521,7 @@ func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_KubernetesWorker.ProtoReflect.Descriptor instead.
 func (*NodeRoles_KubernetesWorker) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 2}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 2}
 }
 
 // An existing member of the etcd cluster.
@@ -1433,7 +1538,7 @@ type NodeRoles_ConsensusMember_Peer struct {
 
 func (x *NodeRoles_ConsensusMember_Peer) Reset() {
 	*x = NodeRoles_ConsensusMember_Peer{}
-	mi := &file_cluster_v1_common_proto_msgTypes[14]
+	mi := &file_cluster_v1_common_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1550,7 @@ func (x *NodeRoles_ConsensusMember_Peer) String() string {
 func (*NodeRoles_ConsensusMember_Peer) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[14]
+	mi := &file_cluster_v1_common_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1563,7 @@ func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_ConsensusMember_Peer.ProtoReflect.Descriptor instead.
 func (*NodeRoles_ConsensusMember_Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2, 0, 0}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 0, 0}
 }
 
 func (x *NodeRoles_ConsensusMember_Peer) GetName() string {
@@ -1487,10 +1592,17 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"kubernetes\x18\x03 \x01(\v2#.plinth.cluster.v1.KubernetesPolicyR\n" +
 	"kubernetes\x12!\n" +
 	"\frelease_keys\x18\x04 \x03(\fR\vreleaseKeys\x124\n" +
-	"\x16kubernetes_owner_epoch\x18\x05 \x01(\x04R\x14kubernetesOwnerEpoch\"n\n" +
+	"\x16kubernetes_owner_epoch\x18\x05 \x01(\x04R\x14kubernetesOwnerEpoch\"\xbb\x01\n" +
 	"\x10KubernetesPolicy\x12,\n" +
 	"\x12pod_security_level\x18\x01 \x01(\tR\x10podSecurityLevel\x12,\n" +
-	"\x12allowed_host_paths\x18\x02 \x03(\tR\x10allowedHostPaths\"\xd2\x04\n" +
+	"\x12allowed_host_paths\x18\x02 \x03(\tR\x10allowedHostPaths\x12K\n" +
+	"\x10image_registries\x18\x03 \x03(\v2 .plinth.cluster.v1.ImageRegistryR\x0fimageRegistries\"\x9e\x01\n" +
+	"\rImageRegistry\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x18\n" +
+	"\amirrors\x18\x02 \x03(\tR\amirrors\x12'\n" +
+	"\x0fca_certificates\x18\x03 \x01(\tR\x0ecaCertificates\x12\x1a\n" +
+	"\busername\x18\x04 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x05 \x01(\tR\bpassword\"\xd2\x04\n" +
 	"\tNodeRoles\x12W\n" +
 	"\x10consensus_member\x18\x01 \x01(\v2,.plinth.cluster.v1.NodeRoles.ConsensusMemberR\x0fconsensusMember\x12f\n" +
 	"\x15kubernetes_controller\x18\x02 \x01(\v21.plinth.cluster.v1.NodeRoles.KubernetesControllerR\x14kubernetesController\x12Z\n" +
@@ -1603,7 +1715,7 @@ func file_cluster_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_cluster_v1_common_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: plinth.cluster.v1.NodeState
 	(NodeHealth)(0),                        // 1: plinth.cluster.v1.NodeHealth
@@ -1613,43 +1725,45 @@ var file_cluster_v1_common_proto_goTypes = []any{
 	(ErrorReason)(0),                       // 5: plinth.cluster.v1.ErrorReason
 	(*ClusterConfiguration)(nil),           // 6: plinth.cluster.v1.ClusterConfiguration
 	(*KubernetesPolicy)(nil),               // 7: plinth.cluster.v1.KubernetesPolicy
-	(*NodeRoles)(nil),                      // 8: plinth.cluster.v1.NodeRoles
-	(*NodeStatus)(nil),                     // 9: plinth.cluster.v1.NodeStatus
-	(*NodeSoftware)(nil),                   // 10: plinth.cluster.v1.NodeSoftware
-	(*PendingUpdate)(nil),                  // 11: plinth.cluster.v1.PendingUpdate
-	(*FailedUpdate)(nil),                   // 12: plinth.cluster.v1.FailedUpdate
-	(*NodeProblem)(nil),                    // 13: plinth.cluster.v1.NodeProblem
-	(*Node)(nil),                           // 14: plinth.cluster.v1.Node
-	(*DirectoryNode)(nil),                  // 15: plinth.cluster.v1.DirectoryNode
-	(*ClusterDirectory)(nil),               // 16: plinth.cluster.v1.ClusterDirectory
-	(*NodeRoles_ConsensusMember)(nil),      // 17: plinth.cluster.v1.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 18: plinth.cluster.v1.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 19: plinth.cluster.v1.NodeRoles.KubernetesWorker
-	(*NodeRoles_ConsensusMember_Peer)(nil), // 20: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	(*ImageRegistry)(nil),                  // 8: plinth.cluster.v1.ImageRegistry
+	(*NodeRoles)(nil),                      // 9: plinth.cluster.v1.NodeRoles
+	(*NodeStatus)(nil),                     // 10: plinth.cluster.v1.NodeStatus
+	(*NodeSoftware)(nil),                   // 11: plinth.cluster.v1.NodeSoftware
+	(*PendingUpdate)(nil),                  // 12: plinth.cluster.v1.PendingUpdate
+	(*FailedUpdate)(nil),                   // 13: plinth.cluster.v1.FailedUpdate
+	(*NodeProblem)(nil),                    // 14: plinth.cluster.v1.NodeProblem
+	(*Node)(nil),                           // 15: plinth.cluster.v1.Node
+	(*DirectoryNode)(nil),                  // 16: plinth.cluster.v1.DirectoryNode
+	(*ClusterDirectory)(nil),               // 17: plinth.cluster.v1.ClusterDirectory
+	(*NodeRoles_ConsensusMember)(nil),      // 18: plinth.cluster.v1.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 19: plinth.cluster.v1.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 20: plinth.cluster.v1.NodeRoles.KubernetesWorker
+	(*NodeRoles_ConsensusMember_Peer)(nil), // 21: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
 }
 var file_cluster_v1_common_proto_depIdxs = []int32{
 	3,  // 0: plinth.cluster.v1.ClusterConfiguration.minimum_storage_security:type_name -> plinth.cluster.v1.StorageSecurity
 	7,  // 1: plinth.cluster.v1.ClusterConfiguration.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
-	17, // 2: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
-	18, // 3: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
-	19, // 4: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
-	13, // 5: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
-	10, // 6: plinth.cluster.v1.NodeStatus.software:type_name -> plinth.cluster.v1.NodeSoftware
-	11, // 7: plinth.cluster.v1.NodeSoftware.pending:type_name -> plinth.cluster.v1.PendingUpdate
-	12, // 8: plinth.cluster.v1.NodeSoftware.last_failed:type_name -> plinth.cluster.v1.FailedUpdate
-	0,  // 9: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
-	8,  // 10: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
-	9,  // 11: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
-	1,  // 12: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
-	2,  // 13: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	4,  // 14: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
-	15, // 15: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
-	20, // 16: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	8,  // 2: plinth.cluster.v1.KubernetesPolicy.image_registries:type_name -> plinth.cluster.v1.ImageRegistry
+	18, // 3: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
+	19, // 4: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
+	20, // 5: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
+	14, // 6: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
+	11, // 7: plinth.cluster.v1.NodeStatus.software:type_name -> plinth.cluster.v1.NodeSoftware
+	12, // 8: plinth.cluster.v1.NodeSoftware.pending:type_name -> plinth.cluster.v1.PendingUpdate
+	13, // 9: plinth.cluster.v1.NodeSoftware.last_failed:type_name -> plinth.cluster.v1.FailedUpdate
+	0,  // 10: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
+	9,  // 11: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
+	10, // 12: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
+	1,  // 13: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
+	2,  // 14: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
+	4,  // 15: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
+	16, // 16: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
+	21, // 17: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_common_proto_init() }
@@ -1663,7 +1777,7 @@ func file_cluster_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_common_proto_rawDesc), len(file_cluster_v1_common_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2,12 +2,13 @@
 //
 // The Curator runs on every consensus member and keeps the cluster's state
 // (nodes, roles, join keys, policy) in etcd. Only the elected leader serves
-// Watch, UpdateNodeStatus, Heartbeat and IssueCertificate; followers answer
-// them with UNAVAILABLE and clients follow the leader through
-// GetCurrentLeader. RegisterNode, CommitNode and JoinNode are served by
-// every member (etcd transactions, no leader state), because the node
-// calling them knows only the curators in its parameters or its saved
-// directory and cannot ask who leads before it has a certificate.
+// Watch, WatchClusterPolicy, UpdateNodeStatus, Heartbeat and
+// IssueCertificate; followers answer them with UNAVAILABLE and clients
+// follow the leader through GetCurrentLeader. RegisterNode, CommitNode
+// and JoinNode are served by every member (etcd transactions, no leader
+// state), because the node calling them knows only the curators in its
+// parameters or its saved directory and cannot ask who leads before it
+// has a certificate.
 //
 // Transport: gRPC over TLS. Nodes with a cluster certificate use mTLS with
 // it; nodes without one (registering, or rejoining after a reboot before
@@ -1051,6 +1052,87 @@ func (x *GetCurrentLeaderResponse) GetThisIsLeader() bool {
 	return false
 }
 
+type WatchClusterPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchClusterPolicyRequest) Reset() {
+	*x = WatchClusterPolicyRequest{}
+	mi := &file_cluster_v1_curator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchClusterPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchClusterPolicyRequest) ProtoMessage() {}
+
+func (x *WatchClusterPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_curator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchClusterPolicyRequest.ProtoReflect.Descriptor instead.
+func (*WatchClusterPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_curator_proto_rawDescGZIP(), []int{17}
+}
+
+type WatchClusterPolicyEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole policy as it now is.
+	Configuration *ClusterConfiguration `protobuf:"bytes,1,opt,name=configuration,proto3" json:"configuration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchClusterPolicyEvent) Reset() {
+	*x = WatchClusterPolicyEvent{}
+	mi := &file_cluster_v1_curator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchClusterPolicyEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchClusterPolicyEvent) ProtoMessage() {}
+
+func (x *WatchClusterPolicyEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_curator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchClusterPolicyEvent.ProtoReflect.Descriptor instead.
+func (*WatchClusterPolicyEvent) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_curator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WatchClusterPolicyEvent) GetConfiguration() *ClusterConfiguration {
+	if x != nil {
+		return x.Configuration
+	}
+	return nil
+}
+
 // Watch a single node, by ID. Used by a node to follow its own roles.
 type WatchRequest_NodeInCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1061,7 +1143,7 @@ type WatchRequest_NodeInCluster struct {
 
 func (x *WatchRequest_NodeInCluster) Reset() {
 	*x = WatchRequest_NodeInCluster{}
-	mi := &file_cluster_v1_curator_proto_msgTypes[17]
+	mi := &file_cluster_v1_curator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1155,7 @@ func (x *WatchRequest_NodeInCluster) String() string {
 func (*WatchRequest_NodeInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_curator_proto_msgTypes[17]
+	mi := &file_cluster_v1_curator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1187,7 @@ type WatchRequest_NodesInCluster struct {
 
 func (x *WatchRequest_NodesInCluster) Reset() {
 	*x = WatchRequest_NodesInCluster{}
-	mi := &file_cluster_v1_curator_proto_msgTypes[18]
+	mi := &file_cluster_v1_curator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1199,7 @@ func (x *WatchRequest_NodesInCluster) String() string {
 func (*WatchRequest_NodesInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_curator_proto_msgTypes[18]
+	mi := &file_cluster_v1_curator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1240,7 @@ type IssueCertificateRequest_KubernetesWorker struct {
 
 func (x *IssueCertificateRequest_KubernetesWorker) Reset() {
 	*x = IssueCertificateRequest_KubernetesWorker{}
-	mi := &file_cluster_v1_curator_proto_msgTypes[19]
+	mi := &file_cluster_v1_curator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1252,7 @@ func (x *IssueCertificateRequest_KubernetesWorker) String() string {
 func (*IssueCertificateRequest_KubernetesWorker) ProtoMessage() {}
 
 func (x *IssueCertificateRequest_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_curator_proto_msgTypes[19]
+	mi := &file_cluster_v1_curator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1319,7 @@ type IssueCertificateResponse_KubernetesWorker struct {
 
 func (x *IssueCertificateResponse_KubernetesWorker) Reset() {
 	*x = IssueCertificateResponse_KubernetesWorker{}
-	mi := &file_cluster_v1_curator_proto_msgTypes[20]
+	mi := &file_cluster_v1_curator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1331,7 @@ func (x *IssueCertificateResponse_KubernetesWorker) String() string {
 func (*IssueCertificateResponse_KubernetesWorker) ProtoMessage() {}
 
 func (x *IssueCertificateResponse_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_curator_proto_msgTypes[20]
+	mi := &file_cluster_v1_curator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1461,10 @@ const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\x05R\x04port\x12$\n" +
-	"\x0ethis_is_leader\x18\x04 \x01(\bR\fthisIsLeader2\xba\x06\n" +
+	"\x0ethis_is_leader\x18\x04 \x01(\bR\fthisIsLeader\"\x1b\n" +
+	"\x19WatchClusterPolicyRequest\"h\n" +
+	"\x17WatchClusterPolicyEvent\x12M\n" +
+	"\rconfiguration\x18\x01 \x01(\v2'.plinth.cluster.v1.ClusterConfigurationR\rconfiguration2\xb2\a\n" +
 	"\aCurator\x12e\n" +
 	"\fRegisterNode\x12&.plinth.cluster.v1.RegisterNodeRequest\x1a'.plinth.cluster.v1.RegisterNodeResponse\"\x04\x88\xb5\x18\t\x12_\n" +
 	"\n" +
@@ -1388,7 +1473,8 @@ const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\x05Watch\x12\x1f.plinth.cluster.v1.WatchRequest\x1a\x1d.plinth.cluster.v1.WatchEvent\"\x04\x88\xb5\x18\x020\x01\x12q\n" +
 	"\x10UpdateNodeStatus\x12*.plinth.cluster.v1.UpdateNodeStatusRequest\x1a+.plinth.cluster.v1.UpdateNodeStatusResponse\"\x04\x88\xb5\x18\a\x12`\n" +
 	"\tHeartbeat\x12#.plinth.cluster.v1.HeartbeatRequest\x1a$.plinth.cluster.v1.HeartbeatResponse\"\x04\x88\xb5\x18\a(\x010\x01\x12q\n" +
-	"\x10IssueCertificate\x12*.plinth.cluster.v1.IssueCertificateRequest\x1a+.plinth.cluster.v1.IssueCertificateResponse\"\x04\x88\xb5\x18\a\x12s\n" +
+	"\x10IssueCertificate\x12*.plinth.cluster.v1.IssueCertificateRequest\x1a+.plinth.cluster.v1.IssueCertificateResponse\"\x04\x88\xb5\x18\a\x12v\n" +
+	"\x12WatchClusterPolicy\x12,.plinth.cluster.v1.WatchClusterPolicyRequest\x1a*.plinth.cluster.v1.WatchClusterPolicyEvent\"\x04\x88\xb5\x18\x020\x01\x12s\n" +
 	"\x10GetCurrentLeader\x12*.plinth.cluster.v1.GetCurrentLeaderRequest\x1a+.plinth.cluster.v1.GetCurrentLeaderResponse\"\x04\x88\xb5\x18\x020\x01B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
 
 var (
@@ -1404,7 +1490,7 @@ func file_cluster_v1_curator_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_v1_curator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_v1_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_cluster_v1_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_cluster_v1_curator_proto_goTypes = []any{
 	(WatchEvent_Progress)(0),                          // 0: plinth.cluster.v1.WatchEvent.Progress
 	(*RegisterNodeRequest)(nil),                       // 1: plinth.cluster.v1.RegisterNodeRequest
@@ -1424,46 +1510,52 @@ var file_cluster_v1_curator_proto_goTypes = []any{
 	(*IssueCertificateResponse)(nil),                  // 15: plinth.cluster.v1.IssueCertificateResponse
 	(*GetCurrentLeaderRequest)(nil),                   // 16: plinth.cluster.v1.GetCurrentLeaderRequest
 	(*GetCurrentLeaderResponse)(nil),                  // 17: plinth.cluster.v1.GetCurrentLeaderResponse
-	(*WatchRequest_NodeInCluster)(nil),                // 18: plinth.cluster.v1.WatchRequest.NodeInCluster
-	(*WatchRequest_NodesInCluster)(nil),               // 19: plinth.cluster.v1.WatchRequest.NodesInCluster
-	(*IssueCertificateRequest_KubernetesWorker)(nil),  // 20: plinth.cluster.v1.IssueCertificateRequest.KubernetesWorker
-	(*IssueCertificateResponse_KubernetesWorker)(nil), // 21: plinth.cluster.v1.IssueCertificateResponse.KubernetesWorker
-	(*NodeStatus)(nil),                                // 22: plinth.cluster.v1.NodeStatus
-	(NodeTPMUsage)(0),                                 // 23: plinth.cluster.v1.NodeTPMUsage
-	(*Node)(nil),                                      // 24: plinth.cluster.v1.Node
+	(*WatchClusterPolicyRequest)(nil),                 // 18: plinth.cluster.v1.WatchClusterPolicyRequest
+	(*WatchClusterPolicyEvent)(nil),                   // 19: plinth.cluster.v1.WatchClusterPolicyEvent
+	(*WatchRequest_NodeInCluster)(nil),                // 20: plinth.cluster.v1.WatchRequest.NodeInCluster
+	(*WatchRequest_NodesInCluster)(nil),               // 21: plinth.cluster.v1.WatchRequest.NodesInCluster
+	(*IssueCertificateRequest_KubernetesWorker)(nil),  // 22: plinth.cluster.v1.IssueCertificateRequest.KubernetesWorker
+	(*IssueCertificateResponse_KubernetesWorker)(nil), // 23: plinth.cluster.v1.IssueCertificateResponse.KubernetesWorker
+	(*NodeStatus)(nil),                                // 24: plinth.cluster.v1.NodeStatus
+	(NodeTPMUsage)(0),                                 // 25: plinth.cluster.v1.NodeTPMUsage
+	(*Node)(nil),                                      // 26: plinth.cluster.v1.Node
+	(*ClusterConfiguration)(nil),                      // 27: plinth.cluster.v1.ClusterConfiguration
 }
 var file_cluster_v1_curator_proto_depIdxs = []int32{
-	22, // 0: plinth.cluster.v1.RegisterNodeRequest.status:type_name -> plinth.cluster.v1.NodeStatus
-	23, // 1: plinth.cluster.v1.RegisterNodeRequest.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	18, // 2: plinth.cluster.v1.WatchRequest.node_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodeInCluster
-	19, // 3: plinth.cluster.v1.WatchRequest.nodes_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodesInCluster
-	24, // 4: plinth.cluster.v1.WatchEvent.nodes:type_name -> plinth.cluster.v1.Node
+	24, // 0: plinth.cluster.v1.RegisterNodeRequest.status:type_name -> plinth.cluster.v1.NodeStatus
+	25, // 1: plinth.cluster.v1.RegisterNodeRequest.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
+	20, // 2: plinth.cluster.v1.WatchRequest.node_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodeInCluster
+	21, // 3: plinth.cluster.v1.WatchRequest.nodes_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodesInCluster
+	26, // 4: plinth.cluster.v1.WatchEvent.nodes:type_name -> plinth.cluster.v1.Node
 	8,  // 5: plinth.cluster.v1.WatchEvent.tombstones:type_name -> plinth.cluster.v1.NodeTombstone
 	0,  // 6: plinth.cluster.v1.WatchEvent.progress:type_name -> plinth.cluster.v1.WatchEvent.Progress
-	22, // 7: plinth.cluster.v1.UpdateNodeStatusRequest.status:type_name -> plinth.cluster.v1.NodeStatus
-	20, // 8: plinth.cluster.v1.IssueCertificateRequest.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateRequest.KubernetesWorker
-	21, // 9: plinth.cluster.v1.IssueCertificateResponse.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateResponse.KubernetesWorker
-	1,  // 10: plinth.cluster.v1.Curator.RegisterNode:input_type -> plinth.cluster.v1.RegisterNodeRequest
-	3,  // 11: plinth.cluster.v1.Curator.CommitNode:input_type -> plinth.cluster.v1.CommitNodeRequest
-	5,  // 12: plinth.cluster.v1.Curator.JoinNode:input_type -> plinth.cluster.v1.JoinNodeRequest
-	7,  // 13: plinth.cluster.v1.Curator.Watch:input_type -> plinth.cluster.v1.WatchRequest
-	10, // 14: plinth.cluster.v1.Curator.UpdateNodeStatus:input_type -> plinth.cluster.v1.UpdateNodeStatusRequest
-	12, // 15: plinth.cluster.v1.Curator.Heartbeat:input_type -> plinth.cluster.v1.HeartbeatRequest
-	14, // 16: plinth.cluster.v1.Curator.IssueCertificate:input_type -> plinth.cluster.v1.IssueCertificateRequest
-	16, // 17: plinth.cluster.v1.Curator.GetCurrentLeader:input_type -> plinth.cluster.v1.GetCurrentLeaderRequest
-	2,  // 18: plinth.cluster.v1.Curator.RegisterNode:output_type -> plinth.cluster.v1.RegisterNodeResponse
-	4,  // 19: plinth.cluster.v1.Curator.CommitNode:output_type -> plinth.cluster.v1.CommitNodeResponse
-	6,  // 20: plinth.cluster.v1.Curator.JoinNode:output_type -> plinth.cluster.v1.JoinNodeResponse
-	9,  // 21: plinth.cluster.v1.Curator.Watch:output_type -> plinth.cluster.v1.WatchEvent
-	11, // 22: plinth.cluster.v1.Curator.UpdateNodeStatus:output_type -> plinth.cluster.v1.UpdateNodeStatusResponse
-	13, // 23: plinth.cluster.v1.Curator.Heartbeat:output_type -> plinth.cluster.v1.HeartbeatResponse
-	15, // 24: plinth.cluster.v1.Curator.IssueCertificate:output_type -> plinth.cluster.v1.IssueCertificateResponse
-	17, // 25: plinth.cluster.v1.Curator.GetCurrentLeader:output_type -> plinth.cluster.v1.GetCurrentLeaderResponse
-	18, // [18:26] is the sub-list for method output_type
-	10, // [10:18] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	24, // 7: plinth.cluster.v1.UpdateNodeStatusRequest.status:type_name -> plinth.cluster.v1.NodeStatus
+	22, // 8: plinth.cluster.v1.IssueCertificateRequest.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateRequest.KubernetesWorker
+	23, // 9: plinth.cluster.v1.IssueCertificateResponse.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateResponse.KubernetesWorker
+	27, // 10: plinth.cluster.v1.WatchClusterPolicyEvent.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	1,  // 11: plinth.cluster.v1.Curator.RegisterNode:input_type -> plinth.cluster.v1.RegisterNodeRequest
+	3,  // 12: plinth.cluster.v1.Curator.CommitNode:input_type -> plinth.cluster.v1.CommitNodeRequest
+	5,  // 13: plinth.cluster.v1.Curator.JoinNode:input_type -> plinth.cluster.v1.JoinNodeRequest
+	7,  // 14: plinth.cluster.v1.Curator.Watch:input_type -> plinth.cluster.v1.WatchRequest
+	10, // 15: plinth.cluster.v1.Curator.UpdateNodeStatus:input_type -> plinth.cluster.v1.UpdateNodeStatusRequest
+	12, // 16: plinth.cluster.v1.Curator.Heartbeat:input_type -> plinth.cluster.v1.HeartbeatRequest
+	14, // 17: plinth.cluster.v1.Curator.IssueCertificate:input_type -> plinth.cluster.v1.IssueCertificateRequest
+	18, // 18: plinth.cluster.v1.Curator.WatchClusterPolicy:input_type -> plinth.cluster.v1.WatchClusterPolicyRequest
+	16, // 19: plinth.cluster.v1.Curator.GetCurrentLeader:input_type -> plinth.cluster.v1.GetCurrentLeaderRequest
+	2,  // 20: plinth.cluster.v1.Curator.RegisterNode:output_type -> plinth.cluster.v1.RegisterNodeResponse
+	4,  // 21: plinth.cluster.v1.Curator.CommitNode:output_type -> plinth.cluster.v1.CommitNodeResponse
+	6,  // 22: plinth.cluster.v1.Curator.JoinNode:output_type -> plinth.cluster.v1.JoinNodeResponse
+	9,  // 23: plinth.cluster.v1.Curator.Watch:output_type -> plinth.cluster.v1.WatchEvent
+	11, // 24: plinth.cluster.v1.Curator.UpdateNodeStatus:output_type -> plinth.cluster.v1.UpdateNodeStatusResponse
+	13, // 25: plinth.cluster.v1.Curator.Heartbeat:output_type -> plinth.cluster.v1.HeartbeatResponse
+	15, // 26: plinth.cluster.v1.Curator.IssueCertificate:output_type -> plinth.cluster.v1.IssueCertificateResponse
+	19, // 27: plinth.cluster.v1.Curator.WatchClusterPolicy:output_type -> plinth.cluster.v1.WatchClusterPolicyEvent
+	17, // 28: plinth.cluster.v1.Curator.GetCurrentLeader:output_type -> plinth.cluster.v1.GetCurrentLeaderResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_curator_proto_init() }
@@ -1489,7 +1581,7 @@ func file_cluster_v1_curator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_curator_proto_rawDesc), len(file_cluster_v1_curator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -2,12 +2,13 @@
 //
 // The Curator runs on every consensus member and keeps the cluster's state
 // (nodes, roles, join keys, policy) in etcd. Only the elected leader serves
-// Watch, UpdateNodeStatus, Heartbeat and IssueCertificate; followers answer
-// them with UNAVAILABLE and clients follow the leader through
-// GetCurrentLeader. RegisterNode, CommitNode and JoinNode are served by
-// every member (etcd transactions, no leader state), because the node
-// calling them knows only the curators in its parameters or its saved
-// directory and cannot ask who leads before it has a certificate.
+// Watch, WatchClusterPolicy, UpdateNodeStatus, Heartbeat and
+// IssueCertificate; followers answer them with UNAVAILABLE and clients
+// follow the leader through GetCurrentLeader. RegisterNode, CommitNode
+// and JoinNode are served by every member (etcd transactions, no leader
+// state), because the node calling them knows only the curators in its
+// parameters or its saved directory and cannot ask who leads before it
+// has a certificate.
 //
 // Transport: gRPC over TLS. Nodes with a cluster certificate use mTLS with
 // it; nodes without one (registering, or rejoining after a reboot before
@@ -36,14 +37,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Curator_RegisterNode_FullMethodName     = "/plinth.cluster.v1.Curator/RegisterNode"
-	Curator_CommitNode_FullMethodName       = "/plinth.cluster.v1.Curator/CommitNode"
-	Curator_JoinNode_FullMethodName         = "/plinth.cluster.v1.Curator/JoinNode"
-	Curator_Watch_FullMethodName            = "/plinth.cluster.v1.Curator/Watch"
-	Curator_UpdateNodeStatus_FullMethodName = "/plinth.cluster.v1.Curator/UpdateNodeStatus"
-	Curator_Heartbeat_FullMethodName        = "/plinth.cluster.v1.Curator/Heartbeat"
-	Curator_IssueCertificate_FullMethodName = "/plinth.cluster.v1.Curator/IssueCertificate"
-	Curator_GetCurrentLeader_FullMethodName = "/plinth.cluster.v1.Curator/GetCurrentLeader"
+	Curator_RegisterNode_FullMethodName       = "/plinth.cluster.v1.Curator/RegisterNode"
+	Curator_CommitNode_FullMethodName         = "/plinth.cluster.v1.Curator/CommitNode"
+	Curator_JoinNode_FullMethodName           = "/plinth.cluster.v1.Curator/JoinNode"
+	Curator_Watch_FullMethodName              = "/plinth.cluster.v1.Curator/Watch"
+	Curator_UpdateNodeStatus_FullMethodName   = "/plinth.cluster.v1.Curator/UpdateNodeStatus"
+	Curator_Heartbeat_FullMethodName          = "/plinth.cluster.v1.Curator/Heartbeat"
+	Curator_IssueCertificate_FullMethodName   = "/plinth.cluster.v1.Curator/IssueCertificate"
+	Curator_WatchClusterPolicy_FullMethodName = "/plinth.cluster.v1.Curator/WatchClusterPolicy"
+	Curator_GetCurrentLeader_FullMethodName   = "/plinth.cluster.v1.Curator/GetCurrentLeader"
 )
 
 // CuratorClient is the client API for Curator service.
@@ -89,6 +91,11 @@ type CuratorClient interface {
 	// key, so private keys never leave the node. Refused if the caller does
 	// not have the role the certificate is for.
 	IssueCertificate(ctx context.Context, in *IssueCertificateRequest, opts ...grpc.CallOption) (*IssueCertificateResponse, error)
+	// WatchClusterPolicy streams the cluster policy: the current one, then
+	// each new version as the owner changes it. Nodes apply what is theirs
+	// to apply from it (workers: the image registries). Served by the
+	// leader; the stream ends with its leadership.
+	WatchClusterPolicy(ctx context.Context, in *WatchClusterPolicyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchClusterPolicyEvent], error)
 	// GetCurrentLeader streams who the curator leader is, sending a new
 	// response whenever it changes. Served by every curator (not only the
 	// leader), because it is how a node's resolver finds the leader in the
@@ -186,9 +193,28 @@ func (c *curatorClient) IssueCertificate(ctx context.Context, in *IssueCertifica
 	return out, nil
 }
 
+func (c *curatorClient) WatchClusterPolicy(ctx context.Context, in *WatchClusterPolicyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchClusterPolicyEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Curator_ServiceDesc.Streams[2], Curator_WatchClusterPolicy_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchClusterPolicyRequest, WatchClusterPolicyEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Curator_WatchClusterPolicyClient = grpc.ServerStreamingClient[WatchClusterPolicyEvent]
+
 func (c *curatorClient) GetCurrentLeader(ctx context.Context, in *GetCurrentLeaderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetCurrentLeaderResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Curator_ServiceDesc.Streams[2], Curator_GetCurrentLeader_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Curator_ServiceDesc.Streams[3], Curator_GetCurrentLeader_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -248,6 +274,11 @@ type CuratorServer interface {
 	// key, so private keys never leave the node. Refused if the caller does
 	// not have the role the certificate is for.
 	IssueCertificate(context.Context, *IssueCertificateRequest) (*IssueCertificateResponse, error)
+	// WatchClusterPolicy streams the cluster policy: the current one, then
+	// each new version as the owner changes it. Nodes apply what is theirs
+	// to apply from it (workers: the image registries). Served by the
+	// leader; the stream ends with its leadership.
+	WatchClusterPolicy(*WatchClusterPolicyRequest, grpc.ServerStreamingServer[WatchClusterPolicyEvent]) error
 	// GetCurrentLeader streams who the curator leader is, sending a new
 	// response whenever it changes. Served by every curator (not only the
 	// leader), because it is how a node's resolver finds the leader in the
@@ -283,6 +314,9 @@ func (UnimplementedCuratorServer) Heartbeat(grpc.BidiStreamingServer[HeartbeatRe
 }
 func (UnimplementedCuratorServer) IssueCertificate(context.Context, *IssueCertificateRequest) (*IssueCertificateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueCertificate not implemented")
+}
+func (UnimplementedCuratorServer) WatchClusterPolicy(*WatchClusterPolicyRequest, grpc.ServerStreamingServer[WatchClusterPolicyEvent]) error {
+	return status.Error(codes.Unimplemented, "method WatchClusterPolicy not implemented")
 }
 func (UnimplementedCuratorServer) GetCurrentLeader(*GetCurrentLeaderRequest, grpc.ServerStreamingServer[GetCurrentLeaderResponse]) error {
 	return status.Error(codes.Unimplemented, "method GetCurrentLeader not implemented")
@@ -416,6 +450,17 @@ func _Curator_IssueCertificate_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Curator_WatchClusterPolicy_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchClusterPolicyRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CuratorServer).WatchClusterPolicy(m, &grpc.GenericServerStream[WatchClusterPolicyRequest, WatchClusterPolicyEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Curator_WatchClusterPolicyServer = grpc.ServerStreamingServer[WatchClusterPolicyEvent]
+
 func _Curator_GetCurrentLeader_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(GetCurrentLeaderRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -466,6 +511,11 @@ var Curator_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Curator_Heartbeat_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "WatchClusterPolicy",
+			Handler:       _Curator_WatchClusterPolicy_Handler,
+			ServerStreams: true,
 		},
 		{
 			StreamName:    "GetCurrentLeader",

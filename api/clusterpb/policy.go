@@ -31,6 +31,16 @@ func (p *KubernetesPolicy) Check() error {
 			return err
 		}
 	}
+	hosts := map[string]bool{}
+	for _, r := range p.GetImageRegistries() {
+		if err := r.Check(); err != nil {
+			return err
+		}
+		if hosts[r.GetHost()] {
+			return fmt.Errorf("image registry %s: named twice", r.GetHost())
+		}
+		hosts[r.GetHost()] = true
+	}
 	return nil
 }
 

@@ -148,3 +148,38 @@ func WatchConfiguration(ctx context.Context, kv client.Namespaced, set func(*clu
 	}
 	return ctx.Err()
 }
+
+// WatchClusterPolicy streams the cluster configuration to a node: the
+// current one, then every new version (see curator.proto). Like Watch it
+// is the leader's, and ends with its leadership.
+func (c curatorServer) WatchClusterPolicy(_ *clusterpb.WatchClusterPolicyRequest, srv clusterpb.Curator_WatchClusterPolicyServer) error {
+	t, err := c.leaderTerm()
+	if err != nil {
+		return err
+	}
+	kv, _, err := c.backend()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(srv.Context())
+	defer cancel()
+	stop := context.AfterFunc(t.ctx, cancel)
+	defer stop()
+	var sendErr error
+	err = WatchConfiguration(ctx, kv, func(cfg *clusterpb.ClusterConfiguration) {
+		if sendErr == nil {
+			if sendErr = srv.Send(&clusterpb.WatchClusterPolicyEvent{Configuration: cfg}); sendErr != nil {
+				cancel()
+			}
+		}
+	})
+	switch {
+	case sendErr != nil:
+		return sendErr
+	case t.ctx.Err() != nil:
+		return errNotLeader("not the leader any more")
+	case srv.Context().Err() != nil:
+		return status.FromContextError(srv.Context().Err()).Err()
+	}
+	return err
+}

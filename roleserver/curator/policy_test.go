@@ -1,0 +1,80 @@
+package curator
+
+import (
+	"crypto/tls"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+
+	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/roleserver/internal/testutil"
+)
+
+// TestWatchClusterPolicy: a worker's WatchClusterPolicy gets the policy
+// at once and each change the owner makes (image registries with their
+// credentials: a node needs them to pull); a malformed registry entry is
+// refused with InvalidArgument, sends nothing and leaves the policy as it
+// was; a caller without a cluster certificate gets nothing.
+func TestWatchClusterPolicy(t *testing.T) {
+	f := newSingle(t)
+	a, ctx := f.a, f.ctx
+	b, _ := f.worker("b")
+	wctx, cancel := ctxTimeoutCancel(t, time.Minute)
+	defer cancel()
+	w, err := clusterpb.NewCuratorClient(withCreds(t, a.addr(), b.creds)).WatchClusterPolicy(wctx, &clusterpb.WatchClusterPolicyRequest{})
+	mustOK(t, "WatchClusterPolicy", err)
+	first, err := w.Recv()
+	mustOK(t, "first policy", err)
+	if first.GetConfiguration() == nil || len(first.GetConfiguration().GetKubernetes().GetImageRegistries()) != 0 {
+		t.Fatalf("first policy: %v", first)
+	}
+
+	regs := []*clusterpb.ImageRegistry{
+		{Host: "registry.example.com", Mirrors: []string{"https://10.0.0.7:5000"}},
+		{Host: "10.0.0.5:5000", Username: "puller", Password: "s3cret"},
+	}
+	mg := f.mgmt(a)
+	mustOK(t, "UpdateClusterPolicy", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
+		Kubernetes: &clusterpb.KubernetesPolicy{ImageRegistries: regs}})))
+	ev, err := w.Recv()
+	mustOK(t, "the changed policy", err)
+	if got := ev.GetConfiguration().GetKubernetes().GetImageRegistries(); len(got) != 2 || !proto.Equal(got[0], regs[0]) || !proto.Equal(got[1], regs[1]) {
+		t.Fatalf("registries on the watch: %v", got)
+	}
+
+	before, err := mg.GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
+	mustOK(t, "GetClusterInfo", err)
+	for name, r := range map[string]*clusterpb.ImageRegistry{
+		"a URL as host":             {Host: "https://registry.example.com"},
+		"a mirror without a scheme": {Host: "r.example", Mirrors: []string{"mirror.example.com"}},
+		"half credentials":          {Host: "r.example", Username: "u"},
+		"a garbage CA":              {Host: "r.example", CaCertificates: "-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"},
+	} {
+		_, err := mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
+			Kubernetes: &clusterpb.KubernetesPolicy{ImageRegistries: append(regs[:1:1], r)}})
+		wantCode(t, "a policy with "+name, err, codes.InvalidArgument, "image registry")
+	}
+	after, err := mg.GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
+	mustOK(t, "GetClusterInfo", err)
+	if !proto.Equal(after.GetConfiguration(), before.GetConfiguration()) {
+		t.Errorf("refused updates changed the policy: %v", after.GetConfiguration())
+	}
+	// Nothing was sent for them: the next event is the next good change.
+	mustOK(t, "UpdateClusterPolicy", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
+		Kubernetes: &clusterpb.KubernetesPolicy{ImageRegistries: regs[:1]}})))
+	ev, err = w.Recv()
+	mustOK(t, "the next policy", err)
+	if got := ev.GetConfiguration().GetKubernetes().GetImageRegistries(); len(got) != 1 {
+		t.Errorf("after the refused changes the watch sent %v", got)
+	}
+
+	anon := clusterpb.NewCuratorClient(testutil.Dial(t, a.addr(), credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})))
+	s, err := anon.WatchClusterPolicy(ctx, &clusterpb.WatchClusterPolicyRequest{})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	wantCode(t, "WatchClusterPolicy without a certificate", err, codes.Unauthenticated)
+}
