@@ -209,6 +209,9 @@ type Service struct {
 	// kubernetesControllers are the API servers the cluster lists, for
 	// the Kubernetes worker's local proxy.
 	kubernetesControllers memory.Value[[]string]
+	// policy is the cluster policy as the curator last sent it
+	// (policyfetch), for the Kubernetes worker's image registries.
+	policy memory.Value[*clusterpb.ClusterConfiguration]
 
 	node memory.Value[*nodeData]
 
@@ -244,6 +247,7 @@ func New(c Config) *Service {
 	s.ControlPlane.Set(&ControlPlane{})
 	s.KubernetesStatus.Set(nil)
 	s.kubernetesControllers.Set(nil)
+	s.policy.Set(nil)
 	s.node.Set(nil)
 	s.Directory.Set(nil)
 	s.ClusterKey.Set(nil)
@@ -356,9 +360,10 @@ func (s *Service) Run(ctx context.Context) error {
 			node: &s.node, curator: &s.CuratorConnection, curatorPort: s.curatorPort(),
 			hosts: &s.hosts, endpoints: &s.endpoints, directory: &s.Directory, controllers: &s.kubernetesControllers,
 		}).run},
+		{"policyfetch", (&workerPolicyFetch{curator: &s.CuratorConnection, policy: &s.policy}).run},
 		{"kubernetes", (&workerKubernetes{
 			root: s.StorageRoot, node: &s.node, roles: &s.Roles, controlPlane: &s.ControlPlane,
-			curator: &s.CuratorConnection, controllers: &s.kubernetesControllers,
+			curator: &s.CuratorConnection, controllers: &s.kubernetesControllers, policy: &s.policy,
 			address: s.waitAddress, resolvConf: s.ResolvConf, loadModules: s.LoadKubernetesModules, stopPods: s.StopPods,
 			status: &s.KubernetesStatus,
 		}).run},

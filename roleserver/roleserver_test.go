@@ -165,11 +165,24 @@ func TestBootstrap(t *testing.T) {
 	for _, r := range st.GetRunnables() {
 		states[r.GetDn()] = r.GetState()
 	}
-	for _, dn := range []string{"root.roleserver.controlplane.consensus", "root.roleserver.controlplane.curator", "root.roleserver.heartbeat", "root.roleserver.nodemgmt"} {
+	for _, dn := range []string{"root.roleserver.controlplane.consensus", "root.roleserver.controlplane.curator", "root.roleserver.heartbeat", "root.roleserver.nodemgmt", "root.roleserver.policyfetch"} {
 		if states[dn] != string(supervisor.StateHealthy) {
 			t.Errorf("runnable %s is %q, want HEALTHY (all: %v)", dn, states[dn], states)
 		}
 	}
+
+	// The node follows the cluster policy the owner changes (policyfetch).
+	reg := &clusterpb.ImageRegistry{Host: "10.0.0.5:5000", Username: "puller", Password: "s3cret"}
+	if _, err := mgmt.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
+		Kubernetes: &clusterpb.KubernetesPolicy{ImageRegistries: []*clusterpb.ImageRegistry{reg}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the changed policy at the node", func() error {
+		if r := get(&n.svc.policy).GetKubernetes().GetImageRegistries(); len(r) != 1 || !proto.Equal(r[0], reg) {
+			return errString("not yet")
+		}
+		return nil
+	})
 
 	// Logs: backlog of the whole roleserver subtree.
 	logs, err := nm.Logs(ctx, &clusterpb.LogsRequest{Dn: "root.roleserver", Recursive: true, Backlog: -1})

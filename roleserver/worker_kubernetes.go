@@ -34,6 +34,9 @@ type workerKubernetes struct {
 	curator      *memory.Value[*CuratorConnection]
 	// controllers are the API servers the cluster lists (host:port).
 	controllers *memory.Value[[]string]
+	// policy is the cluster policy from the curator (policyfetch): the
+	// worker's image registries.
+	policy *memory.Value[*clusterpb.ClusterConfiguration]
 	address     func(ctx context.Context) (net.IP, error)
 	resolvConf  string
 	loadModules func() error
@@ -105,6 +108,9 @@ func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *Cura
 		Certify: func(ctx context.Context, keys kubernetes.WorkerKeys) (*kubernetes.WorkerCertificates, error) {
 			return certifyWorker(ctx, conn, keys)
 		},
+	}
+	if w.policy != nil {
+		wk.Policy = w.policy
 	}
 	return wk.Run, wk.ReportStopped
 }

@@ -579,10 +579,10 @@ type ImageRegistry struct {
 	// "10.0.0.5:5000"; "docker.io" is Docker Hub). Unique in the policy.
 	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
 	// Mirrors tried in this order before the registry itself: URLs of a
-	// host, optionally with a port and a path ("https://mirror.example.com",
-	// "http://10.0.0.7:5000/v2/cache"). A mirror serves the same
-	// repositories as the registry; by tag, what it serves is trusted, by
-	// digest every byte is checked.
+	// host, optionally with a port and a path that the registry API's /v2/
+	// follows ("https://mirror.example.com", "http://10.0.0.7:5000"). A
+	// mirror serves the same repositories as the registry; by tag, what it
+	// serves is trusted, by digest every byte is checked.
 	Mirrors []string `protobuf:"bytes,2,rep,name=mirrors,proto3" json:"mirrors,omitempty"`
 	// CA certificates (PEM) trusted, besides the system image's, for the
 	// registry's and its mirrors' TLS.

@@ -10,6 +10,7 @@
 //	kube dns -conf FILE            the node's cluster DNS server (CoreDNS packages)
 //	kube netd …                    the node's pod network (CNI configuration, routes)
 //	kube import-images …           the builder's OCI images into containerd
+//	kube credential-provider -file F  the kubelet's image credential provider
 //
 // Why one binary: the components share most of their code (client-go,
 // apimachinery, the API types), so one executable is a fraction of the
@@ -50,6 +51,9 @@ var tools = map[string]func(args []string) int{
 	"dns":           runDNS,
 	"netd":          runNetd,
 	"import-images": runImportImages,
+	// credential-provider answers the kubelet's image credential
+	// requests (also run as kube-credential-provider).
+	"credential-provider": runCredentialProvider,
 }
 
 func main() {

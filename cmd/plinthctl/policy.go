@@ -15,22 +15,30 @@ import (
 )
 
 func init() {
-	register("policy", "show or change the cluster policy: Pod Security level, allowed host paths, release keys", func() verb { return new(policyCmd) })
+	register("policy", "show or change the cluster policy: Pod Security level, allowed host paths, image registries, release keys", func() verb { return new(policyCmd) })
 }
 
 // policyCmd is `plinthctl policy [-pod-security LEVEL] [-allow-host-path
-// PATH...|-no-host-paths] [-add-release-key PUB] [-remove-release-key
+// PATH...|-no-host-paths] [-registry HOST [-mirror URL...|-no-mirrors]
+// [-registry-ca PEM|-no-registry-ca] [-registry-username NAME
+// -registry-password-file FILE|-no-registry-credentials]]
+// [-remove-registry HOST] [-add-release-key PUB] [-remove-release-key
 // PUB]`, as the owner. Without flags it prints the policy; with any, it
 // changes those parts (the rest stays) and prints the result.
 //
 // The Pod Security level and the allowed host paths reach the API
-// servers at once (their control plane restarts with them); a release
-// key signs the images nodes install (plinthctl build -sign-key).
+// servers at once (their control plane restarts with them); the image
+// registries reach the workers' containerd and kubelet at once (see
+// roleserver/kubernetes/registries.go); a release key signs the images
+// nodes install (plinthctl build -sign-key). Passwords are read from a
+// file (never a flag: it would stay in the shell's history) and printed
+// as "(set)".
 type policyCmd struct {
 	config      string
 	podSecurity string
 	hostPaths   listFlag
 	noHostPaths bool
+	registry    registryFlags
 	addKeys     listFlag
 	removeKeys  listFlag
 }
@@ -41,6 +49,7 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs.StringVar(&c.podSecurity, "pod-security", "", "Pod Security level enforced in namespaces that name none: "+strings.Join(clusterpb.PodSecurityLevels, "|")+" (privileged is node root)")
 	fs.Var(&c.hostPaths, "allow-host-path", "host `path` under "+layout.HostVolumesDir+" (the only place below the node's state that may be opened) that pods and PersistentVolumes may use (repeat; replaces the list)")
 	fs.BoolVar(&c.noHostPaths, "no-host-paths", false, "allow no host path below the node's state (the default)")
+	c.registry.define(fs)
 	fs.Var(&c.addKeys, "add-release-key", "ed25519 public key `file` whose signatures on an image let nodes install it (repeat)")
 	fs.Var(&c.removeKeys, "remove-release-key", "release key `file` to remove (the last one cannot be)")
 	if err := noArgs(fs, args); err != nil {
@@ -48,6 +57,9 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	if len(c.hostPaths) > 0 && c.noHostPaths {
 		return fmt.Errorf("give -allow-host-path or -no-host-paths, not both")
+	}
+	if err := c.registry.check(fs); err != nil {
+		return err
 	}
 	cl, ctx, done, err := ownerCall(ctx, c.config)
 	if err != nil {
@@ -60,10 +72,13 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	cfg := info.GetConfiguration()
 	req := &clusterpb.UpdateClusterPolicyRequest{}
-	if c.podSecurity != "" || len(c.hostPaths) > 0 || c.noHostPaths {
+	if c.podSecurity != "" || len(c.hostPaths) > 0 || c.noHostPaths || c.registry.given(fs) {
 		k := proto.Clone(cfg.GetKubernetes()).(*clusterpb.KubernetesPolicy)
 		if k == nil {
 			k = &clusterpb.KubernetesPolicy{}
+		}
+		if err := c.registry.apply(fs, k); err != nil {
+			return err
 		}
 		if c.podSecurity != "" {
 			k.PodSecurityLevel = c.podSecurity
@@ -113,6 +128,7 @@ func printPolicy(w io.Writer, cfg *clusterpb.ClusterConfiguration) {
 		paths = "none (default)"
 	}
 	fmt.Fprintf(w, "allowed host paths: %s\n", paths)
+	printRegistries(w, k.GetImageRegistries())
 	if len(cfg.GetReleaseKeys()) == 0 {
 		fmt.Fprintln(w, "release keys:       none: nodes install no update")
 	}

@@ -15,7 +15,7 @@ import (
 // image with the configuration netd writes, containerd's own loopback
 // (no loopback plugin needed), and the sandbox image pinned so that image
 // garbage collection never removes it (it cannot be pulled again: there
-// is no registry).
+// is no registry), and the registries' hosts directory (registries.go).
 func containerdConfig(root *localstorage.Root) []byte {
 	var b strings.Builder
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
@@ -30,6 +30,8 @@ state = %s
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = %s
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %s
 
 [plugins."io.containerd.cri.v1.runtime"]
   enable_selinux = false
@@ -48,7 +50,7 @@ state = %s
 `,
 		q(root.Data.Containerd.Path()), q(root.Ephemeral.Containerd.Path()),
 		q(root.Ephemeral.Containerd.Socket.Path()),
-		q(layout.PauseImage),
+		q(layout.PauseImage), q(root.Ephemeral.Containerd.Hosts.Path()),
 		q(layout.CNIBinDir), q(root.Ephemeral.Kubernetes.CNI.Path()),
 		q(layout.RuncBinary))
 	return []byte(b.String())

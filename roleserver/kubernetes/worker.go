@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
@@ -81,6 +82,7 @@ func netdArgs(kubeconfig, node, cniConfDir, ipamDir string, podCIDR *net.IPNet) 
 //	proxy       kube-proxy, nftables mode
 //	netd        CNI configuration for this node's pod CIDR, routes to the others'
 //	dns         CoreDNS on ClusterDNSIP (a dummy interface)
+//	registries  the policy's mirrors, CAs and credentials for pulls (registries.go)
 //
 // Nothing here ever deletes /data/containerd or the kubelet's state: a
 // worker that cannot reach a controller retries (its runnables back off)
@@ -98,6 +100,10 @@ type Worker struct {
 	// LoadModules loads the kernel modules Kubernetes needs (nf_tables,
 	// overlay, veth, dummy…).
 	LoadModules func() error
+	// Policy is the cluster policy (from the curator): the image
+	// registries containerd and the kubelet pull from (registries.go).
+	// nil: no registry configuration.
+	Policy event.Value[*clusterpb.ClusterConfiguration]
 
 	// renewed are certificates obtained for the next run (renewal).
 	renewed *workerCredentials
@@ -198,7 +204,11 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 	afterAPI := func(r supervisor.Runnable) supervisor.Runnable { return after(2*time.Second, apiUp, r) }
 	afterContainerd := func(r supervisor.Runnable) supervisor.Runnable { return after(500*time.Millisecond, containerdUp, r) }
 	proxy := &apiProxy{servers: w.APIServers}
-	return []named{
+	var registries []named
+	if w.Policy != nil {
+		registries = []named{{"registries", followRegistries(&w.Root.Ephemeral, w.Policy)}}
+	}
+	return append(registries, []named{
 		{"apiproxy", proxy.run},
 		{"containerd", func(ctx context.Context) error {
 			return supervisor.RunCommand(ctx, supervisor.Command{
@@ -215,13 +225,13 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 			supervisor.Signal(ctx, supervisor.SignalDone)
 			return nil
 		})},
-		{"kubelet", afterAPI(afterContainerd(command("", kubeletArgs(paths[fileKubeletConfig], paths[fileKubeletKubeconfig],
-			kubeletDir, w.NodeID, nodeIP(w.Address, certs.KubeletServer)), nil)))},
+		{"kubelet", afterAPI(afterContainerd(kubeletWithRegistries(&w.Root.Ephemeral, w.Policy, kubeletArgs(paths[fileKubeletConfig],
+			paths[fileKubeletKubeconfig], kubeletDir, w.NodeID, nodeIP(w.Address, certs.KubeletServer)))))},
 		{"proxy", afterAPI(command("", []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil))},
 		{"netd", afterAPI(command("", netdArgs(paths[fileProxyKubeconfig], w.NodeID, w.Root.Ephemeral.Kubernetes.CNI.Path(),
 			filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam"), certs.PodCIDR), nil))},
 		{"dns", afterAPI(command("", []string{"dns", "-conf", paths[fileCorefile]}, nil))},
-	}
+	}...)
 }
 
 // after runs r once ready passes (polled every interval).

@@ -116,6 +116,10 @@ type EphemeralContainerdDirectory struct {
 	Socket File `file:"containerd.sock"`
 	// Config is containerd's generated configuration.
 	Config File `file:"config.toml"`
+	// Hosts is containerd's registry configuration (config_path): one
+	// directory per registry of the cluster policy, with its hosts.toml
+	// and CA certificates.
+	Hosts Directory `dir:"hosts"`
 }
 
 // EphemeralKubernetesDirectory holds what the Kubernetes components are
@@ -135,6 +139,18 @@ type EphemeralKubernetesDirectory struct {
 	VolumePlugins Directory `dir:"volume-plugins"`
 	// CNICache is containerd's CNI result cache (mounted at /var/lib/cni).
 	CNICache Directory `dir:"cni-cache"`
+	// Registries is the kubelet's image credential provider: its
+	// configuration, the registries' credentials (mode 0600: tmpfs only,
+	// never /data) and the directory the kubelet runs it from.
+	Registries EphemeralRegistriesDirectory `dir:"registries"`
+}
+
+// EphemeralRegistriesDirectory: see EphemeralKubernetesDirectory.Registries.
+type EphemeralRegistriesDirectory struct {
+	Directory
+	Credentials    File      `file:"credentials.json"`
+	ProviderConfig File      `file:"credential-providers.json"`
+	Bin            Directory `dir:"bin"`
 }
 
 // EphemeralControllerDirectory holds one directory per control plane

@@ -90,6 +90,7 @@ type Cluster struct {
 	approved [][]byte
 	update   updateRecord
 	kube     kubeState
+	policy   *clusterpb.ClusterConfiguration // as UpdateClusterPolicy left it
 }
 
 // updateRecord is what the node got in its last Update.

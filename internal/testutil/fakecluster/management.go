@@ -61,14 +61,35 @@ func (f *Cluster) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInf
 		return nil, err
 	}
 	f.mu.Lock()
-	infoCA := f.infoCA
+	infoCA, policy := f.infoCA, f.policy
 	f.mu.Unlock()
 	return &clusterpb.GetClusterInfoResponse{
+		Configuration: policy,
 		CaCertificate: infoCA.Certificate.Raw,
 		Directory: &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{
 			{Id: f.Node.ID(), PublicKey: f.Node.PublicKey(), Addresses: []string{"10.42.0.10"}},
 		}},
 	}, nil
+}
+
+// UpdateClusterPolicy replaces the Kubernetes policy, refused as the
+// curator refuses it (KubernetesPolicy.Check); release keys are not kept.
+func (f *Cluster) UpdateClusterPolicy(ctx context.Context, req *clusterpb.UpdateClusterPolicyRequest) (*clusterpb.UpdateClusterPolicyResponse, error) {
+	if err := f.owner(ctx); err != nil {
+		return nil, err
+	}
+	if err := req.GetKubernetes().Check(); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "kubernetes: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.policy == nil {
+		f.policy = &clusterpb.ClusterConfiguration{}
+	}
+	if k := req.GetKubernetes(); k != nil {
+		f.policy.Kubernetes = k
+	}
+	return &clusterpb.UpdateClusterPolicyResponse{Configuration: f.policy}, nil
 }
 
 func (f *Cluster) GetRegisterTicket(ctx context.Context, _ *clusterpb.GetRegisterTicketRequest) (*clusterpb.GetRegisterTicketResponse, error) {
@@ -118,4 +139,11 @@ func (f *Cluster) ApproveNode(ctx context.Context, r *clusterpb.ApproveNodeReque
 	defer f.mu.Unlock()
 	f.approved = append(f.approved, r.GetPublicKey())
 	return &clusterpb.ApproveNodeResponse{}, nil
+}
+
+// Policy is the cluster policy as UpdateClusterPolicy left it.
+func (f *Cluster) Policy() *clusterpb.ClusterConfiguration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.policy
 }

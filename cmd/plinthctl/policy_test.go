@@ -1,0 +1,83 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPolicyRegistries: plinthctl policy sets up an image registry part
+// by part (mirrors, CA from a file, credentials with the password from a
+// file), prints it without the password, changes one part keeping the
+// others, drops it; flags that say two things, a password file that is
+// missing and a registry that is not a host are refused with the flag's
+// name, before anything changes.
+func TestPolicyRegistries(t *testing.T) {
+	f := newFakeCluster(t)
+	cfg := f.owned(t)
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Registry CA"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	caFile, pwFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "password")
+	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(pwFile, []byte("s3cret\n"), 0o600)
+
+	out, stderr, err := runVerb("policy", "-config", cfg, "-registry", "10.0.0.5:5000", "-mirror", "https://mirror.example.com,https://10.0.0.7:5000",
+		"-registry-ca", caFile, "-registry-username", "puller", "-registry-password-file", pwFile)
+	if err != nil {
+		t.Fatalf("policy: %v\n%s", err, stderr)
+	}
+	want := "image registries:   10.0.0.5:5000: mirrors https://mirror.example.com https://10.0.0.7:5000, CA CN=Registry CA, user puller (password set)"
+	if !strings.Contains(out, want) || strings.Contains(out, "s3cret") {
+		t.Errorf("printed policy:\n%s\nwant the line %q and no password", out, want)
+	}
+	r := f.Policy().GetKubernetes().GetImageRegistries()
+	if len(r) != 1 || r[0].GetPassword() != "s3cret" || r[0].GetUsername() != "puller" || len(r[0].GetMirrors()) != 2 || !strings.Contains(r[0].GetCaCertificates(), "BEGIN CERTIFICATE") {
+		t.Fatalf("stored registries: %v", r)
+	}
+
+	// One part changes, the rest stays.
+	if _, stderr, err := runVerb("policy", "-config", cfg, "-registry", "10.0.0.5:5000", "-no-mirrors"); err != nil {
+		t.Fatalf("policy -no-mirrors: %v\n%s", err, stderr)
+	}
+	if r := f.Policy().GetKubernetes().GetImageRegistries(); len(r) != 1 || len(r[0].GetMirrors()) != 0 || r[0].GetPassword() != "s3cret" || r[0].GetCaCertificates() == "" {
+		t.Errorf("after -no-mirrors: %v", r)
+	}
+
+	before := f.Policy().String()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-mirror", "https://m.example.com"}, "need -registry HOST"},
+		{[]string{"-registry", "r.example", "-mirror", "https://m.example.com", "-no-mirrors"}, "not both"},
+		{[]string{"-registry", "r.example", "-registry-username", "u"}, "-registry-password-file"},
+		{[]string{"-registry", "r.example", "-registry-username", "u", "-registry-password-file", filepath.Join(dir, "missing")}, "-registry-password-file"},
+		{[]string{"-registry", "https://r.example"}, "image registry"},
+		{[]string{"-registry", "r.example", "-mirror", "mirror.example.com"}, "https://"},
+		{[]string{"-remove-registry", "nowhere.example"}, "no such registry"},
+	} {
+		_, _, err := runVerb("policy", append([]string{"-config", cfg}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("policy %q = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	if f.Policy().String() != before {
+		t.Errorf("refused changes changed the policy: %v", f.Policy())
+	}
+
+	out, stderr, err = runVerb("policy", "-config", cfg, "-remove-registry", "10.0.0.5:5000")
+	if err != nil || !strings.Contains(out, "image registries:   none configured") || len(f.Policy().GetKubernetes().GetImageRegistries()) != 0 {
+		t.Errorf("policy -remove-registry: %v %s\n%s", err, stderr, out)
+	}
+}
