@@ -36,7 +36,7 @@ type workerKubernetes struct {
 	controllers *memory.Value[[]string]
 	// policy is the cluster policy from the curator (policyfetch): the
 	// worker's image registries.
-	policy *memory.Value[*clusterpb.ClusterConfiguration]
+	policy      *memory.Value[*clusterpb.ClusterConfiguration]
 	address     func(ctx context.Context) (net.IP, error)
 	resolvConf  string
 	loadModules func() error
