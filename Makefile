@@ -26,6 +26,7 @@ export PLINTH_KERNEL_PACKAGE_DIR := $(abspath $(CACHE))
 export PLINTH_VMTEST_DIR     := $(abspath $(OUT)/vmtest)
 export PLINTH_KUBECTL        := $(abspath $(BIN)/kubectl)
 export PLINTH_KUBE           := $(abspath $(BIN)/kube)
+export PLINTH_TESTPOD        := $(abspath $(BIN)/testpod)
 export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 export PLINTH_RELEASE_KEY    := $(abspath $(RELEASE_KEY))
 

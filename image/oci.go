@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/ociarchive"
 )
 
@@ -198,4 +199,12 @@ func writeTar(w io.Writer, files map[string][]byte, dirs []string, mode int64) e
 		}
 	}
 	return tw.Close()
+}
+
+// TestPodImage is the test workload's image (layout.TestImage) as the
+// builder writes it into the system image, for a registry to serve it
+// (the VM tests' pulls).
+func TestPodImage(testpod []byte, arch string) (v1.Image, error) {
+	return buildOCIImage(containerImage{Ref: layout.TestImage, Arch: arch, Entrypoint: []string{"/testpod"}, Cmd: []string{"serve"},
+		Files: map[string][]byte{"testpod": testpod}})
 }

@@ -58,12 +58,19 @@ type ClusterOptions struct {
 	// the ESP, instead of QEMU's -kernel with fw_cfg parameters
 	// (AddNode(FromDisk()) does so for one node).
 	DiskBoot bool
+	// Registry, if set, is reachable from the nodes at its guest
+	// addresses (Registry.MirrorHost and co.).
+	Registry *Registry
 	// Kubernetes makes the bootstrap node a Kubernetes controller and
 	// worker, gives every node AddNode brings in the worker role, and
 	// forwards each node's API server and KubernetesNodePort from the
 	// host.
 	Kubernetes bool
 }
+
+// DefaultSubnet is a cluster's switch network unless ClusterOptions say
+// otherwise.
+var DefaultSubnet = netip.MustParsePrefix("10.42.0.0/24")
 
 // KubernetesNodePort is the NodePort the router forwards to every node of
 // a Kubernetes cluster (tests create their Services with it).
@@ -238,7 +245,7 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 		return nil, errors.New("vmtest: a cluster needs at least one node")
 	}
 	if !o.Subnet.IsValid() {
-		o.Subnet = netip.MustParsePrefix("10.42.0.0/24")
+		o.Subnet = DefaultSubnet
 	}
 	if o.SpareSlots <= 0 {
 		o.SpareSlots = 2
@@ -278,6 +285,14 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 	toHost, err := c.setUpNetboot()
 	if err != nil {
 		return nil, err
+	}
+	if o.Registry != nil {
+		for _, f := range o.Registry.forwards() {
+			if !o.Subnet.Contains(f.Guest.Addr()) {
+				return nil, fmt.Errorf("vmtest: the registry is at %v, outside the cluster's network %v", f.Guest.Addr(), o.Subnet)
+			}
+			toHost = append(toHost, f)
+		}
 	}
 	if c.Router, err = StartRouter(ctx, c.Switch, o.Dir, forwards, toHost...); err != nil {
 		return nil, err

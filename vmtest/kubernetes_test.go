@@ -259,11 +259,17 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	dir := TestDir(t)
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: logWriter{t}})
+	reg, digest := startPullRegistry(t)
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Registry: reg, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	ctl := buildPlinthctl(t)
+	// The registries are in the policy before a kubelet starts (the
+	// first node's waits for its API server, minutes away): a later
+	// change of the registries with credentials restarts the kubelets.
+	setPullPolicy(t, ctx, c, ctl, reg)
 	// The worker boots from its disk, to be updated; the controller by
 	// -kernel, its control plane faster from the initramfs.
 	second, err := c.AddNode(ctx, FromDisk())
@@ -271,7 +277,6 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := c.Nodes()[0]
-	ctl := buildPlinthctl(t)
 	// The kubeconfig is what the commands plinthctl launch prints for
 	// this cluster write, run as printed.
 	k := newKubectl(t, filepath.Join(dir, "kubeconfig"))
@@ -293,8 +298,8 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// TCG each pod takes tens of seconds to start, and they start side by
 	// side while the checks go one after another.
 	k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
-	for _, m := range []string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
-		nodePortService, selfTestJob, mover} {
+	for _, m := range append([]string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
+		nodePortService, selfTestJob, mover}, pullPods(reg, digest, first.ID())...) {
 		k.apply(t, ctx, m)
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
@@ -362,6 +367,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	logs, err := k.try(ctx, selfTestLogs...)
 	t.Logf("self-test job complete; its pods' logs (%v):\n%s", err, logs)
+	checkPulls(t, ctx, k, reg)
 
 	// NodePort from the host, through the harness's forward to the first
 	// node (the pod is on the second: kube-proxy forwards it there).

@@ -1,0 +1,225 @@
+package vmtest
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// Registry is a real OCI registry (go-containerregistry's pkg/registry,
+// which follows the distribution spec) in the test process, for nodes to
+// pull from:
+//
+//	node ──► 10.42.0.5:443 ─┐ router (slirp guestfwd)   ┌► 127.0.0.1:A  anonymous
+//	node ──► 10.42.0.6:443 ─┼───────────────────────────┼► 127.0.0.1:B  HTTP basic auth
+//	node ──► 10.42.0.7:443 ─┘                           └► 127.0.0.1:B
+//
+// Both listeners serve one in-memory store over TLS with a certificate
+// from the registry's own CA for every guest address (nodes trust the CA
+// only through the cluster policy's image registries). ClusterOptions.
+// Registry puts the guest addresses on the cluster's switch.
+type Registry struct {
+	// CAPEM is the CA the registry's certificate chains to.
+	CAPEM []byte
+	// Anonymous and Auth are the listeners (127.0.0.1:port); Auth
+	// answers 401 without Username and Password.
+	Anonymous, Auth    string
+	Username, Password string
+
+	guests  []netip.Addr // one per guest forward: anonymous, auth, auth
+	servers []*http.Server
+	store   http.Handler
+}
+
+// registryGuests are the registry's addresses on a switch network: after
+// the network-boot server's (.4).
+func registryGuests(subnet netip.Prefix) []netip.Addr {
+	a := subnet.Masked().Addr()
+	for range 5 {
+		a = a.Next()
+	}
+	return []netip.Addr{a, a.Next(), a.Next().Next()}
+}
+
+// StartRegistry starts the registry for a cluster on subnet.
+func StartRegistry(subnet netip.Prefix) (*Registry, error) {
+	r := &Registry{Username: "puller", Password: "pull-" + rand.Text()[:12], guests: registryGuests(subnet)}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Plinth vmtest registry CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	r.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "registry"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	for _, g := range r.guests {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, g.AsSlice())
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	store := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	r.store = store
+	for _, h := range []struct {
+		addr *string
+		h    http.Handler
+	}{{&r.Anonymous, store}, {&r.Auth, r.basicAuth(store)}} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		*h.addr = l.Addr().String()
+		srv := &http.Server{Handler: h.h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+			ReadHeaderTimeout: time.Minute}
+		r.servers = append(r.servers, srv)
+		go srv.ServeTLS(l, "", "")
+	}
+	return r, nil
+}
+
+// basicAuth refuses requests without the registry's credentials the way
+// a registry does: 401 with a Basic challenge.
+func (r *Registry) basicAuth(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		u, p, ok := req.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(r.Username)) != 1 || subtle.ConstantTimeCompare([]byte(p), []byte(r.Password)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="plinth vmtest registry"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// forwards are the router's guest forwards to the registry.
+func (r *Registry) forwards() []GuestForward {
+	return []GuestForward{
+		{Guest: netip.AddrPortFrom(r.guests[0], 443), Host: r.Anonymous},
+		{Guest: netip.AddrPortFrom(r.guests[1], 443), Host: r.Auth},
+		{Guest: netip.AddrPortFrom(r.guests[2], 443), Host: r.Auth},
+	}
+}
+
+// MirrorHost, AuthHost and OtherAuthHost are the registry as nodes reach
+// it (image references' host part): anonymous, and twice with basic
+// auth (the cluster policy can give the two different credentials).
+func (r *Registry) MirrorHost() string    { return r.guests[0].String() }
+func (r *Registry) AuthHost() string      { return r.guests[1].String() }
+func (r *Registry) OtherAuthHost() string { return r.guests[2].String() }
+
+// Push stores img as repo:tag, straight into the store (the registry
+// API's monolithic blob uploads and a manifest PUT, served in the
+// process), and returns its digest.
+func (r *Registry) Push(repo, tag string, img v1.Image) (v1.Hash, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if err := r.putBlob(repo, cfgName, cfg); err != nil {
+		return v1.Hash{}, err
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		if err := r.putBlob(repo, d, b); err != nil {
+			return v1.Hash{}, err
+		}
+	}
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	req := httptest.NewRequest(http.MethodPut, "/v2/"+repo+"/manifests/"+tag, bytes.NewReader(manifest))
+	req.Header.Set("Content-Type", string(mt))
+	if err := r.serve(req, http.StatusCreated); err != nil {
+		return v1.Hash{}, fmt.Errorf("vmtest: registry: manifest %s:%s: %w", repo, tag, err)
+	}
+	return img.Digest()
+}
+
+// putBlob uploads one blob in one request.
+func (r *Registry) putBlob(repo string, d v1.Hash, b []byte) error {
+	req := httptest.NewRequest(http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+d.String(), bytes.NewReader(b))
+	if err := r.serve(req, http.StatusCreated); err != nil {
+		return fmt.Errorf("vmtest: registry: blob %s: %w", d, err)
+	}
+	return nil
+}
+
+// serve runs req against the store and wants status.
+func (r *Registry) serve(req *http.Request, status int) error {
+	rec := httptest.NewRecorder()
+	r.store.ServeHTTP(rec, req)
+	if rec.Code != status {
+		return fmt.Errorf("%s %s: %d %s", req.Method, req.URL.Path, rec.Code, strings.TrimSpace(rec.Body.String()))
+	}
+	return nil
+}
+
+// Close stops the listeners.
+func (r *Registry) Close() error {
+	var errs []error
+	for _, s := range r.servers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
