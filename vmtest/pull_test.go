@@ -33,7 +33,7 @@ const pullRepo = "plinth/testpod"
 // pullRepo:v1 and returns its digest.
 func startPullRegistry(t *testing.T) (*Registry, string) {
 	t.Helper()
-	reg, err := StartRegistry(DefaultSubnet)
+	reg, err := StartRegistry(DefaultSubnet, proxyCommand)
 	if err != nil {
 		t.Fatal(err)
 	}

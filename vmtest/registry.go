@@ -30,9 +30,12 @@ import (
 // which follows the distribution spec) in the test process, for nodes to
 // pull from:
 //
-//	node ──► 10.42.0.5:443 ─┐ router (slirp guestfwd)   ┌► 127.0.0.1:A  anonymous
-//	node ──► 10.42.0.6:443 ─┼───────────────────────────┼► 127.0.0.1:B  HTTP basic auth
-//	node ──► 10.42.0.7:443 ─┘                           └► 127.0.0.1:B
+//	node ──► 10.42.0.5:5000 ─┐ router (slirp guestfwd)   ┌► 127.0.0.1:A  anonymous
+//	node ──► 10.42.0.6:5001 ─┼───────────────────────────┼► 127.0.0.1:B  HTTP basic auth
+//	node ──► 10.42.0.7:5002 ─┘                           └► 127.0.0.1:B
+//
+// (QEMU names a guest forward's device by its guest port, so each has a
+// port of its own.)
 //
 // Both listeners serve one in-memory store over TLS with a certificate
 // from the registry's own CA for every guest address (nodes trust the CA
@@ -47,6 +50,7 @@ type Registry struct {
 	Username, Password string
 
 	guests  []netip.Addr // one per guest forward: anonymous, auth, auth
+	proxy   func(addr string) string
 	servers []*http.Server
 	store   http.Handler
 }
@@ -61,9 +65,11 @@ func registryGuests(subnet netip.Prefix) []netip.Addr {
 	return []netip.Addr{a, a.Next(), a.Next().Next()}
 }
 
-// StartRegistry starts the registry for a cluster on subnet.
-func StartRegistry(subnet netip.Prefix) (*Registry, error) {
-	r := &Registry{Username: "puller", Password: "pull-" + rand.Text()[:12], guests: registryGuests(subnet)}
+// StartRegistry starts the registry for a cluster on subnet. proxy is
+// the command (GuestForward.Cmd) that joins one guest connection to a
+// listener's address: a registry client opens several connections.
+func StartRegistry(subnet netip.Prefix, proxy func(addr string) string) (*Registry, error) {
+	r := &Registry{Username: "puller", Password: "pull-" + rand.Text()[:12], guests: registryGuests(subnet), proxy: proxy}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -127,21 +133,27 @@ func (r *Registry) basicAuth(h http.Handler) http.Handler {
 	})
 }
 
+// registryGuestPort is the first guest forward's port; the others
+// follow.
+const registryGuestPort = 5000
+
 // forwards are the router's guest forwards to the registry.
 func (r *Registry) forwards() []GuestForward {
-	return []GuestForward{
-		{Guest: netip.AddrPortFrom(r.guests[0], 443), Host: r.Anonymous},
-		{Guest: netip.AddrPortFrom(r.guests[1], 443), Host: r.Auth},
-		{Guest: netip.AddrPortFrom(r.guests[2], 443), Host: r.Auth},
+	hosts := []string{r.Anonymous, r.Auth, r.Auth}
+	f := make([]GuestForward, len(hosts))
+	for i, h := range hosts {
+		f[i] = GuestForward{Guest: netip.AddrPortFrom(r.guests[i], uint16(registryGuestPort+i)), Host: h, Cmd: r.proxy(h)}
 	}
+	return f
 }
 
 // MirrorHost, AuthHost and OtherAuthHost are the registry as nodes reach
-// it (image references' host part): anonymous, and twice with basic
-// auth (the cluster policy can give the two different credentials).
-func (r *Registry) MirrorHost() string    { return r.guests[0].String() }
-func (r *Registry) AuthHost() string      { return r.guests[1].String() }
-func (r *Registry) OtherAuthHost() string { return r.guests[2].String() }
+// it (image references' host part, address:port): anonymous, and twice
+// with basic auth (the cluster policy can give the two different
+// credentials).
+func (r *Registry) MirrorHost() string    { return r.forwards()[0].Guest.String() }
+func (r *Registry) AuthHost() string      { return r.forwards()[1].Guest.String() }
+func (r *Registry) OtherAuthHost() string { return r.forwards()[2].Guest.String() }
 
 // Push stores img as repo:tag, straight into the store (the registry
 // API's monolithic blob uploads and a manifest PUT, served in the

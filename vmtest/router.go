@@ -63,6 +63,12 @@ const routerStartTimeout = 30 * time.Second
 type GuestForward struct {
 	Guest netip.AddrPort
 	Host  string
+	// Cmd, if set, is spawned (by /bin/sh -c) for each connection, its
+	// standard input and output being the connection, instead of Host:
+	// slirp joins every guest connection to Host to one host
+	// connection, made when QEMU starts, which serves one HTTP fetch
+	// (network boot) but not a client that opens several (a registry's).
+	Cmd string
 }
 
 // StartRouter attaches a router to sw and starts it with forwards to
@@ -209,7 +215,11 @@ func (r *Router) qemuArgs() []string {
 		user += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-%s:%d", r.forwards[g], g.Addr(), g.Port())
 	}
 	for _, f := range r.toHost {
-		user += fmt.Sprintf(",guestfwd=tcp:%s-tcp:%s", f.Guest, f.Host)
+		if f.Cmd != "" {
+			user += fmt.Sprintf(",guestfwd=tcp:%s-cmd:%s", f.Guest, qemuOpt(f.Cmd))
+		} else {
+			user += fmt.Sprintf(",guestfwd=tcp:%s-tcp:%s", f.Guest, f.Host)
+		}
 	}
 	return []string{
 		"-machine", "none", "-nodefaults", "-display", "none",
