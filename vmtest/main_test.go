@@ -22,13 +22,14 @@ func TestMain(m *testing.M) {
 
 // proxyCommand is a GuestForward.Cmd joining the guest connection (the
 // command's standard input and output) to addr: this test binary again,
-// as a proxy.
+// as a proxy. slirp splits the command as a shell would (glib's
+// g_shell_parse_argv) but runs no shell, hence env(1).
 func proxyCommand(addr string) string {
 	exe, err := os.Executable()
 	if err != nil {
 		panic(err)
 	}
-	return fmt.Sprintf("%s=%s exec '%s'", proxyEnv, addr, strings.ReplaceAll(exe, "'", `'\''`))
+	return fmt.Sprintf("env %s=%s '%s'", proxyEnv, addr, strings.ReplaceAll(exe, "'", `'\''`))
 }
 
 // stdioProxy copies standard input to a connection to addr and the

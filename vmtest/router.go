@@ -63,8 +63,9 @@ const routerStartTimeout = 30 * time.Second
 type GuestForward struct {
 	Guest netip.AddrPort
 	Host  string
-	// Cmd, if set, is spawned (by /bin/sh -c) for each connection, its
-	// standard input and output being the connection, instead of Host:
+	// Cmd, if set, is spawned for each connection (split into arguments
+	// as a shell would, but run without one), its standard input and
+	// output being the connection, instead of Host:
 	// slirp joins every guest connection to Host to one host
 	// connection, made when QEMU starts, which serves one HTTP fetch
 	// (network boot) but not a client that opens several (a registry's).
