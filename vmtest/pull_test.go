@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
 	"plinth.dev/plinth/image"
 )
 
@@ -48,6 +50,20 @@ func startPullRegistry(t *testing.T) (*Registry, string) {
 	}
 	img, err := image.TestPodImage(testpod, runtime.GOARCH)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Not the image the nodes carry: another config, so another image
+	// ID. (The same image would also meet the kubelet's check of images
+	// pulled with credentials (KEP-2535): once pull-digest had pulled it
+	// with them, the node's own plinth.dev/testpod:v1, the same image,
+	// was "not present" to pods with imagePullPolicy Never.)
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Config.DeepCopy()
+	c.Labels = map[string]string{"dev.plinth.vmtest": "pulled from the harness's registry"}
+	if img, err = mutate.Config(img, *c); err != nil {
 		t.Fatal(err)
 	}
 	d, err := reg.Push(pullRepo, "v1", img)
