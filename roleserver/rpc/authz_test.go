@@ -30,14 +30,15 @@ var allKinds = []identity.Kind{identity.KindUnauthenticated, identity.KindNode, 
 // permission names: who may call each method. A new RPC fails the test
 // until it is added here.
 var wantAllowed = map[string][]identity.Kind{
-	"/plinth.cluster.v1.Curator/RegisterNode":     {identity.KindEphemeral},
-	"/plinth.cluster.v1.Curator/CommitNode":       {identity.KindEphemeral},
-	"/plinth.cluster.v1.Curator/JoinNode":         {identity.KindEphemeral},
-	"/plinth.cluster.v1.Curator/Watch":            {identity.KindNode, identity.KindOwner},
-	"/plinth.cluster.v1.Curator/UpdateNodeStatus": {identity.KindNode},
-	"/plinth.cluster.v1.Curator/Heartbeat":        {identity.KindNode},
-	"/plinth.cluster.v1.Curator/IssueCertificate": {identity.KindNode},
-	"/plinth.cluster.v1.Curator/GetCurrentLeader": {identity.KindNode, identity.KindOwner},
+	"/plinth.cluster.v1.Curator/RegisterNode":       {identity.KindEphemeral},
+	"/plinth.cluster.v1.Curator/CommitNode":         {identity.KindEphemeral},
+	"/plinth.cluster.v1.Curator/JoinNode":           {identity.KindEphemeral},
+	"/plinth.cluster.v1.Curator/Watch":              {identity.KindNode, identity.KindOwner},
+	"/plinth.cluster.v1.Curator/WatchClusterPolicy": {identity.KindNode, identity.KindOwner},
+	"/plinth.cluster.v1.Curator/UpdateNodeStatus":   {identity.KindNode},
+	"/plinth.cluster.v1.Curator/Heartbeat":          {identity.KindNode},
+	"/plinth.cluster.v1.Curator/IssueCertificate":   {identity.KindNode},
+	"/plinth.cluster.v1.Curator/GetCurrentLeader":   {identity.KindNode, identity.KindOwner},
 
 	"/plinth.cluster.v1.Management/GetRegisterTicket":           {identity.KindOwner},
 	"/plinth.cluster.v1.Management/RotateRegisterTicket":        {identity.KindOwner},
@@ -112,8 +113,8 @@ func TestPermissionTable(t *testing.T) {
 			t.Errorf("%s is in wantAllowed but not in the registry", m)
 		}
 	}
-	if len(seen) != 27 {
-		t.Errorf("walked %d methods, want 27", len(seen))
+	if len(seen) != 28 {
+		t.Errorf("walked %d methods, want 28", len(seen))
 	}
 }
 
