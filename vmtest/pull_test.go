@@ -129,7 +129,7 @@ func pullPods(reg *Registry, digest, node string) []string {
 func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry) {
 	t.Helper()
 	for _, p := range []string{"pull-tag", "pull-digest"} {
-		if out, err := k.wait(ctx, 10*time.Minute, "condition=Ready", "pod/"+p); err != nil {
+		if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/"+p); err != nil {
 			t.Fatalf("pod %s (pulled from the registry) not Ready: %v\n%s\n%s", p, err, out,
 				k.run(t, ctx, "describe", "pod", p))
 		}
@@ -144,4 +144,6 @@ func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry) {
 		return strings.Contains(out, reg.OtherAuthHost()) && strings.Contains(out, "401 Unauthorized")
 	}, "get", "events", "--field-selector", "involvedObject.name=pull-refused", "-o", "jsonpath={.items[*].message}")
 	t.Logf("pulled from the harness's registry: by tag through a mirror, by digest with credentials; a wrong password refused")
+	// The test's later steps run without them, as before.
+	k.run(t, ctx, "delete", "pod", "pull-tag", "pull-digest", "pull-refused", "--wait=false")
 }
