@@ -2,19 +2,14 @@ package vmtest
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/subtle"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +19,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"plinth.dev/plinth/platform/pki"
 )
 
 // Registry is a real OCI registry (go-containerregistry's pkg/registry,
@@ -70,35 +67,24 @@ func registryGuests(subnet netip.Prefix) []netip.Addr {
 // listener's address: a registry client opens several connections.
 func StartRegistry(subnet netip.Prefix, proxy func(addr string) string) (*Registry, error) {
 	r := &Registry{Username: "puller", Password: "pull-" + rand.Text()[:12], guests: registryGuests(subnet), proxy: proxy}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("Plinth vmtest registry CA", 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Plinth vmtest registry CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	r.CAPEM = pki.CertificatePEM(ca.Certificate)
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	r.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "registry"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1)}
 	for _, g := range r.guests {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, g.AsSlice())
+		ips = append(ips, g.AsSlice())
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	leaf, err := ca.Issue(pki.Template{CommonName: "registry", IPAddresses: ips, PublicKey: pub, Usage: pki.UsageServer, Validity: 24 * time.Hour})
 	if err != nil {
 		return nil, err
 	}
-	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	cert := tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key}
 	store := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.store = store
 	for _, h := range []struct {

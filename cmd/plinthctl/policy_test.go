@@ -1,18 +1,13 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"plinth.dev/plinth/platform/pki"
 )
 
 // TestPolicyRegistries: plinthctl policy sets up an image registry part
@@ -25,11 +20,12 @@ func TestPolicyRegistries(t *testing.T) {
 	f := newFakeCluster(t)
 	cfg := f.owned(t)
 	dir := t.TempDir()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Registry CA"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ca, err := pki.NewCA("Registry CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	caFile, pwFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "password")
-	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(caFile, pki.CertificatePEM(ca.Certificate), 0o644)
 	os.WriteFile(pwFile, []byte("s3cret\n"), 0o600)
 
 	out, stderr, err := runVerb("policy", "-config", cfg, "-registry", "10.0.0.5:5000", "-mirror", "https://mirror.example.com,https://10.0.0.7:5000",

@@ -3,14 +3,8 @@ package kubernetes
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,23 +19,17 @@ import (
 	kubeletv1 "k8s.io/kubelet/config/v1"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
 func registryCA(t *testing.T) (string, *x509.Certificate) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("plinth test registry CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "plinth test registry CA"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), cert
+	return string(pki.CertificatePEM(ca.Certificate)), ca.Certificate
 }
 
 // ephemeralRoot is a node's tmpfs tree under a test directory.
