@@ -178,11 +178,18 @@ export PLINTH_GENERIC_IMAGE := $(abspath $(GENERIC_IMAGE))
 image-generic: deps $(GENERIC_IMAGE)/manifest.json
 
 # The image the update test installs over make image's: the same binaries
-# and board, another version (so another system image, root hash, UKIs).
+# and board, another version (so another system image, root hash, UKIs),
+# and a user's own image (plinthctl build -oci-archive), which the updated
+# worker runs without a registry. The user image is the test workload
+# under another reference, written by go-containerregistry's layout
+# writer (internal/testutil/ocitest), not the builder's.
 NEXT_IMAGE := $(OUT)/image-next/$(BOARD)
 export PLINTH_NEXT_IMAGE := $(abspath $(NEXT_IMAGE))
-$(NEXT_IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(RELEASE_KEY) | deps
-	$(BIN)/plinthctl build -board $(BOARD) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(NEXT_IMAGE) -version $(VERSION)-next $(SIGN) -release $(NEXT_RELEASE)
+USER_IMAGE := $(OUT)/user-image.tar
+$(USER_IMAGE): $(BIN)/testpod $(wildcard internal/testutil/ocitest/*.go internal/testutil/cmd/userimage/*.go)
+	$(NOCGO) go run -trimpath ./internal/testutil/cmd/userimage -testpod $(BIN)/testpod -ref example.org/plinth/user-app:v1 -o $@
+$(NEXT_IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(RELEASE_KEY) $(USER_IMAGE) | deps
+	$(BIN)/plinthctl build -board $(BOARD) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(NEXT_IMAGE) -version $(VERSION)-next $(SIGN) -release $(NEXT_RELEASE) -oci-archive $(USER_IMAGE)
 image-next: deps $(NEXT_IMAGE)/manifest.json
 
 run: image

@@ -65,6 +65,9 @@ type Config struct {
 	// e.g. a cluster's shared register parameters (plinth.parameters=),
 	// which the stub then measures with it.
 	NetbootArgs []string
+	// OCIArchives are the user's own OCI image archives, carried in the
+	// system image and imported and pinned at boot (userimages.go).
+	OCIArchives []OCIArchive
 	// Progress receives one line per build step (nil: silent).
 	Progress io.Writer
 }
@@ -98,6 +101,9 @@ type Manifest struct {
 	// SystemFiles are the programs and container images the system image
 	// carries for Kubernetes, by absolute path on the node.
 	SystemFiles map[string]Artefact `json:"system_files"`
+	// ContainerImages are the images the system image carries (the
+	// node's own and the user's, -oci-archive), by reference.
+	ContainerImages []ContainerImage `json:"container_images"`
 	// UKIs are the Unified Kernel Images by artefact name, with their
 	// predicted PCRs.
 	UKIs map[string]UKIInfo `json:"ukis"`
@@ -162,6 +168,7 @@ func (b *buildState) steps() []buildStep {
 		{"read kernel package " + filepath.Base(b.KernelPackage), b.readKernel},
 		{"resolve module dependencies", b.resolveModules},
 		{"check Kubernetes binaries, write container images", b.kubernetesBinaries},
+		{"check the user's OCI image archives", b.userImages},
 		{"build system image (squashfs + dm-verity)", b.systemImage},
 		{"build initramfs", b.buildInitramfs},
 		{"build UKIs (network boot, slot a, slot b)", b.writeUKIs},

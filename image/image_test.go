@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/internal/testutil/ocitest"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/verity"
 )
@@ -97,12 +98,15 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	bins, content := standInBinaries(t)
 	var progress strings.Builder
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	// A user's image, as another tool writes it, named by a short
+	// reference (-oci-archive).
+	user := writeOCITestArchive(t, "app.tar", ocitest.Entry{Image: testImage(t, "amd64", "user"), Annotations: refName("app:1.0")})
 	m, err := Build(context.Background(), Config{Board: b, KernelPackage: deb, Init: initBin, Binaries: bins, OutDir: out, Version: "test", Progress: &progress,
-		NetbootArgs: []string{testNetbootArg}, Release: 41, SignKey: key})
+		NetbootArgs: []string{testNetbootArg}, Release: 41, SignKey: key, OCIArchives: []OCIArchive{{Path: user}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "[8/8] done") {
+	if !strings.Contains(progress.String(), "[9/9] done") {
 		t.Errorf("progress output:\n%s", progress.String())
 	}
 

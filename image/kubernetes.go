@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/ociarchive"
 )
 
 // What a node runs for Kubernetes comes from outside the builder, built
@@ -115,18 +116,19 @@ func (b Binaries) check(arch string) error {
 
 // kubernetesFiles returns the binaries as system image files (copied from
 // the host when the image is staged) plus the OCI archives made from
-// testpod.
-func kubernetesFiles(bins Binaries, arch string) ([]sysFile, error) {
+// testpod, and the images those carry.
+func kubernetesFiles(bins Binaries, arch string) ([]sysFile, []ContainerImage, error) {
 	if err := bins.check(arch); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var files []sysFile
+	var images []ContainerImage
 	for _, p := range bins.placement() {
 		files = append(files, sysFile{Path: strings.TrimPrefix(p.dest, "/"), Source: p.src, Mode: 0o755})
 	}
 	testpod, err := os.ReadFile(bins.Testpod)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, img := range []struct {
 		file string
@@ -139,11 +141,19 @@ func kubernetesFiles(bins Binaries, arch string) ([]sysFile, error) {
 		img.c.Files = map[string][]byte{"testpod": testpod}
 		var buf bytes.Buffer
 		if err := writeOCIArchive(&buf, img.c); err != nil {
-			return nil, fmt.Errorf("container image %s: %w", img.c.Ref, err)
+			return nil, nil, fmt.Errorf("container image %s: %w", img.c.Ref, err)
 		}
-		files = append(files, sysFile{Path: strings.TrimPrefix(filepath.Join(layout.ImagesDir, img.file), "/"), Data: buf.Bytes(), Mode: 0o644})
+		refs, err := ociarchive.Read(bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			return nil, nil, err
+		}
+		archive := filepath.Join(layout.ImagesDir, img.file)
+		for _, r := range refs {
+			images = append(images, ContainerImage{Ref: r.Name, Digest: r.Digest, Archive: archive})
+		}
+		files = append(files, sysFile{Path: strings.TrimPrefix(archive, "/"), Data: buf.Bytes(), Mode: 0o644})
 	}
-	return files, nil
+	return files, images, nil
 }
 
 // moduleLoadList is the text of a load list (kmod.LoadList): paths

@@ -292,19 +292,30 @@ func checkKubernetesContents(t *testing.T, m *Manifest, sysImage string, content
 			t.Errorf("CNI plugin %s not placed", name)
 		}
 	}
-	for _, img := range []struct{ file, ref string }{{layout.PauseImageArchive, layout.PauseImage}, {layout.TestImageArchive, layout.TestImage}} {
-		p := filepath.Join(layout.ImagesDir, img.file)
-		data, err := os.ReadFile(filepath.Join(root, p))
+	// Every image the manifest lists is in the system image under its
+	// name: the node's own, and the user's (TestBuildContentsAndManifest
+	// adds one).
+	want := map[string]string{layout.PauseImage: filepath.Join(layout.ImagesDir, layout.PauseImageArchive),
+		layout.TestImage: filepath.Join(layout.ImagesDir, layout.TestImageArchive), "docker.io/library/app:1.0": filepath.Join(layout.ImagesDir, "user-app.tar")}
+	for _, img := range m.ContainerImages {
+		if want[img.Ref] != img.Archive {
+			t.Errorf("manifest: image %s in %s, want %q", img.Ref, img.Archive, want[img.Ref])
+		}
+		delete(want, img.Ref)
+		data, err := os.ReadFile(filepath.Join(root, img.Archive))
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, desc := readOCIArchive(t, data)
-		if desc.Annotations[annotationContainerdName] != img.ref {
-			t.Errorf("%s names %v", p, desc.Annotations)
+		if desc.Annotations[annotationContainerdName] != img.Ref || desc.Digest.String() != img.Digest {
+			t.Errorf("%s names %v %s, the manifest %s %s", img.Archive, desc.Annotations, desc.Digest, img.Ref, img.Digest)
 		}
-		if m.SystemFiles[p].Size != int64(len(data)) {
-			t.Errorf("manifest system_files[%s] = %+v, file has %d bytes", p, m.SystemFiles[p], len(data))
+		if m.SystemFiles[img.Archive].Size != int64(len(data)) {
+			t.Errorf("manifest system_files[%s] = %+v, file has %d bytes", img.Archive, m.SystemFiles[img.Archive], len(data))
 		}
+	}
+	if len(want) != 0 {
+		t.Errorf("images not in the manifest: %v", want)
 	}
 	checkOCIImage(t, must(os.ReadFile(filepath.Join(root, layout.ImagesDir, layout.TestImageArchive))),
 		layout.TestImage, "v1", []string{"/testpod"}, []string{"serve"}, content["testpod"])

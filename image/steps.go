@@ -78,7 +78,7 @@ func (b *buildState) resolveModules(context.Context) (string, error) {
 // container images: sets kubeFiles.
 func (b *buildState) kubernetesBinaries(context.Context) (string, error) {
 	var err error
-	if b.kubeFiles, err = kubernetesFiles(b.Binaries, b.board.Arch); err != nil {
+	if b.kubeFiles, b.m.ContainerImages, err = kubernetesFiles(b.Binaries, b.board.Arch); err != nil {
 		return "", err
 	}
 	var total int64
@@ -93,6 +93,47 @@ func (b *buildState) kubernetesBinaries(context.Context) (string, error) {
 		sizes = append(sizes, fmt.Sprintf("%s %s", filepath.Base(f.Path), mib(a.Size)))
 	}
 	return fmt.Sprintf("%s in all: %s", mib(total), strings.Join(sizes, ", ")), nil
+}
+
+// userImages checks the user's OCI archives (Config.OCIArchives) and
+// adds them to kubeFiles and the manifest's images.
+func (b *buildState) userImages(context.Context) (string, error) {
+	if len(b.OCIArchives) == 0 {
+		return "none", nil
+	}
+	taken := map[string]bool{}
+	for _, img := range b.m.ContainerImages {
+		taken[img.Ref] = true
+	}
+	files, images, err := userImageFiles(b.OCIArchives, b.board.Arch, b.tmp, taken)
+	if err != nil {
+		return "", err
+	}
+	var total int64
+	for _, f := range files {
+		a, err := fileArtefact(f)
+		if err != nil {
+			return "", err
+		}
+		b.m.SystemFiles["/"+f.Path] = a
+		total += a.Size
+	}
+	b.kubeFiles = append(b.kubeFiles, files...)
+	b.m.ContainerImages = append(b.m.ContainerImages, images...)
+	var refs []string
+	for _, img := range images {
+		r := img.Ref
+		if strings.HasSuffix(r, ":latest") {
+			// Kubernetes pulls :latest always unless told otherwise.
+			r += " (pods need imagePullPolicy IfNotPresent or Never)"
+		}
+		refs = append(refs, r)
+	}
+	archives := "archives"
+	if len(files) == 1 {
+		archives = "archive"
+	}
+	return fmt.Sprintf("%s in %d %s: %s", mib(total), len(files), archives, strings.Join(refs, ", ")), nil
 }
 
 // systemImage writes SystemFile, the squashfs of the system tree with its

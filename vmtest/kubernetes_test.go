@@ -244,16 +244,18 @@ spec:
 // nodes' pod CIDRs), an in-cluster Job resolves the API's name through the
 // node's DNS and calls it through the Service VIP with its service
 // account token, and a NodePort Service answers from the host through the
-// harness's forwarded port. Then the worker-only node loses its
-// KubernetesWorker role (it reports its Node NotReady at once, its pod
-// stops), gets it back (Ready,
-// the pod runs again), and has its power cut (Ready again, its pod runs
-// again and is reachable; the next image, staged meanwhile, stays staged
-// across it), and at last reboots into that update, drained first and
-// uncordoned after (updateWorker). Before that, on the
-// first node, which has
-// every role as a one-node cluster's node does: a Deployment of the test
-// image rolls out, logs and exec work, a deleted pod is replaced.
+// harness's forwarded port. Pods pull from the harness's registry
+// (pull_test.go). Then the worker-only node loses its KubernetesWorker
+// role (it reports its Node NotReady at once, its pod stops), gets it
+// back (Ready, the pod runs again), and has its power cut (Ready again,
+// its pod runs again and is reachable; the next image, staged meanwhile,
+// stays staged across it; with the registry down, the image it pulled
+// before starts and a pull waits in back-off), and at last reboots into
+// that update, drained first and uncordoned after (updateWorker), and
+// runs the user image the next image carries (checkUserImages). Before
+// that, on the first node, which has every role as a one-node cluster's
+// node does: a Deployment of the test image rolls out, logs and exec
+// work, a deleted pod is replaced.
 func TestKubernetesTwoNodes(t *testing.T) {
 	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
@@ -299,7 +301,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// side while the checks go one after another.
 	k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
 	for _, m := range append([]string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
-		nodePortService, selfTestJob, mover}, pullPods(reg, digest, first.ID())...) {
+		nodePortService, selfTestJob, mover}, pullPods(reg, digest, first.ID(), second.ID())...) {
 		k.apply(t, ctx, m)
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
@@ -420,9 +422,11 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		!strings.Contains(out, "pinned") || strings.Contains(out, "imported "+layout.PauseImage) {
 		t.Errorf("the images after the worker's reboot were not taken from its store, pinned:\n%s", out)
 	}
+	pulledAfterReboot(t, ctx, k, reg, second.ID())
 
 	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
 	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) })
+	checkUserImages(t, ctx, c, ctl, k, second, next)
 }
 
 // attackNode is what a user allowed to create pods tries first against

@@ -2,16 +2,17 @@ package vmtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/internal/testutil/ocitest"
 )
 
 // Pulls from a registry (issue: real workloads), checked in
@@ -57,13 +58,7 @@ func startPullRegistry(t *testing.T) (*Registry, string) {
 	// pulled with credentials (KEP-2535): once pull-digest had pulled it
 	// with them, the node's own plinth.dev/testpod:v1, the same image,
 	// was "not present" to pods with imagePullPolicy Never.)
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cfg.Config.DeepCopy()
-	c.Labels = map[string]string{"dev.plinth.vmtest": "pulled from the harness's registry"}
-	if img, err = mutate.Config(img, *c); err != nil {
+	if img, err = ocitest.Labelled(img, "dev.plinth.vmtest", "pulled from the harness's registry"); err != nil {
 		t.Fatal(err)
 	}
 	d, err := reg.Push(pullRepo, "v1", img)
@@ -98,9 +93,9 @@ func setPullPolicy(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl,
 	}
 }
 
-// pulledPod is a pod of image on node, pulled (never in the node's store
-// under that name).
-func pulledPod(name, node, image string) string {
+// imagePod is a pod of image on node, serving HTTP as the test image
+// does, with the pull policy given.
+func imagePod(name, node, image, pullPolicy string) string {
 	return `apiVersion: v1
 kind: Pod
 metadata: {name: ` + name + `}
@@ -110,17 +105,23 @@ spec:
   containers:
   - name: web
     image: ` + image + `
-    imagePullPolicy: Always
+    imagePullPolicy: ` + pullPolicy + `
     args: [serve]
 `
 }
 
-// pullPods are the three pods of the pull checks, on node.
-func pullPods(reg *Registry, digest, node string) []string {
+// mirroredRef is the test image by tag in the registry that exists only
+// as a mirror.
+const mirroredRef = "registry.invalid/" + pullRepo + ":v1"
+
+// pullPods are the three pods of the pull checks: the pull through the
+// mirror on the worker (which then reboots: pulledAfterReboot), the
+// others on the controller.
+func pullPods(reg *Registry, digest, controller, worker string) []string {
 	return []string{
-		pulledPod("pull-tag", node, "registry.invalid/"+pullRepo+":v1"),
-		pulledPod("pull-digest", node, reg.AuthHost()+"/"+pullRepo+"@"+digest),
-		pulledPod("pull-refused", node, reg.OtherAuthHost()+"/"+pullRepo+":v1"),
+		imagePod("pull-tag", worker, mirroredRef, "Always"),
+		imagePod("pull-digest", controller, reg.AuthHost()+"/"+pullRepo+"@"+digest, "Always"),
+		imagePod("pull-refused", controller, reg.OtherAuthHost()+"/"+pullRepo+":v1", "Always"),
 	}
 }
 
@@ -146,4 +147,61 @@ func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry) {
 	t.Logf("pulled from the harness's registry: by tag through a mirror, by digest with credentials; a wrong password refused")
 	// The test's later steps run without them, as before.
 	k.run(t, ctx, "delete", "pod", "pull-tag", "pull-digest", "pull-refused", "--wait=false")
+}
+
+// pulledAfterReboot stops the registry and checks, on the worker after
+// its power cut, that the image it pulled before (pull-tag's) still
+// starts from its store, while a pod that must pull waits in back-off
+// saying why.
+func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *Registry, worker string) {
+	t.Helper()
+	reg.Close()
+	k.apply(t, ctx, imagePod("pulled-before", worker, mirroredRef, "IfNotPresent"))
+	k.apply(t, ctx, imagePod("pull-down", worker, mirroredRef, "Always"))
+	if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/pulled-before"); err != nil {
+		t.Fatalf("the image pulled before the reboot does not start with the registry down: %v\n%s\n%s", err, out,
+			k.run(t, ctx, "describe", "pod", "pulled-before"))
+	}
+	k.until(t, ctx, 10*time.Minute, "pod pull-down waits in back-off, saying why", func(out string) bool {
+		reason, msg, _ := strings.Cut(out, "|")
+		return (reason == "ErrImagePull" || reason == "ImagePullBackOff") && strings.Contains(msg, mirroredRef)
+	}, "get", "pod", "pull-down", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}`)
+	t.Logf("registry down: the image pulled before the reboot starts; a pull waits: %s",
+		k.run(t, ctx, "get", "pod", "pull-down", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.message}`))
+	k.run(t, ctx, "delete", "pod", "pulled-before", "pull-down", "--wait=false")
+}
+
+// checkUserImages runs, on node n updated to next, a pod of each user
+// image next carries (plinthctl build -oci-archive; make puts the
+// archive of internal/testutil/cmd/userimage in it) with imagePullPolicy
+// Never: the node imported them at its boot into next, and pinned them.
+func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *ClusterNode, next *Image) {
+	t.Helper()
+	var refs []string
+	for _, img := range next.Manifest.ContainerImages {
+		if strings.HasPrefix(filepath.Base(img.Archive), "user-") {
+			refs = append(refs, img.Ref)
+		}
+	}
+	if len(refs) == 0 {
+		t.Fatalf("the next image carries no user image (make builds it with plinthctl build -oci-archive): %v", next.Manifest.ContainerImages)
+	}
+	var pods []string
+	for i, ref := range refs {
+		name := fmt.Sprintf("user-image-%d", i)
+		pods = append(pods, name)
+		k.apply(t, ctx, imagePod(name, n.ID(), ref, "Never"))
+	}
+	for i, p := range pods {
+		if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/"+p); err != nil {
+			t.Errorf("pod %s of the user image %s (imagePullPolicy Never) not Ready: %v\n%s\n%s", p, refs[i], err, out, k.run(t, ctx, "describe", "pod", p))
+		}
+	}
+	out := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.images", n.ID())
+	for _, ref := range refs {
+		if !regexp.MustCompile(`(imported|present) ` + regexp.QuoteMeta(ref) + ` \(sha256:[0-9a-f]+\), pinned`).MatchString(out) {
+			t.Errorf("%s does not say it imported and pinned the user image %s:\n%s", n.Name, ref, out)
+		}
+	}
+	t.Logf("user images carried by the next image run on %s without a registry: %s", n.Name, strings.Join(refs, ", "))
 }

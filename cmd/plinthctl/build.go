@@ -32,6 +32,7 @@ type buildCmd struct {
 	params        string
 	signKey       string
 	release       uint64
+	ociArchives   listFlag
 }
 
 func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,7 +47,16 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&c.params, "params", "", "a cluster's register parameters (plinthctl params -register), put into the network-boot UKI's measured command line: one plinth.efi for every node that boots it")
 	fs.StringVar(&c.signKey, "sign-key", "", "release key `file` (plinthctl release-key -o FILE) that signs the image: nodes install only images their cluster's release keys signed")
 	fs.Uint64Var(&c.release, "release", 0, "release `number` of the image, required with -sign-key: nodes refuse an update to an older release (0: unreleased)")
+	fs.Var(&c.ociArchives, "oci-archive", "OCI image archive `FILE[=REF]` (docker save, skopeo copy oci-archive:, crane) carried in the system image, imported and pinned at boot: pods of its images start without a registry (repeat). REF names the archive's one image when its index gives only a tag")
 	fs.Parse(args)
+	var archives []image.OCIArchive
+	for _, a := range c.ociArchives {
+		arch, err := image.ParseOCIArchive(a)
+		if err != nil {
+			return err
+		}
+		archives = append(archives, arch)
+	}
 	var key ed25519.PrivateKey
 	if c.signKey != "" {
 		if !flagSet(fs, "release") {
@@ -81,7 +91,7 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 	}
 	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, Binaries: image.BinariesIn(c.bin), OutDir: c.out, Version: c.version, Progress: stdout, NetbootArgs: netboot,
-		Release: c.release, SignKey: key})
+		Release: c.release, SignKey: key, OCIArchives: archives})
 	if err != nil {
 		return err
 	}
@@ -94,6 +104,9 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	for _, name := range []string{image.KernelFile, image.InitramfsFile, image.SystemFile} {
 		a := m.Artefacts[name]
 		fmt.Fprintf(stdout, "  %-14s %8.1f MiB  sha256 %s\n", name, float64(a.Size)/(1<<20), a.SHA256[:16])
+	}
+	for _, img := range m.ContainerImages {
+		fmt.Fprintf(stdout, "  image %s %s\n", img.Ref, img.Digest)
 	}
 	return nil
 }

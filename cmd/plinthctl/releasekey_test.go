@@ -74,3 +74,18 @@ func TestBuildSignFlags(t *testing.T) {
 		t.Errorf("-sign-key with -release 0: %v", err)
 	}
 }
+
+// TestBuildOCIArchiveFlag: a malformed -oci-archive is refused before
+// anything is built (what an archive holds is the builder's check:
+// image.TestUserImageFilesRefused).
+func TestBuildOCIArchiveFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []string{"=example.org/app:v1", "app.tar=Not A Reference"} {
+		if _, _, err := runVerb("build", "-oci-archive", bad, "-out", dir); err == nil || !strings.Contains(err.Error(), "-oci-archive") {
+			t.Errorf("-oci-archive %q: %v", bad, err)
+		}
+	}
+	if _, _, err := runVerb("build", "-oci-archive", "app.tar=example.org/app:v1", "-out", dir); err == nil || !strings.Contains(err.Error(), "-init is required") {
+		t.Errorf("a well-formed -oci-archive: %v", err)
+	}
+}

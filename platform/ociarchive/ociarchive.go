@@ -39,14 +39,23 @@ func Refs(path string) ([]Ref, error) {
 		return nil, err
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
+	refs, err := Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return refs, nil
+}
+
+// Read returns the named images of the archive r reads, in index order.
+func Read(r io.Reader) ([]Ref, error) {
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return nil, fmt.Errorf("%s: %w", path, ErrNoIndex)
+			return nil, ErrNoIndex
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, err
 		}
 		if h.Name != "index.json" {
 			continue
@@ -58,7 +67,7 @@ func Refs(path string) ([]Ref, error) {
 			} `json:"manifests"`
 		}
 		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil {
-			return nil, fmt.Errorf("%s: index.json: %w", path, err)
+			return nil, fmt.Errorf("index.json: %w", err)
 		}
 		var out []Ref
 		for _, m := range index.Manifests {
