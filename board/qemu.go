@@ -51,7 +51,10 @@ var (
 	// behind dm-verity
 	systemImageModules = []string{"loop", "dm_verity", "squashfs"}
 	// the data disk: dm-crypt, dm-integrity and their ciphers
-	dataDiskModules = []string{"dm_crypt", "dm_integrity", "xts", "ecb", "authenc", "aesni_intel"}
+	// the data volume: its encryption, and the quota format of ext4's
+	// project quotas (the local volumes' size limits): ext4 refuses to
+	// mount a filesystem with the quota feature without it
+	dataDiskModules = []string{"dm_crypt", "dm_integrity", "xts", "ecb", "authenc", "aesni_intel", "quota_v2"}
 	// a disk boot: the UKI's ESP (systemd-stub's EFI variables name it)
 	// and the node parameters on it
 	espModules = []string{"efivarfs", "vfat", "nls_cp437", "nls_ascii", "nls_utf8"}

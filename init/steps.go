@@ -190,8 +190,12 @@ func volumeOpened(l *slog.Logger, chip *tpm.TPM, root *localstorage.Root, r *dat
 	if r.Initialised {
 		what = "initialised"
 	}
-	detail := fmt.Sprintf("%s %s: partition %s → %s (%.1f GiB) mounted at %s", what, r.Disk, r.Partition, r.Mapped,
-		float64(r.Size)/(1<<30), root.Data.Path())
+	quota := "project quota on"
+	if !r.ProjectQuota {
+		quota = "no project quota (a filesystem made before Plinth set it up: no local volumes on this node)"
+	}
+	detail := fmt.Sprintf("%s %s: partition %s → %s (%.1f GiB) mounted at %s, %s", what, r.Disk, r.Partition, r.Mapped,
+		float64(r.Size)/(1<<30), root.Data.Path(), quota)
 	l.Info("data volume open", "detail", detail)
 	if chip == nil {
 		l.Info("sealed keys: no TPM in use")

@@ -127,6 +127,8 @@ func TestDataDiskLifecycle(t *testing.T) {
 	n := m.boot(t, ctx, "boot1")
 	mustLine(t, ctx, n, `I init: storage: make ext4 filesystem`)
 	mustLine(t, ctx, n, `I init: storage: mark setup complete`)
+	// Made with project quotas, the local volumes' size limits.
+	mustLine(t, ctx, n, `mounted at /data, project quota on`)
 	wantBootCount(t, ctx, n, "1")
 	mustLine(t, ctx, n, `I init: node ready`)
 	powerOff(t, ctx, n)
@@ -134,6 +136,7 @@ func TestDataDiskLifecycle(t *testing.T) {
 
 	n = m.boot(t, ctx, "boot2")
 	mustLine(t, ctx, n, `I init: storage: unseal node unlock key`)
+	mustLine(t, ctx, n, `unlocked .* mounted at /data, project quota on`)
 	wantBootCount(t, ctx, n, "2")
 	assertNoLine(t, n, `make ext4 filesystem`)
 	powerOff(t, ctx, n)
@@ -325,7 +328,7 @@ func TestXFSAndStaticNetwork(t *testing.T) {
 	m := newMachine(t, p)
 	n := m.boot(t, ctx, "boot")
 	mustLine(t, ctx, n, `I init: storage: make xfs filesystem`)
-	mustLine(t, ctx, n, `mounted at /data`)
+	mustLine(t, ctx, n, `mounted at /data, project quota on`)
 	wantBootCount(t, ctx, n, "1")
 	mustLine(t, ctx, n, `I root.network: configured address .*address=10\.0\.2\.20/24 .*source=static`)
 	mustLine(t, ctx, n, `hostname=xfs-node`)

@@ -67,6 +67,10 @@ type Result struct {
 	Resumed bool
 	Steps   []Step
 	Size    int64
+	// ProjectQuota is true when the mounted filesystem accounts and
+	// enforces project quotas, which local volumes' size limits need
+	// (ext4 made before Plinth set its quota feature has none).
+	ProjectQuota bool
 	// nuk is the node unlock key, kept for ResealNodeKey: after /init
 	// locks the TPM (measure.Lock) nothing this boot can unseal it again,
 	// and an update must seal it to the new slot's PCRs too.
@@ -453,7 +457,7 @@ func mkfs(ctx context.Context, fs, dev string, id gpt.GUID, authenticated bool) 
 			lazyJournal = "0"
 		}
 		cmd = exec.CommandContext(ctx, "/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-L", "plinth-data",
-			"-U", id.String(), "-E", "lazy_itable_init=1,lazy_journal_init="+lazyJournal, dev)
+			"-U", id.String(), "-O", "quota,project", "-E", "quotatype=prjquota,lazy_itable_init=1,lazy_journal_init="+lazyJournal, dev)
 	case "xfs":
 		cmd = exec.CommandContext(ctx, "/usr/sbin/mkfs.xfs", "-q", "-f", "-L", "plinth-data", "-m", "uuid="+id.String(), dev)
 	default:
@@ -471,8 +475,24 @@ func (o *opener) mount(h *Header) error {
 	if err := os.MkdirAll(o.MountPoint, 0o755); err != nil {
 		return err
 	}
-	return unix.Mount("/dev/mapper/"+MappedName, o.MountPoint, h.Filesystem, unix.MS_NODEV|unix.MS_NOSUID, "")
+	if err := unix.Mount("/dev/mapper/"+MappedName, o.MountPoint, h.Filesystem, unix.MS_NODEV|unix.MS_NOSUID, mountOptions[h.Filesystem]); err != nil {
+		return err
+	}
+	// Asked, never required: a node whose filesystem has none still
+	// boots, and only local volumes are refused on it.
+	on, err := ProjectQuotaOn("/dev/mapper/" + MappedName)
+	if err != nil {
+		o.Log.Warn("storage: project quota state unknown", "err", err)
+	}
+	o.res.ProjectQuota = on
+	return nil
 }
+
+// mountOptions are the data volume's mount options by filesystem: XFS
+// turns project quota accounting and enforcement on at mount (on a
+// filesystem made without it, it checks its quotas once first); ext4's
+// come from its quota feature, set at mkfs.
+var mountOptions = map[string]string{"xfs": "prjquota"}
 
 // Close unmounts and unmaps the data volume.
 func Close(mountPoint string) error {
