@@ -272,6 +272,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// first node's waits for its API server, minutes away): a later
 	// change of the registries with credentials restarts the kubelets.
 	setPullPolicy(t, ctx, c, ctl, reg)
+	refuseMalformedRegistry(t, ctx, c)
 	// The worker boots from its disk, to be updated; the controller by
 	// -kernel, its control plane faster from the initramfs.
 	second, err := c.AddNode(ctx, FromDisk())

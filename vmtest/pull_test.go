@@ -11,6 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/internal/testutil/ocitest"
 )
@@ -204,4 +209,40 @@ func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthct
 		}
 	}
 	t.Logf("user images carried by the next image run on %s without a registry: %s", n.Name, strings.Join(refs, ", "))
+}
+
+// refuseMalformedRegistry sends the curator, as the owner, policies with
+// a malformed registry entry (the requests plinthctl would refuse
+// itself, sent past it): each is refused with InvalidArgument and the
+// stored policy stays as it was. The pulls after it run on that policy,
+// so the nodes kept the last good configuration.
+func refuseMalformedRegistry(t *testing.T, ctx context.Context, c *Cluster) {
+	t.Helper()
+	info, err := c.Client().ClusterInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := info.GetConfiguration().GetKubernetes()
+	if len(good.GetImageRegistries()) == 0 {
+		t.Fatal("the cluster policy has no registries: setPullPolicy first")
+	}
+	for what, spoil := range map[string]func(*clusterpb.ImageRegistry){
+		"a mirror that is no URL": func(r *clusterpb.ImageRegistry) { r.Mirrors = []string{"ftp://mirror with spaces"} },
+		"a CA that is no PEM":     func(r *clusterpb.ImageRegistry) { r.CaCertificates = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n" },
+		"a host with a path":      func(r *clusterpb.ImageRegistry) { r.Host = "registry.example.com/path" },
+	} {
+		k := proto.Clone(good).(*clusterpb.KubernetesPolicy)
+		spoil(k.ImageRegistries[0])
+		_, err := c.Client().UpdatePolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{Kubernetes: k})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("the curator took a policy with %s: %v", what, err)
+		}
+	}
+	info, err = c.Client().ClusterInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := info.GetConfiguration().GetKubernetes(); !proto.Equal(now, good) {
+		t.Errorf("the refused policies changed the stored one:\n%v\nwas\n%v", now, good)
+	}
 }
