@@ -228,8 +228,10 @@ func refuseMalformedRegistry(t *testing.T, ctx context.Context, c *Cluster) {
 	}
 	for what, spoil := range map[string]func(*clusterpb.ImageRegistry){
 		"a mirror that is no URL": func(r *clusterpb.ImageRegistry) { r.Mirrors = []string{"ftp://mirror with spaces"} },
-		"a CA that is no PEM":     func(r *clusterpb.ImageRegistry) { r.CaCertificates = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n" },
-		"a host with a path":      func(r *clusterpb.ImageRegistry) { r.Host = "registry.example.com/path" },
+		"a CA that is no PEM": func(r *clusterpb.ImageRegistry) {
+			r.CaCertificates = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
+		},
+		"a host with a path": func(r *clusterpb.ImageRegistry) { r.Host = "registry.example.com/path" },
 	} {
 		k := proto.Clone(good).(*clusterpb.KubernetesPolicy)
 		spoil(k.ImageRegistries[0])
