@@ -82,12 +82,13 @@ func (w *workerKubernetes) controllerRunnable(nodeID string, addr net.IP, st *co
 				return err
 			}
 		}
-		c := &kubernetes.Controller{Root: w.root, NodeID: nodeID, Address: addr, Consensus: st, Status: w.status, Policy: policy}
 		kv, err := st.CuratorClient()
 		if err != nil {
 			return err
 		}
 		defer kv.Close()
+		c := &kubernetes.Controller{Root: w.root, NodeID: nodeID, Address: addr, Consensus: st, Status: w.status, Policy: policy,
+			DecommissionedNodes: func(ctx context.Context) ([]string, error) { return curator.DecommissionedNodes(ctx, kv) }}
 		if err := supervisor.Run(ctx, "policy", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return curator.WatchConfiguration(ctx, kv, policy.Set)
@@ -218,6 +219,7 @@ func certifyWorker(ctx context.Context, conn *CuratorConnection, keys kubernetes
 			KubeletClientPublicKey: keys.KubeletClient,
 			KubeletServerPublicKey: keys.KubeletServer,
 			ProxyPublicKey:         keys.Proxy,
+			LocalVolumesPublicKey:  keys.LocalVolumes,
 		}},
 	})
 	if err != nil {
@@ -245,6 +247,14 @@ func certifyWorker(ctx context.Context, conn *CuratorConnection, keys kubernetes
 	for _, c := range []*x509.Certificate{out.KubeletClient, out.Proxy} {
 		if err := c.CheckSignatureFrom(out.CA); err != nil {
 			return nil, fmt.Errorf("certificate %q from the curator is not from its Kubernetes CA: %w", c.Subject.CommonName, err)
+		}
+	}
+	if der := kw.GetLocalVolumesCertificate(); len(der) > 0 {
+		if out.LocalVolumes, err = x509.ParseCertificate(der); err == nil {
+			err = out.LocalVolumes.CheckSignatureFrom(out.CA)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the local volume provisioner's certificate from the curator: %w", err)
 		}
 	}
 	if err := out.KubeletServer.CheckSignatureFrom(out.ServingCA); err != nil {

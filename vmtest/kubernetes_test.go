@@ -302,7 +302,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// side while the checks go one after another.
 	k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
 	for _, m := range append([]string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
-		nodePortService, selfTestJob, mover}, pullPods(reg, digest, first.ID(), second.ID())...) {
+		nodePortService, selfTestJob, mover}, append(pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID())...)...) {
 		k.apply(t, ctx, m)
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
@@ -371,6 +371,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	logs, err := k.try(ctx, selfTestLogs...)
 	t.Logf("self-test job complete; its pods' logs (%v):\n%s", err, logs)
 	checkPulls(t, ctx, k, reg)
+	checkVolumes(t, ctx, c, ctl, k, second)
 
 	// NodePort from the host, through the harness's forward to the first
 	// node (the pod is on the second: kube-proxy forwards it there).
@@ -424,6 +425,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		t.Errorf("the images after the worker's reboot were not taken from its store, pinned:\n%s", out)
 	}
 	pulledAfterReboot(t, ctx, k, reg, second.ID())
+	readKept(t, ctx, k, "after the worker's power cut")
 
 	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
 	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) })

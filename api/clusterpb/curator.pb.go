@@ -1234,8 +1234,16 @@ type IssueCertificateRequest_KubernetesWorker struct {
 	// server's default roles allow to read Services, EndpointSlices and
 	// Nodes, and nothing else a worker has no business with.
 	ProxyPublicKey []byte `protobuf:"bytes,3,opt,name=proxy_public_key,json=proxyPublicKey,proto3" json:"proxy_public_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The key of the node's local volume provisioner, ed25519, 32 raw
+	// bytes (optional: a node that does not send it runs none). Its
+	// certificate names the user plinth:local-volumes:<node id> in the
+	// group plinth:local-volumes, which may create and delete
+	// PersistentVolumes; the API server's admission lets it create only
+	// volumes on its own node, in its own directory, and delete only
+	// those.
+	LocalVolumesPublicKey []byte `protobuf:"bytes,4,opt,name=local_volumes_public_key,json=localVolumesPublicKey,proto3" json:"local_volumes_public_key,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *IssueCertificateRequest_KubernetesWorker) Reset() {
@@ -1289,6 +1297,13 @@ func (x *IssueCertificateRequest_KubernetesWorker) GetProxyPublicKey() []byte {
 	return nil
 }
 
+func (x *IssueCertificateRequest_KubernetesWorker) GetLocalVolumesPublicKey() []byte {
+	if x != nil {
+		return x.LocalVolumesPublicKey
+	}
+	return nil
+}
+
 type IssueCertificateResponse_KubernetesWorker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Kubernetes CA certificate, DER, so the kubelet can verify the
@@ -1312,9 +1327,12 @@ type IssueCertificateResponse_KubernetesWorker struct {
 	// worker configures its pod network from it before any API server
 	// serves, so the Node is Ready as soon as the kubelet registers it.
 	// Empty from a curator that does not allocate them.
-	PodCidr       string `protobuf:"bytes,6,opt,name=pod_cidr,json=podCidr,proto3" json:"pod_cidr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PodCidr string `protobuf:"bytes,6,opt,name=pod_cidr,json=podCidr,proto3" json:"pod_cidr,omitempty"`
+	// Certificate for local_volumes_public_key, DER (empty if none was
+	// sent, or from a curator that issues none).
+	LocalVolumesCertificate []byte `protobuf:"bytes,7,opt,name=local_volumes_certificate,json=localVolumesCertificate,proto3" json:"local_volumes_certificate,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *IssueCertificateResponse_KubernetesWorker) Reset() {
@@ -1389,6 +1407,13 @@ func (x *IssueCertificateResponse_KubernetesWorker) GetPodCidr() string {
 	return ""
 }
 
+func (x *IssueCertificateResponse_KubernetesWorker) GetLocalVolumesCertificate() []byte {
+	if x != nil {
+		return x.LocalVolumesCertificate
+	}
+	return nil
+}
+
 var File_cluster_v1_curator_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_curator_proto_rawDesc = "" +
@@ -1438,23 +1463,25 @@ const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\n" +
 	"crl_number\x18\x01 \x01(\x04R\tcrlNumber\"%\n" +
 	"\x11HeartbeatResponse\x12\x10\n" +
-	"\x03crl\x18\x01 \x01(\fR\x03crl\"\xc2\x02\n" +
+	"\x03crl\x18\x01 \x01(\fR\x03crl\"\xfb\x02\n" +
 	"\x17IssueCertificateRequest\x12j\n" +
-	"\x11kubernetes_worker\x18\x01 \x01(\v2;.plinth.cluster.v1.IssueCertificateRequest.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xb2\x01\n" +
+	"\x11kubernetes_worker\x18\x01 \x01(\v2;.plinth.cluster.v1.IssueCertificateRequest.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xeb\x01\n" +
 	"\x10KubernetesWorker\x129\n" +
 	"\x19kubelet_client_public_key\x18\x01 \x01(\fR\x16kubeletClientPublicKey\x129\n" +
 	"\x19kubelet_server_public_key\x18\x02 \x01(\fR\x16kubeletServerPublicKey\x12(\n" +
-	"\x10proxy_public_key\x18\x03 \x01(\fR\x0eproxyPublicKeyB\x06\n" +
-	"\x04kind\"\xe5\x03\n" +
+	"\x10proxy_public_key\x18\x03 \x01(\fR\x0eproxyPublicKey\x127\n" +
+	"\x18local_volumes_public_key\x18\x04 \x01(\fR\x15localVolumesPublicKeyB\x06\n" +
+	"\x04kind\"\xa1\x04\n" +
 	"\x18IssueCertificateResponse\x12k\n" +
-	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\xd3\x02\n" +
+	"\x11kubernetes_worker\x18\x01 \x01(\v2<.plinth.cluster.v1.IssueCertificateResponse.KubernetesWorkerH\x00R\x10kubernetesWorker\x1a\x8f\x03\n" +
 	"\x10KubernetesWorker\x126\n" +
 	"\x17identity_ca_certificate\x18\x01 \x01(\fR\x15identityCaCertificate\x12<\n" +
 	"\x1akubelet_client_certificate\x18\x02 \x01(\fR\x18kubeletClientCertificate\x12<\n" +
 	"\x1akubelet_server_certificate\x18\x03 \x01(\fR\x18kubeletServerCertificate\x12+\n" +
 	"\x11proxy_certificate\x18\x04 \x01(\fR\x10proxyCertificate\x12C\n" +
 	"\x1ekubelet_serving_ca_certificate\x18\x05 \x01(\fR\x1bkubeletServingCaCertificate\x12\x19\n" +
-	"\bpod_cidr\x18\x06 \x01(\tR\apodCidrB\x06\n" +
+	"\bpod_cidr\x18\x06 \x01(\tR\apodCidr\x12:\n" +
+	"\x19local_volumes_certificate\x18\a \x01(\fR\x17localVolumesCertificateB\x06\n" +
 	"\x04kind\"\x19\n" +
 	"\x17GetCurrentLeaderRequest\"x\n" +
 	"\x18GetCurrentLeaderResponse\x12\x0e\n" +

@@ -11,6 +11,7 @@
 //	kube netd …                    the node's pod network (CNI configuration, routes)
 //	kube import-images …           the builder's OCI images into containerd
 //	kube credential-provider -file F  the kubelet's image credential provider
+//	kube local-volumes …           the node's local volume provisioner
 //
 // Why one binary: the components share most of their code (client-go,
 // apimachinery, the API types), so one executable is a fraction of the
@@ -54,6 +55,7 @@ var tools = map[string]func(args []string) int{
 	// credential-provider answers the kubelet's image credential
 	// requests (also run as kube-credential-provider).
 	"credential-provider": runCredentialProvider,
+	"local-volumes":       runLocalVolumes,
 }
 
 func main() {

@@ -8,6 +8,9 @@
 //	testpod serve [-port 8080]  HTTP: / answers "hello from <hostname>", /healthz "ok"
 //	testpod print TEXT...       print TEXT and exit 0
 //	testpod cat FILE...         print the files (e.g. /proc/1/status: its Seccomp line)
+//	testpod write FILE TEXT     write TEXT to FILE (synced)
+//	testpod fill FILE BYTES     write BYTES zero bytes to FILE (synced), or say which
+//	                            error stopped it (a volume's quota: EDQUOT or ENOSPC)
 //	testpod dns NAME            resolve NAME, print its addresses (non-zero exit on failure)
 //	testpod api                 GET this namespace's pods from the Kubernetes API with
 //	                            the pod's service account (exit 0 only on HTTP 200)
@@ -21,11 +24,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +52,8 @@ var commands = map[string]command{
 	"serve":    {"serve [-port 8080]", serveCmd},
 	"print":    {"print TEXT...", printCmd},
 	"cat":      {"cat FILE...", catCmd},
+	"write":    {"write FILE TEXT", writeCmd},
+	"fill":     {"fill FILE BYTES", fillCmd},
 	"dns":      {"dns [-timeout 10s] NAME", dnsCmd},
 	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
 	"selftest": {"selftest", selftestCmd},
@@ -97,6 +104,63 @@ func catCmd(args []string, stdout, stderr io.Writer) int {
 		stdout.Write(b)
 	}
 	return 0
+}
+
+func writeCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 {
+		fmt.Fprintln(stderr, "usage: testpod write FILE TEXT")
+		return 2
+	}
+	return writeFile(args[0], strings.NewReader(args[1]), stdout, stderr)
+}
+
+func fillCmd(args []string, stdout, stderr io.Writer) int {
+	var n int64
+	err := errors.New("no size")
+	if len(args) == 2 {
+		n, err = strconv.ParseInt(args[1], 10, 64)
+	}
+	if err != nil || n < 0 {
+		fmt.Fprintln(stderr, "usage: testpod fill FILE BYTES")
+		return 2
+	}
+	return writeFile(args[0], io.LimitReader(zeros{}, n), stdout, stderr)
+}
+
+// writeFile writes r to name and syncs it, saying how much it wrote and,
+// if it stopped early, the errno that stopped it by name.
+func writeFile(name string, r io.Reader, stdout, stderr io.Writer) int {
+	f, err := os.Create(name)
+	if err != nil {
+		fmt.Fprintln(stderr, "testpod:", err)
+		return 1
+	}
+	n, err := io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		var errno unix.Errno
+		name := "?"
+		if errors.As(err, &errno) {
+			name = unix.ErrnoName(errno)
+		}
+		fmt.Fprintf(stderr, "testpod: wrote %d bytes, then: %v (%s)\n", n, err, name)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %d bytes\n", n)
+	return 0
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // pause waits for SIGTERM or SIGINT (exit 0), as the pod sandbox's

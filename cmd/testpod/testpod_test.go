@@ -167,3 +167,30 @@ func TestGet(t *testing.T) {
 		t.Fatal("get of a 404 succeeded")
 	}
 }
+
+// TestWriteAndFill: write and fill write what they say, and a write that
+// fails names its errno (the VM test looks for EDQUOT or ENOSPC).
+func TestWriteAndFill(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut strings.Builder
+	if code := run([]string{"write", dir + "/a", "hello"}, &out, &errOut); code != 0 {
+		t.Fatalf("write: %d %s", code, errOut.String())
+	}
+	if b, err := os.ReadFile(dir + "/a"); err != nil || string(b) != "hello" {
+		t.Fatalf("written: %q, %v", b, err)
+	}
+	if code := run([]string{"fill", dir + "/b", "100000"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "wrote 100000 bytes") {
+		t.Fatalf("fill: %d %s %s", code, out.String(), errOut.String())
+	}
+	if st, err := os.Stat(dir + "/b"); err != nil || st.Size() != 100000 {
+		t.Fatalf("filled: %v, %v", st, err)
+	}
+	// /dev/full: every write is ENOSPC.
+	errOut.Reset()
+	if code := run([]string{"fill", "/dev/full", "10"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "(ENOSPC)") {
+		t.Fatalf("fill /dev/full: %d %q", code, errOut.String())
+	}
+	if code := run([]string{"fill", dir + "/c", "x"}, &out, &errOut); code != 2 {
+		t.Fatalf("fill with a bad size: %d", code)
+	}
+}

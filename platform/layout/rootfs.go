@@ -82,6 +82,19 @@ const (
 // kubelet's pods' Secrets).
 const HostVolumesDir = DataMount + "/volumes"
 
+// LocalVolumesDir holds the node's local PersistentVolumes, made by its
+// provisioner (`kube local-volumes`): a directory per volume, named as
+// its PersistentVolume, each limited by its own project quota. It is
+// node state like the rest of DataMount: no pod may use it as a host
+// path, and only the node's own provisioner may create a local volume in
+// it (the API server's local volume policy).
+const LocalVolumesDir = DataMount + "/kubernetes/local-volumes"
+
+// LocalVolumesProvisioner is the provisioner name of the node's local
+// volumes (the default StorageClass "local" names it; their
+// PersistentVolumes carry it in pv.kubernetes.io/provisioned-by).
+const LocalVolumesProvisioner = "plinth.dev/local-volumes"
+
 // ProtectedHostPaths are the host paths that hold or reach node state
 // or secrets, clean and sorted: the data volume and the ephemeral tmpfs
 // (etcd, the node's credentials, the confined etcd endpoint, the logs),

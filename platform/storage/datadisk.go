@@ -475,12 +475,21 @@ func (o *opener) mount(h *Header) error {
 	if err := os.MkdirAll(o.MountPoint, 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount("/dev/mapper/"+MappedName, o.MountPoint, h.Filesystem, unix.MS_NODEV|unix.MS_NOSUID, mountOptions[h.Filesystem]); err != nil {
+	dev := "/dev/mapper/" + MappedName
+	err := unix.Mount(dev, o.MountPoint, h.Filesystem, unix.MS_NODEV|unix.MS_NOSUID, mountOptions[h.Filesystem])
+	if errors.Is(err, unix.EINVAL) && mountOptions[h.Filesystem] != "" {
+		// An ext4 volume made before its project feature refuses
+		// prjquota: mounted without, it has no local volumes.
+		o.Log.Warn("storage: the data volume refused its quota mount option; mounting it without (no local volumes on this node)",
+			"options", mountOptions[h.Filesystem], "err", err)
+		err = unix.Mount(dev, o.MountPoint, h.Filesystem, unix.MS_NODEV|unix.MS_NOSUID, "")
+	}
+	if err != nil {
 		return err
 	}
 	// Asked, never required: a node whose filesystem has none still
 	// boots, and only local volumes are refused on it.
-	on, err := ProjectQuotaOn("/dev/mapper/" + MappedName)
+	on, err := ProjectQuotaOn(dev)
 	if err != nil {
 		o.Log.Warn("storage: project quota state unknown", "err", err)
 	}
@@ -488,11 +497,12 @@ func (o *opener) mount(h *Header) error {
 	return nil
 }
 
-// mountOptions are the data volume's mount options by filesystem: XFS
-// turns project quota accounting and enforcement on at mount (on a
-// filesystem made without it, it checks its quotas once first); ext4's
-// come from its quota feature, set at mkfs.
-var mountOptions = map[string]string{"xfs": "prjquota"}
+// mountOptions are the data volume's mount options by filesystem:
+// prjquota turns project quota enforcement on. XFS turns accounting on
+// with it too (on a filesystem made without it, it checks its quotas
+// once first); ext4 accounts from its quota and project features, set at
+// mkfs, but enforces limits only with the option.
+var mountOptions = map[string]string{"xfs": "prjquota", "ext4": "prjquota"}
 
 // Close unmounts and unmaps the data volume.
 func Close(mountPoint string) error {

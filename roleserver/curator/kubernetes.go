@@ -78,6 +78,17 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 	if err != nil {
 		return nil, kubernetesErr("issuing kube-proxy's certificate", err)
 	}
+	var volumesCert []byte
+	if k := w.GetLocalVolumesPublicKey(); len(k) > 0 {
+		if err := pki.CheckEd25519PublicKey(k); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "local_volumes_public_key: %v", err)
+		}
+		_, c, err := kpki.New(kv).LocalVolumes(ctx, n.Id, ed25519.PublicKey(k))
+		if err != nil {
+			return nil, kubernetesErr("issuing the local volume provisioner's certificate", err)
+		}
+		volumesCert = c.Raw
+	}
 	cidr, _, err := podcidr.Allocate(ctx, kv, n.Id)
 	if err != nil {
 		return nil, kubernetesErr("allocating the node's pod CIDR", err)
@@ -90,6 +101,7 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 			ProxyCertificate:            proxyCert.Raw,
 			KubeletServingCaCertificate: kc.ServingCA.Raw,
 			PodCidr:                     cidr,
+			LocalVolumesCertificate:     volumesCert,
 		},
 	}}, nil
 }

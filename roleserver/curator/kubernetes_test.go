@@ -44,8 +44,10 @@ func TestKubernetesCredentials(t *testing.T) {
 	clientPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	serverPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	proxyPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	volumesPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	req := &clusterpb.IssueCertificateRequest{Kind: &clusterpb.IssueCertificateRequest_KubernetesWorker_{
-		KubernetesWorker: &clusterpb.IssueCertificateRequest_KubernetesWorker{KubeletClientPublicKey: clientPub, KubeletServerPublicKey: serverPub, ProxyPublicKey: proxyPub}}}
+		KubernetesWorker: &clusterpb.IssueCertificateRequest_KubernetesWorker{KubeletClientPublicKey: clientPub, KubeletServerPublicKey: serverPub,
+			ProxyPublicKey: proxyPub, LocalVolumesPublicKey: volumesPub}}}
 
 	_, err := bc.IssueCertificate(ctx, req)
 	wantCode(t, "IssueCertificate without the worker role", err, codes.PermissionDenied, "KubernetesWorker")
@@ -69,6 +71,14 @@ func TestKubernetesCredentials(t *testing.T) {
 		if err := pki.Verify(certs[0], nil, certs[3], pki.UsageClient); err != nil || certs[3].Subject.CommonName != "system:kube-proxy" ||
 			len(certs[3].Subject.Organization) != 0 || !proxyPub.Equal(certs[3].PublicKey) {
 			t.Errorf("kube-proxy certificate: %v, %v", err, certs[3].Subject)
+		}
+		// The local volume provisioner's: its node's user, in the group
+		// the RBAC binds.
+		volumes, err := x509.ParseCertificate(w.GetLocalVolumesCertificate())
+		mustOK(t, what, err)
+		if err := pki.Verify(certs[0], nil, volumes, pki.UsageClient); err != nil || volumes.Subject.CommonName != "plinth:local-volumes:"+b.id ||
+			!slices.Equal(volumes.Subject.Organization, []string{"plinth:local-volumes"}) || !volumesPub.Equal(volumes.PublicKey) {
+			t.Errorf("local volume provisioner certificate: %v, %v", err, volumes.Subject)
 		}
 		servingCA = certs[4]
 		return certs[0], certs[1], certs[2]
@@ -108,6 +118,16 @@ func TestKubernetesCredentials(t *testing.T) {
 	bad.GetKubernetesWorker().KubeletServerPublicKey = append([]byte{1}, make([]byte, 31)...)
 	_, err = bc.IssueCertificate(ctx, bad)
 	wantCode(t, "IssueCertificate with a small-order key", err, codes.InvalidArgument, "kubelet_server_public_key")
+	bad = proto.Clone(req).(*clusterpb.IssueCertificateRequest)
+	bad.GetKubernetesWorker().LocalVolumesPublicKey = []byte{1, 2, 3}
+	_, err = bc.IssueCertificate(ctx, bad)
+	wantCode(t, "IssueCertificate with a short provisioner key", err, codes.InvalidArgument, "local_volumes_public_key")
+	// A node that sends no provisioner key (one from before) gets none.
+	old := proto.Clone(req).(*clusterpb.IssueCertificateRequest)
+	old.GetKubernetesWorker().LocalVolumesPublicKey = nil
+	if resp, err := bc.IssueCertificate(ctx, old); err != nil || len(resp.GetKubernetesWorker().GetLocalVolumesCertificate()) != 0 {
+		t.Errorf("IssueCertificate without a provisioner key: %v, %d bytes of provisioner certificate", err, len(resp.GetKubernetesWorker().GetLocalVolumesCertificate()))
+	}
 
 	// The owner's kubectl credentials.
 	ownerKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

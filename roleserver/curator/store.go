@@ -15,6 +15,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/roleserver/consensus/client"
 )
 
 // Keys in the curator's etcd namespace (consensus Status.CuratorClient).
@@ -210,6 +211,23 @@ func storedHeartbeats(ctx context.Context, kv clientv3.KV) (map[string]int64, er
 	out := make(map[string]int64, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		out[string(kv.Key[len(prefixHeartbeats):])] = parseNanos(kv.Value)
+	}
+	return out, nil
+}
+
+// DecommissionedNodes are the IDs of the nodes decommissioned in kv (the
+// curator's namespace of a running consensus member): a controller node
+// deletes what Kubernetes keeps of them (their local volumes).
+func DecommissionedNodes(ctx context.Context, kv client.Namespaced) ([]string, error) {
+	nodes, _, err := listNodes(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range nodes {
+		if n.GetState() == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
+			out = append(out, n.GetId())
+		}
 	}
 	return out, nil
 }

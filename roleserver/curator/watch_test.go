@@ -2,6 +2,7 @@ package curator
 
 import (
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,6 +73,13 @@ func TestWatchAndDecommission(t *testing.T) {
 	}
 	if n := f.getNode(a, b.id); n.State != clusterpb.NodeState_NODE_STATE_DECOMMISSIONED || n.Roles.GetKubernetesWorker() != nil {
 		t.Errorf("after DecommissionNode: %v", n)
+	}
+	// What a controller node asks to delete its local volumes.
+	kv, err := a.running(time.Minute).CuratorClient()
+	mustOK(t, "CuratorClient", err)
+	defer kv.Close()
+	if ids, err := DecommissionedNodes(ctx, kv); err != nil || !slices.Equal(ids, []string{b.id}) {
+		t.Errorf("DecommissionedNodes: %v, %v; want [%s]", ids, err, b.id)
 	}
 
 	// Locked out for good.

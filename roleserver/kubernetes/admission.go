@@ -1,11 +1,13 @@
 package kubernetes
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/kubernetes/pki"
 )
 
 // What a workload may do to its node, enforced by the API server's
@@ -23,7 +25,14 @@ import (
 //	                             holds or lies under node state or
 //	                             secrets (layout.ProtectedHostPaths),
 //	                             but what the owner allows below
-//	                             layout.HostVolumesDir
+//	                             layout.HostVolumesDir, and local
+//	                             volumes the node provisioners make
+//	    local-volumes.json       plinth-local-volumes.static.k8s.io: a
+//	                             node's local volume provisioner
+//	                             (pki.LocalVolumesPrefix+node) creates,
+//	                             changes and deletes only local
+//	                             PersistentVolumes of its own node, each
+//	                             at layout.LocalVolumesDir/<its name>
 //
 // The host path policy is a static manifest (Kubernetes' manifest-based
 // admission configuration, beta and on in this version): the API server
@@ -77,6 +86,9 @@ const (
 	dirAdmissionStatic  = "admission"
 	fileHostPathsPolicy = dirAdmissionStatic + "/host-paths.json"
 	hostPathsPolicyName = "plinth-host-paths.static.k8s.io"
+
+	fileLocalVolumesPolicy = dirAdmissionStatic + "/local-volumes.json"
+	localVolumesPolicyName = "plinth-local-volumes.static.k8s.io"
 )
 
 // admissionFiles are the admission configuration (admission.json) and
@@ -108,8 +120,9 @@ func admissionFiles(dir string, p AdmissionPolicy) files {
 		},
 	}
 	return files{
-		fileAdmission:       mustJSON(config),
-		fileHostPathsPolicy: hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, p.AllowedHostPaths),
+		fileAdmission:          mustJSON(config),
+		fileHostPathsPolicy:    hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, p.AllowedHostPaths),
+		fileLocalVolumesPolicy: localVolumesPolicy(),
 	}
 }
 
@@ -122,6 +135,12 @@ func admissionFiles(dir string, p AdmissionPolicy) files {
 // elements dropped, so //data, /data/ and /./data are /data; a relative
 // path is taken from /, as the kubelet would resolve it; the API refuses
 // ".." elements) with a trailing slash, so /database is not under /data.
+//
+// One exception: a local PersistentVolume in layout.LocalVolumesDir, if
+// a node's provisioner creates it (localVolumesPolicy holds it to its
+// own node and directory), or if its path is what it was (the PV
+// controller's and the owner's updates of a volume; the API keeps a
+// volume's source as it was created anyway).
 func hostPathsPolicy(protected []string, volumes string, allowed []string) []byte {
 	dir := func(p string) string { return "'" + strings.TrimSuffix(p, "/") + "/'" }
 	dirs := func(ps []string) string {
@@ -133,8 +152,11 @@ func hostPathsPolicy(protected []string, volumes string, allowed []string) []byt
 	}
 	parts := `p.split('/').filter(s, s != '' && s != '.')`
 	norm := `(` + parts + `.size() == 0 ? '/' : '/' + ` + parts + `.join('/') + '/')`
+	localVolume := `(object.kind == 'PersistentVolume' && has(object.spec.local) && p == object.spec.local.path && ` +
+		norm + `.startsWith('` + layout.LocalVolumesDir + `/') && (request.userInfo.username.startsWith('` + pki.LocalVolumesPrefix + `') || ` +
+		`(oldObject != null && has(oldObject.spec.local) && oldObject.spec.local.path == p)))`
 	refused := `variables.protected.exists(q, ` + norm + `.startsWith(q) || q.startsWith(` + norm + `)) && ` +
-		`!(` + norm + `.startsWith(variables.volumes) && variables.allowed.exists(a, ` + norm + `.startsWith(a)))`
+		`!(` + norm + `.startsWith(variables.volumes) && variables.allowed.exists(a, ` + norm + `.startsWith(a))) && !` + localVolume
 	policy := map[string]any{
 		"apiVersion": "admissionregistration.k8s.io/v1",
 		"kind":       "ValidatingAdmissionPolicy",
@@ -169,6 +191,62 @@ func hostPathsPolicy(protected []string, volumes string, allowed []string) []byt
 		"kind":       "ValidatingAdmissionPolicyBinding",
 		"metadata":   map[string]any{"name": hostPathsPolicyName},
 		"spec":       map[string]any{"policyName": hostPathsPolicyName, "validationActions": []string{"Deny"}},
+	}
+	return mustJSON(map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{policy, binding}})
+}
+
+// localVolumesPolicy is the ValidatingAdmissionPolicy (and its binding)
+// holding each node's local volume provisioner (user
+// pki.LocalVolumesPrefix+<node>; RBAC lets its group create and delete
+// PersistentVolumes) to its own volumes: it may create, change or
+// delete a PersistentVolume only if the volume is local, at
+// layout.LocalVolumesDir/<its name>, marked as provisioned by
+// layout.LocalVolumesProvisioner and bound by node affinity to its node
+// alone. A node's credentials, stolen, reach no other node's volumes and
+// no path outside that directory.
+func localVolumesPolicy() []byte {
+	pv := `(request.operation == 'DELETE' ? oldObject : object)`
+	policy := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1",
+		"kind":       "ValidatingAdmissionPolicy",
+		"metadata":   map[string]any{"name": localVolumesPolicyName},
+		"spec": map[string]any{
+			"failurePolicy": "Fail",
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []string{""}, "apiVersions": []string{"v1"}, "operations": []string{"CREATE", "UPDATE", "DELETE"},
+				"resources": []string{"persistentvolumes"},
+			}}},
+			"matchConditions": []any{map[string]string{"name": "provisioner",
+				"expression": `request.userInfo.username.startsWith('` + pki.LocalVolumesPrefix + `')`}},
+			"variables": []any{
+				map[string]string{"name": "pv", "expression": pv},
+				map[string]string{"name": "node", "expression": `request.userInfo.username.substring(` + fmt.Sprint(len(pki.LocalVolumesPrefix)) + `)`},
+				map[string]string{"name": "terms", "expression": `variables.pv.spec.?nodeAffinity.?required.?nodeSelectorTerms.orValue([])`},
+			},
+			"validations": []any{
+				map[string]any{
+					"expression": `has(variables.pv.spec.local) && !has(variables.pv.spec.hostPath) && ` +
+						`variables.pv.spec.local.path == '` + layout.LocalVolumesDir + `/' + variables.pv.metadata.name && ` +
+						`variables.pv.metadata.?annotations[?'pv.kubernetes.io/provisioned-by'].orValue('') == '` + layout.LocalVolumesProvisioner + `'`,
+					"messageExpression": `'a node\'s local volume provisioner may only make local volumes at ` + layout.LocalVolumesDir +
+						`/<the volume\'s name>, provisioned by ` + layout.LocalVolumesProvisioner + ` (` + localVolumesPolicyName + `)'`,
+					"reason": "Forbidden",
+				},
+				map[string]any{
+					"expression": `size(variables.terms) == 1 && size(variables.terms[0].?matchExpressions.orValue([])) == 1 && ` +
+						`!has(variables.terms[0].matchFields) && variables.terms[0].matchExpressions[0].key == 'kubernetes.io/hostname' && ` +
+						`variables.terms[0].matchExpressions[0].operator == 'In' && variables.terms[0].matchExpressions[0].?values.orValue([]) == [variables.node]`,
+					"messageExpression": `'the local volume provisioner of node ' + variables.node + ' may only make and delete volumes bound to node ' + variables.node + ' (` + localVolumesPolicyName + `)'`,
+					"reason":            "Forbidden",
+				},
+			},
+		},
+	}
+	binding := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1",
+		"kind":       "ValidatingAdmissionPolicyBinding",
+		"metadata":   map[string]any{"name": localVolumesPolicyName},
+		"spec":       map[string]any{"policyName": localVolumesPolicyName, "validationActions": []string{"Deny"}},
 	}
 	return mustJSON(map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{policy, binding}})
 }

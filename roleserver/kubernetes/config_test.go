@@ -224,6 +224,9 @@ func TestAdmissionConfiguration(t *testing.T) {
 // a pod could plant a link for another's host path to follow).
 func TestProtectedHostPaths(t *testing.T) {
 	root := testRoot(t)
+	if root.Data.Kubernetes.LocalVolumes.Path() != layout.LocalVolumesDir {
+		t.Errorf("the local volumes' directory %s is not layout's %s", root.Data.Kubernetes.LocalVolumes.Path(), layout.LocalVolumesDir)
+	}
 	if root.Data.Path() != layout.DataMount || root.Ephemeral.Path() != layout.EphemeralMount {
 		t.Errorf("the local storage tree's roots %s, %s are not layout's %s, %s", root.Data.Path(), root.Ephemeral.Path(), layout.DataMount, layout.EphemeralMount)
 	}

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -43,6 +44,7 @@ type Status struct {
 //	nodeipam                   ── Nodes' pod CIDRs (nodeipam.go)
 //	kube scheduler
 //	rbac                       ── the roles Plinth's worker components need
+//	volumes                    ── decommissioned nodes' local volumes deleted (decommission.go)
 //
 // Each is a child runnable (a child process where it is a program), so
 // the supervisor restarts it with backoff and counts its crashes.
@@ -65,6 +67,12 @@ type Controller struct {
 	// AsRoot runs the components as root instead of their own users
 	// (layout.APIServerUser, ...): for tests on a host that is not root.
 	AsRoot bool
+	// DecommissionedNodes lists the decommissioned nodes (the curator's
+	// store), whose local volumes the controller deletes (nil: it does
+	// not).
+	DecommissionedNodes func(context.Context) ([]string, error)
+	// DecommissionPoll is how often it asks (0: decommissionPoll).
+	DecommissionPoll time.Duration
 	// KubeBinary is the multi-call Kubernetes binary; default
 	// layout.KubeBinary (tests run the control plane on the host).
 	KubeBinary string
@@ -188,12 +196,16 @@ func (r *controllerRun) startAPIServer(ctx context.Context) error {
 // says the control plane serves.
 func (r *controllerRun) startOthers(ctx context.Context, policy *memory.Value[*clusterpb.ClusterConfiguration]) error {
 	c := r.c
-	if err := runAll(ctx, []named{
+	others := []named{
 		{"rbac", applyRBAC(pki.New(r.kv), c.NodeID, apiServerLocalEndpoint, policy)},
 		{"nodeipam", nodeIPAM(r.kv, apiServerLocalEndpoint)},
 		{"controller-manager", c.command(layout.ControllerManagerUser, controllerManagerArgs(r.controllerManager, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
 		{"scheduler", c.command(layout.SchedulerUser, schedulerArgs(r.scheduler), nil)},
-	}); err != nil {
+	}
+	if c.DecommissionedNodes != nil {
+		others = append(others, named{"volumes", decommissionedVolumes(pki.New(r.kv), c.NodeID, apiServerLocalEndpoint, c.DecommissionedNodes, cmp.Or(c.DecommissionPoll, decommissionPoll))})
+	}
+	if err := runAll(ctx, others); err != nil {
 		return err
 	}
 	// Every controller says which keys it runs with, so that a rotation

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,6 +88,9 @@ func TestControlPlaneOnHost(t *testing.T) {
 	w := cons.Watch()
 	defer w.Close()
 	var st *consensus.Status
+	// The nodes decommissioned, as the curator's store would list them.
+	var decommissioned atomic.Pointer[[]string]
+	decommissioned.Store(&[]string{})
 	sup := supervisor.New(ctx, lt, func(ctx context.Context) error {
 		if err := supervisor.Run(ctx, "consensus", cons.Run); err != nil {
 			return err
@@ -97,7 +101,8 @@ func TestControlPlaneOnHost(t *testing.T) {
 		}
 		st = s
 		c := &Controller{Root: root, NodeID: nodeID, Address: hostAddress(t),
-			Consensus: s, Status: status, KubeBinary: kube, Policy: policy}
+			Consensus: s, Status: status, KubeBinary: kube, Policy: policy, DecommissionPoll: time.Second,
+			DecommissionedNodes: func(context.Context) ([]string, error) { return *decommissioned.Load(), nil }}
 		if err := supervisor.Run(ctx, "controller", c.Run); err != nil {
 			return err
 		}
@@ -180,6 +185,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+	checkLocalVolumes(t, ctx, kapi, pki.New(kv), s.APIServer, func(ids ...string) { decommissioned.Store(&ids) })
 	// A removed worker reports its Node NotReady as its kubelet: the
 	// node authorizer and NodeRestriction let it patch its own status.
 	clientPub, clientKey, _ := ed25519.GenerateKey(rand.Reader)

@@ -11,11 +11,13 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/event/memory"
+	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
 )
@@ -25,6 +27,9 @@ import (
 // clusters on the next controller start.
 type rbacObject struct {
 	path, body string
+	// ownersWin: applied without force, so a field the owner has
+	// changed since (another default StorageClass) keeps their value.
+	ownersWin bool
 }
 
 // plinthRBAC is what the API server's default roles do not give
@@ -36,20 +41,45 @@ type rbacObject struct {
 //     metrics) as pki.KubeletClientUser, with system:kubelet-api-admin's
 //     rights, no more (not system:masters);
 //   - the node IPAM (nodeipam.go) reads Nodes and sets their pod CIDRs as
-//     pki.NodeIPAMUser.
+//     pki.NodeIPAMUser;
+//   - every node's local volume provisioner (group pki.LocalVolumesGroup)
+//     reads claims and StorageClasses, creates and deletes
+//     PersistentVolumes (the local volume policy in admission.go holds
+//     each to its own node's) and reports on claims with Events;
+//
+// and the default StorageClass "local" of those provisioners, applied so
+// that the owner's changes to it (not the default any more) hold.
 var plinthRBAC = []rbacObject{
-	{"/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-services", `{
+	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-services", body: `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
   "metadata": {"name": "plinth:node-services"},
   "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]}`},
 	clusterRoleBinding("plinth:node-services", "plinth:node-services", "User", pki.ProxyUser),
 	clusterRoleBinding("plinth:apiserver-kubelet-client", "system:kubelet-api-admin", "User", pki.KubeletClientUser),
-	{"/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-ipam", `{
+	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-ipam", body: `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
   "metadata": {"name": "plinth:node-ipam"},
   "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]}`},
 	clusterRoleBinding("plinth:node-ipam", "plinth:node-ipam", "User", pki.NodeIPAMUser),
+	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:local-volumes", body: `{
+  "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+  "metadata": {"name": "plinth:local-volumes"},
+  "rules": [
+    {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]}`},
+	clusterRoleBinding("plinth:local-volumes", "plinth:local-volumes", "Group", pki.LocalVolumesGroup),
+	{path: "/apis/storage.k8s.io/v1/storageclasses/" + LocalStorageClass, ownersWin: true, body: `{
+  "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+  "metadata": {"name": "` + LocalStorageClass + `", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+  "provisioner": "` + layout.LocalVolumesProvisioner + `", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"}`},
 }
+
+// LocalStorageClass is the default StorageClass: a directory on the
+// data volume of the node the pod is scheduled to, limited to the
+// claim's size (the node's provisioner, kube local-volumes).
+const LocalStorageClass = "local"
 
 // OwnerBinding is the ClusterRoleBinding that makes the owner's current
 // certificates (group pki.OwnerGroup(epoch)) cluster administrators.
@@ -65,7 +95,7 @@ func ownerBinding(epoch uint64) rbacObject {
 
 // clusterRoleBinding binds role to one subject of kind (User or Group).
 func clusterRoleBinding(name, role, kind, subject string) rbacObject {
-	return rbacObject{"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + name, `{
+	return rbacObject{path: "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + name, body: `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
   "metadata": {"name": "` + name + `"},
   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "` + role + `"},
@@ -113,32 +143,44 @@ func applyRBAC(p *pki.PKI, nodeID, server string, policy *memory.Value[*clusterp
 // user pki.ControllerPrefix+nodeID, which the audit log tells apart from
 // the owner's (pki.OwnerPrefix).
 func applyObjects(ctx context.Context, p *pki.PKI, nodeID, server string, objects []rbacObject) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	ca, cert, err := p.Admin(ctx, &key.PublicKey, nodeID, rbacValidity)
+	client, err := adminClient(ctx, p, nodeID)
 	if err != nil {
 		return fmt.Errorf("certificate for applying Plinth's roles: %w", err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: pool, MinVersion: tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}},
-	}}}
 	defer client.CloseIdleConnections()
 	for _, o := range objects {
-		if err := serverSideApply(ctx, client, server+o.path, o.body); err != nil {
+		if err := serverSideApply(ctx, client, server+o.path, o.body, !o.ownersWin); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// serverSideApply PATCHes body to url as an apply patch.
-func serverSideApply(ctx context.Context, client *http.Client, url, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, url+"?fieldManager=plinth&force=true", strings.NewReader(body))
+// adminClient is an HTTP client of the API servers as the break-glass
+// user pki.ControllerPrefix+nodeID (system:masters), with a certificate
+// that lives rbacValidity in memory only.
+func adminClient(ctx context.Context, p *pki.PKI, nodeID string) (*http.Client, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	ca, cert, err := p.Admin(ctx, &key.PublicKey, nodeID, rbacValidity)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}},
+	}}}, nil
+}
+
+// serverSideApply PATCHes body to url as an apply patch; force takes
+// the fields from any other manager, and without it a conflict (another
+// manager changed a field of body) leaves theirs.
+func serverSideApply(ctx context.Context, client *http.Client, url, body string, force bool) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, url+"?fieldManager=plinth&force="+strconv.FormatBool(force), strings.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -149,6 +191,9 @@ func serverSideApply(ctx context.Context, client *http.Client, url, body string)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if !force && resp.StatusCode == http.StatusConflict {
+		return nil
+	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("applying %s: %s: %s", url, resp.Status, b)
 	}

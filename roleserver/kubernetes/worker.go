@@ -30,6 +30,8 @@ import (
 // server, for which the curator issues certificates.
 type WorkerKeys struct {
 	KubeletClient, KubeletServer, Proxy ed25519.PublicKey
+	// LocalVolumes is the local volume provisioner's.
+	LocalVolumes ed25519.PublicKey
 }
 
 // WorkerCertificates are what the curator issued for WorkerKeys.
@@ -42,6 +44,10 @@ type WorkerCertificates struct {
 	// PodCIDR is the node's pod CIDR (nil from a curator that does not
 	// allocate them: netd then waits for the Node's spec.podCIDR).
 	PodCIDR *net.IPNet
+	// LocalVolumes is the local volume provisioner's certificate, from
+	// CA (nil from a curator that issues none: the node then runs no
+	// provisioner).
+	LocalVolumes *x509.Certificate
 }
 
 // nodeIP is the address the kubelet registers its Node with (and the API
@@ -83,6 +89,9 @@ func netdArgs(kubeconfig, node, cniConfDir, ipamDir string, podCIDR *net.IPNet) 
 //	netd        CNI configuration for this node's pod CIDR, routes to the others'
 //	dns         CoreDNS on ClusterDNSIP (a dummy interface)
 //	registries  the policy's mirrors, CAs and credentials for pulls (registries.go)
+//	volumes     the local volume provisioner (kube local-volumes): the
+//	            node's PersistentVolumes, each a directory of
+//	            layout.LocalVolumesDir with its own project quota
 //
 // Nothing here ever deletes /data/containerd or the kubelet's state: a
 // worker that cannot reach a controller retries (its runnables back off)
@@ -167,7 +176,7 @@ func (w *Worker) prepareNode() error {
 	}
 	for _, d := range []*localstorage.Directory{&w.Root.Data.Containerd, &w.Root.Data.Kubernetes.Kubelet,
 		&w.Root.Data.Kubernetes.PodLogs, &w.Root.Ephemeral.Containerd.Directory, &w.Root.Ephemeral.Kubernetes.Worker,
-		&w.Root.Ephemeral.Kubernetes.CNI, &w.Root.Ephemeral.Kubernetes.VolumePlugins} {
+		&w.Root.Ephemeral.Kubernetes.CNI, &w.Root.Ephemeral.Kubernetes.VolumePlugins, &w.Root.Data.Kubernetes.LocalVolumes} {
 		if err := os.MkdirAll(d.Path(), 0o700); err != nil {
 			return err
 		}
@@ -204,11 +213,15 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 	afterAPI := func(r supervisor.Runnable) supervisor.Runnable { return after(2*time.Second, apiUp, r) }
 	afterContainerd := func(r supervisor.Runnable) supervisor.Runnable { return after(500*time.Millisecond, containerdUp, r) }
 	proxy := &apiProxy{servers: w.APIServers}
-	var registries []named
+	var optional []named
 	if w.Policy != nil {
-		registries = []named{{"registries", followRegistries(&w.Root.Ephemeral, w.Policy)}}
+		optional = append(optional, named{"registries", followRegistries(&w.Root.Ephemeral, w.Policy)})
 	}
-	return append(registries, []named{
+	if certs.LocalVolumes != nil {
+		optional = append(optional, named{"volumes", afterAPI(command("", []string{"local-volumes", "-kubeconfig", paths[fileVolumesKubeconfig],
+			"-node", w.NodeID, "-dir", w.Root.Data.Kubernetes.LocalVolumes.Path()}, nil))})
+	}
+	return append(optional, []named{
 		{"apiproxy", proxy.run},
 		{"containerd", func(ctx context.Context) error {
 			return supervisor.RunCommand(ctx, supervisor.Command{
@@ -312,13 +325,14 @@ const (
 	fileKubeletConfig     = "kubelet.json"
 	fileKubeletKubeconfig = "kubelet.kubeconfig"
 	fileProxyKubeconfig   = "proxy.kubeconfig"
+	fileVolumesKubeconfig = "local-volumes.kubeconfig"
 	fileProxyConfig       = "proxy.json"
 	fileCorefile          = "Corefile"
 )
 
 // workerKeys are the private halves of WorkerKeys.
 type workerKeys struct {
-	kubeletClient, kubeletServer, proxy ed25519.PrivateKey
+	kubeletClient, kubeletServer, proxy, localVolumes ed25519.PrivateKey
 }
 
 func newWorkerKeys() (*workerKeys, WorkerKeys, error) {
@@ -327,7 +341,7 @@ func newWorkerKeys() (*workerKeys, WorkerKeys, error) {
 	for _, p := range []struct {
 		priv *ed25519.PrivateKey
 		pub  *ed25519.PublicKey
-	}{{&k.kubeletClient, &pub.KubeletClient}, {&k.kubeletServer, &pub.KubeletServer}, {&k.proxy, &pub.Proxy}} {
+	}{{&k.kubeletClient, &pub.KubeletClient}, {&k.kubeletServer, &pub.KubeletServer}, {&k.proxy, &pub.Proxy}, {&k.localVolumes, &pub.LocalVolumes}} {
 		pk, sk, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {
 			return nil, pub, err
@@ -357,7 +371,7 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 	ca := pki.CertificatePEM(c.CA)
 	server := fmt.Sprintf("https://127.0.0.1:%d", layout.KubernetesAPIProxyPort)
 	dir := w.Root.Ephemeral.Kubernetes.Worker.Path()
-	return files{
+	f := files{
 		fileWorkerCA:          ca,
 		fileKubeletCert:       pki.CertificatePEM(c.KubeletServer),
 		fileKubeletKey:        kubeletServerKey,
@@ -367,7 +381,15 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 			certFile: filepath.Join(dir, fileKubeletCert), keyFile: filepath.Join(dir, fileKubeletKey), resolvConf: w.ResolvConf}),
 		fileProxyConfig: proxyConfig(filepath.Join(dir, fileProxyKubeconfig), w.NodeID),
 		fileCorefile:    corefile(filepath.Join(dir, fileProxyKubeconfig), w.ResolvConf),
-	}, nil
+	}
+	if c.LocalVolumes != nil {
+		volumesKey, err := keyPEM(k.localVolumes)
+		if err != nil {
+			return nil, err
+		}
+		f[fileVolumesKubeconfig] = kubeconfig(server, "", ca, pki.CertificatePEM(c.LocalVolumes), volumesKey)
+	}
+	return f, nil
 }
 
 // The worker's mounts on fixed paths of the system image.

@@ -82,6 +82,9 @@ type DataKubernetesDirectory struct {
 	// PodLogs is where the kubelet and containerd keep containers' logs
 	// (the system image's /var/log is read-only).
 	PodLogs Directory `dir:"pod-logs"`
+	// LocalVolumes holds the node's local PersistentVolumes, a
+	// directory each with its own project quota (layout.LocalVolumesDir).
+	LocalVolumes Directory `dir:"local-volumes"`
 }
 
 // DataNodeDirectory holds the node's own state.

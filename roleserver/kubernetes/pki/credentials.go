@@ -278,9 +278,25 @@ func (p *PKI) Proxy(ctx context.Context, pub crypto.PublicKey) (ca, cert *x509.C
 	return p.client(ctx, pub, ProxyUser, KubeletValidity)
 }
 
-// client certifies pub (see CheckPublicKey) as user, in no group, for
+// LocalVolumesGroup is the group of every node's local volume
+// provisioner, LocalVolumesPrefix+<node ID> its user: the RBAC Plinth
+// applies lets the group create and delete PersistentVolumes, and the
+// API server's local volume policy holds each user to its own node.
+const (
+	LocalVolumesGroup  = "plinth:local-volumes"
+	LocalVolumesPrefix = LocalVolumesGroup + ":"
+)
+
+// LocalVolumes certifies a worker's local volume provisioner's key (see
+// CheckPublicKey) as LocalVolumesPrefix+nodeID in LocalVolumesGroup, for
+// KubeletValidity.
+func (p *PKI) LocalVolumes(ctx context.Context, nodeID string, pub crypto.PublicKey) (ca, cert *x509.Certificate, err error) {
+	return p.client(ctx, pub, LocalVolumesPrefix+nodeID, KubeletValidity, LocalVolumesGroup)
+}
+
+// client certifies pub (see CheckPublicKey) as user, in groups, for
 // validity, with the Kubernetes CA (returned too).
-func (p *PKI) client(ctx context.Context, pub crypto.PublicKey, user string, validity time.Duration) (ca, cert *x509.Certificate, err error) {
+func (p *PKI) client(ctx context.Context, pub crypto.PublicKey, user string, validity time.Duration, groups ...string) (ca, cert *x509.Certificate, err error) {
 	if err := CheckPublicKey(pub); err != nil {
 		return nil, nil, err
 	}
@@ -288,7 +304,7 @@ func (p *PKI) client(ctx context.Context, pub crypto.PublicKey, user string, val
 	if err != nil {
 		return nil, nil, err
 	}
-	if cert, err = a.issue(pub, clientTemplate(user), validity); err != nil {
+	if cert, err = a.issue(pub, clientTemplate(user, groups...), validity); err != nil {
 		return nil, nil, err
 	}
 	return a.cert, cert, nil

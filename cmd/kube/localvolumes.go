@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"plinth.dev/plinth/roleserver/kubernetes/localvolumes"
+)
+
+// runLocalVolumes is `kube local-volumes`: the node's local volume
+// provisioner (package localvolumes).
+func runLocalVolumes(args []string) int {
+	fs := flag.NewFlagSet("local-volumes", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (the provisioner's own identity)")
+	node := fs.String("node", "", "this node's name")
+	dir := fs.String("dir", "", "where the volumes are made, on the data volume")
+	if err := fs.Parse(args); err != nil || *kubeconfig == "" || *node == "" || *dir == "" {
+		fmt.Fprintln(os.Stderr, "usage: kube local-volumes -kubeconfig FILE -node NAME -dir DIR")
+		return 2
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "local-volumes:", err)
+		return 1
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "local-volumes:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	p := &localvolumes.Provisioner{Client: cs, Node: *node, Dir: *dir, Quotas: localvolumes.KernelQuotas,
+		Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }}
+	if err := p.Run(ctx); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "local-volumes:", err)
+		return 1
+	}
+	return 0
+}
