@@ -20,6 +20,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
@@ -286,12 +287,54 @@ func TestHostPathsPolicy(t *testing.T) {
 	if ok, refused := evalHostPathsPolicy(t, policy, two); ok || !slices.Equal(refused, []string{"/ephemeral"}) {
 		t.Errorf("a pod with one protected host path of two: admitted %v, refused %v", ok, refused)
 	}
+
+	// The local volumes directory: a local PersistentVolume there only
+	// from a node's provisioner (localVolumesPolicy holds it to its
+	// own), or unchanged by an update; never a pod's or a hostPath's.
+	lv := layout.LocalVolumesDir + "/pvc-1"
+	local := func(p string) map[string]any {
+		return map[string]any{"kind": "PersistentVolume", "spec": map[string]any{"local": map[string]any{"path": p}}}
+	}
+	hostPathPV := map[string]any{"kind": "PersistentVolume", "spec": map[string]any{"hostPath": map[string]any{"path": lv}}}
+	provisioner := pki.LocalVolumesPrefix + "n1"
+	for _, c := range []struct {
+		what        string
+		object, old map[string]any
+		user        string
+		want        bool
+	}{
+		{"a provisioner's local volume", local(lv), nil, provisioner, true},
+		{"an owner's local volume", local(lv), nil, "plinth-owner:1", false},
+		{"an update keeping the path", local(lv), local(lv), "system:serviceaccount:kube-system:persistent-volume-binder", true},
+		{"an update changing the path", local(lv), local(lv + "x"), "plinth-owner:1", false},
+		{"a provisioner's local volume of the directory itself", local(layout.LocalVolumesDir), nil, provisioner, true},
+		{"a provisioner's local volume elsewhere in the node's state", local("/data/etcd"), nil, provisioner, false},
+		{"a provisioner's hostPath volume", hostPathPV, nil, provisioner, false},
+		{"a provisioner's pod", podOf(lv), nil, provisioner, false},
+	} {
+		if ok, refused := evalHostPathsPolicyAs(t, policy, c.object, c.old, c.user); ok != c.want {
+			t.Errorf("%s: admitted %v (refused %v), want %v", c.what, ok, refused, c.want)
+		}
+	}
 }
 
-// evalHostPathsPolicy evaluates the generated policy on object: whether
-// its validation passes, and the host paths it refused.
+// evalHostPathsPolicy evaluates the generated policy on object, created
+// by an owner: whether its validation passes, and the host paths it
+// refused.
 func evalHostPathsPolicy(t *testing.T, policy []byte, object map[string]any) (bool, []string) {
 	t.Helper()
+	return evalHostPathsPolicyAs(t, policy, object, nil, "plinth-owner:1")
+}
+
+// evalHostPathsPolicyAs is evalHostPathsPolicy for a request by user,
+// an update of old (nil: a creation).
+func evalHostPathsPolicyAs(t *testing.T, policy []byte, object, old map[string]any, user string) (bool, []string) {
+	t.Helper()
+	operation := "CREATE"
+	if old != nil {
+		operation = "UPDATE"
+	}
+	request := map[string]any{"operation": operation, "userInfo": map[string]any{"username": user}}
 	var list struct {
 		Items []struct {
 			Kind string
@@ -305,7 +348,8 @@ func evalHostPathsPolicy(t *testing.T, policy []byte, object map[string]any) (bo
 		t.Fatalf("the host path policy: %v\n%s", err, policy)
 	}
 	env, err := cel.NewEnv(ext.Strings(), cel.OptionalTypes(),
-		cel.Variable("object", cel.DynType), cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
+		cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType), cel.Variable("request", cel.DynType),
+		cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +364,11 @@ func evalHostPathsPolicy(t *testing.T, policy []byte, object map[string]any) (bo
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, _, err := prg.Eval(map[string]any{"object": object, "variables": vars})
+		var oldObject any
+		if old != nil {
+			oldObject = old
+		}
+		out, _, err := prg.Eval(map[string]any{"object": object, "oldObject": oldObject, "request": request, "variables": vars})
 		if err != nil {
 			t.Fatalf("evaluating %s: %v", expr, err)
 		}

@@ -367,7 +367,7 @@ func checkComponentUsers(t *testing.T, root *localstorage.Root) {
 	}
 }
 
-// apiRequest sends a JSON request to the API server of k, with its
+// apiRequest sends a JSON request (a PATCH: a JSON merge patch) to the API server of k, with its
 // client, and returns the answer's status, body and headers.
 func apiRequest(ctx context.Context, k *owner.KubeAPI, method, path, body string) (int, string, http.Header, error) {
 	req, err := http.NewRequestWithContext(ctx, method, k.Server+path, strings.NewReader(body))
@@ -375,6 +375,9 @@ func apiRequest(ctx context.Context, k *owner.KubeAPI, method, path, body string
 		return 0, "", nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if method == http.MethodPatch {
+		req.Header.Set("Content-Type", "application/merge-patch+json")
+	}
 	resp, err := k.HTTP.Do(req)
 	if err != nil {
 		return 0, "", nil, err

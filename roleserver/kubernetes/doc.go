@@ -13,13 +13,16 @@
 //	        │                                 policy), audit → log stream, Secrets encrypted
 //	  kube controller-manager uid 10002        pod CIDRs, the usual controllers
 //	  kube scheduler       uid 10003
-//	  rbac                 Plinth's roles and the owner's epoch binding (in the core)
+//	  rbac                 Plinth's roles, the owner's epoch binding, the default
+//	                       StorageClass (in the core)
+//	  volumes              decommissioned nodes' local volumes deleted (in the core)
 //
 //	worker (root.roleserver.kubernetes.worker)
 //	  apiproxy   127.0.0.1:6444 ──► every controller's :6443 (the cluster's list)
 //	  containerd ── images (kube import-images: the node image's archives, once, pinned)
 //	  kubelet    ── containerd; serving certificate from its own CA
 //	  proxy      (kube-proxy, nftables)   netd (CNI config, routes)   dns (169.254.53.53)
+//	  volumes    (kube local-volumes) claims' volumes on /data, each with its project quota
 //
 // Certificates. The controller's come from the Kubernetes PKI kept in
 // etcd under the curator's namespace (package pki: a CA, the front proxy
