@@ -60,6 +60,12 @@ func (s *Service) health(n *clusterpb.Node, stored int64, since time.Time, now t
 	}
 }
 
+// healthTick is how often a Watch checks the health of the nodes it
+// sent (health changes with heartbeats and time, not with records).
+func (s *Service) healthTick() time.Duration {
+	return min(HeartbeatInterval, s.cfg.HeartbeatTimeout/4)
+}
+
 // leaderSince is when the current leader was elected (zero if unknown).
 func (s *Service) leaderSince() time.Time {
 	if li := s.currentLeader(); li != nil {

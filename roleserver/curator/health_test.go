@@ -10,12 +10,47 @@ import (
 // TestHeartbeat: a node that heartbeats is HEALTHY (and its heartbeat
 // reaches etcd for the other members); one that stops is
 // HEARTBEAT_TIMEOUT no sooner than the timeout allows, as is one that
-// never sent any once the leader is old enough.
+// never sent any once the leader is old enough. A Watch of the node
+// says so as it happens, though its record does not change.
 func TestHeartbeat(t *testing.T) {
 	f := newSingle(t)
 	a, ctx := f.a, f.ctx
 	b, _ := f.committed("b")
 	bc := clusterpb.NewCuratorClient(withCreds(t, a.addr(), b.creds))
+	wctx, wcancel := ctxTimeoutCancel(t, time.Minute)
+	defer wcancel()
+	watch, err := bc.Watch(wctx, &clusterpb.WatchRequest{Kind: &clusterpb.WatchRequest_NodeInCluster_{NodeInCluster: &clusterpb.WatchRequest_NodeInCluster{NodeId: b.id}}})
+	mustOK(t, "Watch", err)
+	watched := make(chan clusterpb.NodeHealth, 100)
+	go func() {
+		for {
+			ev, err := watch.Recv()
+			if err != nil {
+				close(watched)
+				return
+			}
+			for _, n := range ev.Nodes {
+				watched <- n.Health
+			}
+		}
+	}()
+	watchSays := func(want clusterpb.NodeHealth) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case h, ok := <-watched:
+				if !ok {
+					t.Fatalf("the Watch ended before it said %v", want)
+				}
+				if h == want {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("the Watch did not say %v", want)
+			}
+		}
+	}
 	hctx, stop := ctxTimeoutCancel(t, time.Minute)
 	hb, err := bc.Heartbeat(hctx)
 	mustOK(t, "Heartbeat", err)
@@ -43,6 +78,7 @@ func TestHeartbeat(t *testing.T) {
 		}
 		return nil
 	})
+	watchSays(clusterpb.NodeHealth_NODE_HEALTH_HEALTHY)
 	// Written to etcd for the other members (rate-limited).
 	eventually(t, 10*time.Second, "heartbeat stored in etcd", func() error {
 		kv, _, err := a.cur.backend()
@@ -67,6 +103,7 @@ func TestHeartbeat(t *testing.T) {
 	if d := time.Since(stopped); d < testHeartbeatTimeout-testHeartbeatTimeout/3-100*time.Millisecond {
 		t.Errorf("HEARTBEAT_TIMEOUT only %v after the last heartbeat", d)
 	}
+	watchSays(clusterpb.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT)
 	// Node a never sent a heartbeat and the leader is old by now.
 	if n := f.getNode(a, a.id); n.Health != clusterpb.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT || n.LastHeartbeatUnixNanos != 0 {
 		t.Errorf("a: health %v, last heartbeat %d", n.Health, n.LastHeartbeatUnixNanos)

@@ -2,12 +2,15 @@ package curator
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/consensus/client"
@@ -43,11 +46,11 @@ func (c curatorServer) Watch(req *clusterpb.WatchRequest, srv clusterpb.Curator_
 	stop := context.AfterFunc(t.ctx, cancel)
 	defer stop()
 
-	rev, err := w.replay(ctx)
+	rev, sent, err := w.replay(ctx)
 	if err != nil {
 		return err
 	}
-	return w.follow(ctx, rev)
+	return w.follow(ctx, rev, sent)
 }
 
 // nodeWatch is one Watch stream: what it watches (key and opts; single is
@@ -94,32 +97,36 @@ func (w *nodeWatch) ended(err error) error {
 
 // replay sends the nodes as they are, in events of at most watchBatch
 // nodes, the last one marked PROGRESS_LAST_BACKLOGGED, and returns the
-// revision they were read at.
-func (w *nodeWatch) replay(ctx context.Context) (int64, error) {
+// revision they were read at and the nodes sent, by ID.
+func (w *nodeWatch) replay(ctx context.Context) (int64, map[string]*clusterpb.Node, error) {
 	resp, err := w.kv.Get(ctx, w.key, w.opts...)
 	if err != nil {
-		return 0, w.ended(etcdErr(watchMethod, err))
+		return 0, nil, w.ended(etcdErr(watchMethod, err))
 	}
 	ev, err := w.backlog(resp.Kvs)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := w.c.withHealth(ctx, w.kv, ev.Nodes); err != nil {
-		return 0, w.ended(err)
+		return 0, nil, w.ended(err)
+	}
+	sent := map[string]*clusterpb.Node{}
+	for _, n := range ev.Nodes {
+		sent[n.Id] = n
 	}
 	all := ev.Nodes
 	for len(all) > watchBatch {
 		if err := w.srv.Send(&clusterpb.WatchEvent{Nodes: all[:watchBatch]}); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		all = all[watchBatch:]
 	}
 	ev.Nodes = all
 	ev.Progress = clusterpb.WatchEvent_PROGRESS_LAST_BACKLOGGED
 	if err := w.srv.Send(ev); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return resp.Header.Revision, nil
+	return resp.Header.Revision, sent, nil
 }
 
 // backlog is the event of the records there are. Decommissioned nodes
@@ -148,24 +155,66 @@ func (w *nodeWatch) backlog(kvs []*mvccpb.KeyValue) (*clusterpb.WatchEvent, erro
 
 // follow sends every change after revision rev, one event per etcd
 // watch response that changed something, until the stream or the
-// leadership ends.
-func (w *nodeWatch) follow(ctx context.Context, rev int64) error {
-	for wr := range w.kv.Watch(ctx, w.key, append(w.opts, clientv3.WithRev(rev+1))...) {
-		if err := wr.Err(); err != nil {
-			return w.ended(status.Errorf(codes.Unavailable, "%s: etcd watch: %v", watchMethod, err))
+// leadership ends. A node's health is not in its record (it follows from
+// its heartbeats and the time): every healthTick the nodes sent (by ID)
+// are checked again, and a node whose health changed is sent again.
+func (w *nodeWatch) follow(ctx context.Context, rev int64, sent map[string]*clusterpb.Node) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	records := w.kv.Watch(ctx, w.key, append(w.opts, clientv3.WithRev(rev+1))...)
+	tick := time.NewTicker(w.c.healthTick())
+	defer tick.Stop()
+	for {
+		var ev *clusterpb.WatchEvent
+		var err error
+		select {
+		case wr, ok := <-records:
+			if !ok {
+				return w.ended(errUnavailable("%s: etcd watch closed", watchMethod))
+			}
+			if err := wr.Err(); err != nil {
+				return w.ended(status.Errorf(codes.Unavailable, "%s: etcd watch: %v", watchMethod, err))
+			}
+			ev, err = w.changes(ctx, wr.Events)
+		case <-tick.C:
+			ev, err = w.healthChanges(ctx, sent)
 		}
-		ev, err := w.changes(ctx, wr.Events)
 		if err != nil {
 			return err
 		}
 		if len(ev.Nodes)+len(ev.Tombstones) == 0 {
 			continue
 		}
+		for _, n := range ev.Nodes {
+			sent[n.Id] = n
+		}
+		for _, t := range ev.Tombstones {
+			delete(sent, t.NodeId)
+		}
 		if err := w.srv.Send(ev); err != nil {
 			return err
 		}
 	}
-	return w.ended(errUnavailable("%s: etcd watch closed", watchMethod))
+}
+
+// healthChanges is the event of the nodes in sent whose health is not
+// what was sent.
+func (w *nodeWatch) healthChanges(ctx context.Context, sent map[string]*clusterpb.Node) (*clusterpb.WatchEvent, error) {
+	nodes := make([]*clusterpb.Node, 0, len(sent))
+	for _, n := range sent {
+		nodes = append(nodes, proto.Clone(n).(*clusterpb.Node))
+	}
+	if err := w.c.withHealth(ctx, w.kv, nodes); err != nil {
+		return nil, w.ended(err)
+	}
+	ev := &clusterpb.WatchEvent{}
+	for _, n := range nodes {
+		if n.Health != sent[n.Id].Health {
+			ev.Nodes = append(ev.Nodes, n)
+		}
+	}
+	slices.SortFunc(ev.Nodes, func(a, b *clusterpb.Node) int { return strings.Compare(a.Id, b.Id) })
+	return ev, nil
 }
 
 // changes is the event of one etcd watch response: deleted and

@@ -30,8 +30,9 @@ func TestWatchAndDecommission(t *testing.T) {
 	mustOK(t, "Watch self", err)
 
 	seen := map[string]clusterpb.NodeState{}
+	seenAll, seenSelf := map[string]*clusterpb.Node{}, map[string]*clusterpb.Node{}
 	for {
-		ev, err := all.Recv()
+		ev, err := recvRecords(all, seenAll)
 		mustOK(t, "Watch all replay", err)
 		for _, n := range ev.Nodes {
 			seen[n.Id] = n.State
@@ -43,7 +44,7 @@ func TestWatchAndDecommission(t *testing.T) {
 	if len(seen) != 2 || seen[a.id] != clusterpb.NodeState_NODE_STATE_UP || seen[b.id] != clusterpb.NodeState_NODE_STATE_UP {
 		t.Fatalf("replay: %v", seen)
 	}
-	ev, err := self.Recv()
+	ev, err := recvRecords(self, seenSelf)
 	mustOK(t, "Watch self replay", err)
 	if len(ev.Nodes) != 1 || ev.Nodes[0].Id != b.id || ev.Nodes[0].Roles.GetKubernetesWorker() == nil || ev.Progress != clusterpb.WatchEvent_PROGRESS_LAST_BACKLOGGED {
 		t.Fatalf("self replay: %v", ev)
@@ -54,7 +55,7 @@ func TestWatchAndDecommission(t *testing.T) {
 	conn, _ := ephemeral(t, a.addr(), f.ca, d.key)
 	mustOK(t, "RegisterNode d", second(clusterpb.NewCuratorClient(conn).RegisterNode(ctx, &clusterpb.RegisterNodeRequest{
 		RegisterTicket: f.ticket(a), TpmUsage: clusterpb.NodeTPMUsage_NODE_TPM_USAGE_USED})))
-	ev, err = all.Recv()
+	ev, err = recvRecords(all, seenAll)
 	mustOK(t, "Watch all live", err)
 	if len(ev.Nodes) != 1 || ev.Nodes[0].Id != d.id || ev.Nodes[0].State != clusterpb.NodeState_NODE_STATE_NEW {
 		t.Fatalf("live event: %v", ev)
@@ -65,7 +66,8 @@ func TestWatchAndDecommission(t *testing.T) {
 	mustOK(t, "DecommissionNode", second(mg.DecommissionNode(ctx, &clusterpb.DecommissionNodeRequest{Id: b.id})))
 	mustOK(t, "DecommissionNode twice", second(mg.DecommissionNode(ctx, &clusterpb.DecommissionNodeRequest{Id: b.id})))
 	for name, s := range map[string]clusterpb.Curator_WatchClient{"all": all, "self": self} {
-		ev, err := s.Recv()
+		seen := map[string]map[string]*clusterpb.Node{"all": seenAll, "self": seenSelf}[name]
+		ev, err := recvRecords(s, seen)
 		mustOK(t, "Watch "+name+" after decommission", err)
 		if len(ev.Tombstones) != 1 || ev.Tombstones[0].NodeId != b.id || len(ev.Nodes) != 0 {
 			t.Errorf("Watch %s after decommission: %v", name, ev)
@@ -133,4 +135,29 @@ func TestWatchAndDecommission(t *testing.T) {
 	s, _ = mg.GetNodes(ctx, &clusterpb.GetNodesRequest{Filter: "node.frobnicate(42)"})
 	_, err = s.Recv()
 	wantCode(t, "GetNodes with a bad filter", err, codes.InvalidArgument)
+}
+
+// recvRecords is s.Recv without the events that only say that nodes'
+// health changed (Watch checks it every healthTick: it comes with
+// heartbeats and time, not with records), seen being the records the
+// stream sent so far, by ID, without their health.
+func recvRecords(s clusterpb.Curator_WatchClient, seen map[string]*clusterpb.Node) (*clusterpb.WatchEvent, error) {
+	for {
+		ev, err := s.Recv()
+		if err != nil {
+			return ev, err
+		}
+		healthOnly := len(ev.Tombstones) == 0 && len(ev.Nodes) > 0 && ev.Progress == clusterpb.WatchEvent_PROGRESS_UNSPECIFIED
+		for _, n := range ev.Nodes {
+			r := proto.Clone(n).(*clusterpb.Node)
+			r.Health, r.LastHeartbeatUnixNanos = clusterpb.NodeHealth_NODE_HEALTH_UNSPECIFIED, 0
+			if p := seen[n.Id]; p == nil || !proto.Equal(p, r) {
+				healthOnly = false
+			}
+			seen[n.Id] = r
+		}
+		if !healthOnly {
+			return ev, nil
+		}
+	}
 }
