@@ -212,11 +212,11 @@ unit: deps tools $(BIN)/kubectl
 CGO_TEST_PKGS := platform/tpm platform/measure platform/eventlog
 
 # Concurrent packages run under the race detector (consensus runs only here).
-RACE_PKGS = $$(go list ./roleserver/... | grep -v -e '/localvolumes$$') ./platform/supervisor/... ./platform/event/... ./platform/logtree/...
+RACE_PKGS = $$(go list ./roleserver/... | grep -v -e '/localvolumes$$' -e '/netpol$$') ./platform/supervisor/... ./platform/event/... ./platform/logtree/...
 # Packages of the kube binary alone (client-go): tested as the kube binary
 # is built (cgo, its tags), so their dependencies are the build's cache
 # entries; under -race, client-go and the API types would compile again.
-KUBE_TEST_PKGS := ./roleserver/kubernetes/localvolumes
+KUBE_TEST_PKGS := ./roleserver/kubernetes/localvolumes ./roleserver/kubernetes/netpol
 race: $(BIN)/kube
 	go test -count=1 -race $(RACE_PKGS)
 	go test -trimpath -count=1 -tags $(KUBE_TAGS) $(KUBE_TEST_PKGS)

@@ -302,7 +302,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// side while the checks go one after another.
 	k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
 	for _, m := range append([]string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
-		nodePortService, selfTestJob, mover}, append(pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID())...)...) {
+		nodePortService, selfTestJob, mover}, append(append(pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID())...), netpolWorkloads(second.ID())...)...) {
 		k.apply(t, ctx, m)
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
@@ -372,6 +372,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	t.Logf("self-test job complete; its pods' logs (%v):\n%s", err, logs)
 	checkPulls(t, ctx, k, reg)
 	checkVolumes(t, ctx, c, ctl, k, second)
+	checkNetworkPolicy(t, ctx, k)
 
 	// NodePort from the host, through the harness's forward to the first
 	// node (the pod is on the second: kube-proxy forwards it there).

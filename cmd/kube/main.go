@@ -12,6 +12,7 @@
 //	kube import-images …           the builder's OCI images into containerd
 //	kube credential-provider -file F  the kubelet's image credential provider
 //	kube local-volumes …           the node's local volume provisioner
+//	kube network-policies …        NetworkPolicy for the node's pods (nftables)
 //
 // Why one binary: the components share most of their code (client-go,
 // apimachinery, the API types), so one executable is a fraction of the
@@ -56,6 +57,7 @@ var tools = map[string]func(args []string) int{
 	// requests (also run as kube-credential-provider).
 	"credential-provider": runCredentialProvider,
 	"local-volumes":       runLocalVolumes,
+	"network-policies":    runNetworkPolicies,
 }
 
 func main() {

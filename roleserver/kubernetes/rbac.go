@@ -35,8 +35,10 @@ type rbacObject struct {
 // plinthRBAC is what the API server's default roles do not give
 // Plinth's own components:
 //   - the DNS server (CoreDNS's kubernetes plugin) watches Namespaces
-//     besides Services and EndpointSlices; it runs as pki.ProxyUser, whose
-//     default role (system:node-proxier) does not cover them;
+//     besides Services and EndpointSlices, and the network policy
+//     enforcer (package netpol) Pods, Namespaces and NetworkPolicies; both
+//     run as pki.ProxyUser, whose default role (system:node-proxier) does
+//     not cover them;
 //   - the API server reaches the kubelets (logs, exec, port-forward,
 //     metrics) as pki.KubeletClientUser, with system:kubelet-api-admin's
 //     rights, no more (not system:masters);
@@ -53,7 +55,9 @@ var plinthRBAC = []rbacObject{
 	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-services", body: `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
   "metadata": {"name": "plinth:node-services"},
-  "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]}`},
+  "rules": [
+    {"apiGroups": [""], "resources": ["namespaces", "pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list", "watch"]}]}`},
 	clusterRoleBinding("plinth:node-services", "plinth:node-services", "User", pki.ProxyUser),
 	clusterRoleBinding("plinth:apiserver-kubelet-client", "system:kubelet-api-admin", "User", pki.KubeletClientUser),
 	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-ipam", body: `{

@@ -89,6 +89,7 @@ func netdArgs(kubeconfig, node, cniConfDir, ipamDir string, podCIDR *net.IPNet) 
 //	netd        CNI configuration for this node's pod CIDR, routes to the others'
 //	dns         CoreDNS on ClusterDNSIP (a dummy interface)
 //	registries  the policy's mirrors, CAs and credentials for pulls (registries.go)
+//	netpol      NetworkPolicy for this node's pods (kube network-policies: nftables)
 //	volumes     the local volume provisioner (kube local-volumes): the
 //	            node's PersistentVolumes, each a directory of
 //	            layout.LocalVolumesDir with its own project quota
@@ -244,6 +245,7 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 		{"netd", afterAPI(command("", netdArgs(paths[fileProxyKubeconfig], w.NodeID, w.Root.Ephemeral.Kubernetes.CNI.Path(),
 			filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam"), certs.PodCIDR), nil))},
 		{"dns", afterAPI(command("", []string{"dns", "-conf", paths[fileCorefile]}, nil))},
+		{"netpol", afterAPI(command("", []string{"network-policies", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID}, nil))},
 	}...)
 }
 
