@@ -23,6 +23,7 @@
 //	  kubelet    ── containerd; serving certificate from its own CA
 //	  proxy      (kube-proxy, nftables)   netd (CNI config, routes)   dns (169.254.53.53)
 //	  volumes    (kube local-volumes) claims' volumes on /data, each with its project quota
+//	  netpol     (kube network-policies) NetworkPolicy for the node's pods, one nftables table
 //
 // Certificates. The controller's come from the Kubernetes PKI kept in
 // etcd under the curator's namespace (package pki: a CA, the front proxy

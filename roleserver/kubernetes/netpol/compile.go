@@ -182,22 +182,17 @@ func (r *Ruleset) rule(p *networkingv1.NetworkPolicy, dir string, i int, addr st
 				}
 			}
 		case port.Port.StrVal != "":
-			// A named port of the peer pods: each peer's own number.
+			// A named port of the peer pods (with no peers: of any
+			// pod), each peer's own number.
+			of := peerPods
+			if len(peers) == 0 {
+				of = pods
+			}
 			var pairs []string
-			for _, pp := range peerPods {
+			for _, pp := range of {
 				for _, np := range pp.Ports {
 					if np.Name == port.Port.StrVal && strings.EqualFold(string(np.Protocol), proto) && pp.IP.Is4() {
 						pairs = append(pairs, pp.IP.String()+" . "+proto+" . "+strconv.Itoa(int(np.Port)))
-					}
-				}
-			}
-			if len(peers) == 0 {
-				// All destinations: a named port of any pod.
-				for _, pp := range pods {
-					for _, np := range pp.Ports {
-						if np.Name == port.Port.StrVal && strings.EqualFold(string(np.Protocol), proto) && pp.IP.Is4() {
-							pairs = append(pairs, pp.IP.String()+" . "+proto+" . "+strconv.Itoa(int(np.Port)))
-						}
 					}
 				}
 			}
