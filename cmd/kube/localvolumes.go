@@ -8,9 +8,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"plinth.dev/plinth/roleserver/kubernetes/localvolumes"
 )
 
@@ -25,12 +22,7 @@ func runLocalVolumes(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: kube local-volumes -kubeconfig FILE -node NAME -dir DIR")
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "local-volumes:", err)
-		return 1
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := clientset(*kubeconfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "local-volumes:", err)
 		return 1

@@ -31,6 +31,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
@@ -85,4 +87,15 @@ func main() {
 	cmd := newCmd()
 	cmd.SetArgs(args)
 	os.Exit(cli.Run(cmd))
+}
+
+// clientset is a client of the API server a kubeconfig file names, with
+// its credentials: the node programs' (netd, local-volumes,
+// network-policies).
+func clientset(kubeconfig string) (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }

@@ -17,9 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // runNetd is `kube netd`: the node's part of the pod network.
@@ -58,12 +56,7 @@ func runNetd(args []string) int {
 			return 1
 		}
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "netd:", err)
-		return 1
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := clientset(*kubeconfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "netd:", err)
 		return 1

@@ -8,8 +8,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/knftables"
 
 	"plinth.dev/plinth/roleserver/kubernetes/netpol"
@@ -29,11 +27,7 @@ func runNetworkPolicies(args []string) int {
 		fmt.Fprintln(os.Stderr, "network-policies:", err)
 		return 1
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		return fail(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := clientset(*kubeconfig)
 	if err != nil {
 		return fail(err)
 	}

@@ -157,42 +157,30 @@ func hostPathsPolicy(protected []string, volumes string, allowed []string) []byt
 		`(oldObject != null && has(oldObject.spec.local) && oldObject.spec.local.path == p)))`
 	refused := `variables.protected.exists(q, ` + norm + `.startsWith(q) || q.startsWith(` + norm + `)) && ` +
 		`!(` + norm + `.startsWith(variables.volumes) && variables.allowed.exists(a, ` + norm + `.startsWith(a))) && !` + localVolume
-	policy := map[string]any{
-		"apiVersion": "admissionregistration.k8s.io/v1",
-		"kind":       "ValidatingAdmissionPolicy",
-		"metadata":   map[string]any{"name": hostPathsPolicyName},
-		"spec": map[string]any{
-			"failurePolicy": "Fail",
-			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
-				"apiGroups": []string{""}, "apiVersions": []string{"v1"}, "operations": []string{"CREATE", "UPDATE"},
-				"resources": []string{"pods", "pods/ephemeralcontainers", "persistentvolumes"},
-			}}},
-			"variables": []any{
-				map[string]string{"name": "protected", "expression": dirs(protected)},
-				map[string]string{"name": "volumes", "expression": dir(volumes)},
-				map[string]string{"name": "allowed", "expression": dirs(allowed)},
-				map[string]string{"name": "paths", "expression": `object.kind == 'Pod' ? ` +
-					`object.spec.?volumes.orValue([]).filter(v, has(v.hostPath)).map(v, v.hostPath.path) : ` +
-					`(has(object.spec.hostPath) ? [object.spec.hostPath.path] : []) + (has(object.spec.local) ? [object.spec.local.path] : [])`},
-				map[string]string{"name": "refused", "expression": `variables.paths.filter(p, ` + refused + `)`},
-			},
-			"validations": []any{map[string]any{
-				"expression": "size(variables.refused) == 0",
-				"message":    "a host path is refused by Plinth's host path policy: it is, holds or lies under node state or secrets",
-				"messageExpression": `'host path ' + variables.refused.join(', ') + ' refused by Plinth\'s host path policy (` + hostPathsPolicyName +
-					`): it is, holds or lies under node state or secrets (` + strings.Join(protected, " ") + `); the cluster owner can allow a path below ` +
-					strings.TrimSuffix(volumes, "/") + ` in the cluster policy'`,
-				"reason": "Forbidden",
-			}},
+	return staticPolicy(hostPathsPolicyName, map[string]any{
+		"failurePolicy": "Fail",
+		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+			"apiGroups": []string{""}, "apiVersions": []string{"v1"}, "operations": []string{"CREATE", "UPDATE"},
+			"resources": []string{"pods", "pods/ephemeralcontainers", "persistentvolumes"},
+		}}},
+		"variables": []any{
+			map[string]string{"name": "protected", "expression": dirs(protected)},
+			map[string]string{"name": "volumes", "expression": dir(volumes)},
+			map[string]string{"name": "allowed", "expression": dirs(allowed)},
+			map[string]string{"name": "paths", "expression": `object.kind == 'Pod' ? ` +
+				`object.spec.?volumes.orValue([]).filter(v, has(v.hostPath)).map(v, v.hostPath.path) : ` +
+				`(has(object.spec.hostPath) ? [object.spec.hostPath.path] : []) + (has(object.spec.local) ? [object.spec.local.path] : [])`},
+			map[string]string{"name": "refused", "expression": `variables.paths.filter(p, ` + refused + `)`},
 		},
-	}
-	binding := map[string]any{
-		"apiVersion": "admissionregistration.k8s.io/v1",
-		"kind":       "ValidatingAdmissionPolicyBinding",
-		"metadata":   map[string]any{"name": hostPathsPolicyName},
-		"spec":       map[string]any{"policyName": hostPathsPolicyName, "validationActions": []string{"Deny"}},
-	}
-	return mustJSON(map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{policy, binding}})
+		"validations": []any{map[string]any{
+			"expression": "size(variables.refused) == 0",
+			"message":    "a host path is refused by Plinth's host path policy: it is, holds or lies under node state or secrets",
+			"messageExpression": `'host path ' + variables.refused.join(', ') + ' refused by Plinth\'s host path policy (` + hostPathsPolicyName +
+				`): it is, holds or lies under node state or secrets (` + strings.Join(protected, " ") + `); the cluster owner can allow a path below ` +
+				strings.TrimSuffix(volumes, "/") + ` in the cluster policy'`,
+			"reason": "Forbidden",
+		}},
+	})
 }
 
 // localVolumesPolicy is the ValidatingAdmissionPolicy (and its binding)
@@ -206,47 +194,53 @@ func hostPathsPolicy(protected []string, volumes string, allowed []string) []byt
 // no path outside that directory.
 func localVolumesPolicy() []byte {
 	pv := `(request.operation == 'DELETE' ? oldObject : object)`
+	return staticPolicy(localVolumesPolicyName, map[string]any{
+		"failurePolicy": "Fail",
+		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+			"apiGroups": []string{""}, "apiVersions": []string{"v1"}, "operations": []string{"CREATE", "UPDATE", "DELETE"},
+			"resources": []string{"persistentvolumes"},
+		}}},
+		"matchConditions": []any{map[string]string{"name": "provisioner",
+			"expression": `request.userInfo.username.startsWith('` + pki.LocalVolumesPrefix + `')`}},
+		"variables": []any{
+			map[string]string{"name": "pv", "expression": pv},
+			map[string]string{"name": "node", "expression": `request.userInfo.username.substring(` + fmt.Sprint(len(pki.LocalVolumesPrefix)) + `)`},
+			map[string]string{"name": "terms", "expression": `variables.pv.spec.?nodeAffinity.?required.?nodeSelectorTerms.orValue([])`},
+		},
+		"validations": []any{
+			map[string]any{
+				"expression": `has(variables.pv.spec.local) && !has(variables.pv.spec.hostPath) && ` +
+					`variables.pv.spec.local.path == '` + layout.LocalVolumesDir + `/' + variables.pv.metadata.name && ` +
+					`variables.pv.metadata.?annotations[?'pv.kubernetes.io/provisioned-by'].orValue('') == '` + layout.LocalVolumesProvisioner + `'`,
+				"messageExpression": `'a node\'s local volume provisioner may only make local volumes at ` + layout.LocalVolumesDir +
+					`/<the volume\'s name>, provisioned by ` + layout.LocalVolumesProvisioner + ` (` + localVolumesPolicyName + `)'`,
+				"reason": "Forbidden",
+			},
+			map[string]any{
+				"expression": `size(variables.terms) == 1 && size(variables.terms[0].?matchExpressions.orValue([])) == 1 && ` +
+					`!has(variables.terms[0].matchFields) && variables.terms[0].matchExpressions[0].key == 'kubernetes.io/hostname' && ` +
+					`variables.terms[0].matchExpressions[0].operator == 'In' && variables.terms[0].matchExpressions[0].?values.orValue([]) == [variables.node]`,
+				"messageExpression": `'the local volume provisioner of node ' + variables.node + ' may only make and delete volumes bound to node ' + variables.node + ' (` + localVolumesPolicyName + `)'`,
+				"reason":            "Forbidden",
+			},
+		},
+	})
+}
+
+// staticPolicy is a static manifest: the ValidatingAdmissionPolicy name
+// of spec and its binding, which denies what it refuses.
+func staticPolicy(name string, spec map[string]any) []byte {
 	policy := map[string]any{
 		"apiVersion": "admissionregistration.k8s.io/v1",
 		"kind":       "ValidatingAdmissionPolicy",
-		"metadata":   map[string]any{"name": localVolumesPolicyName},
-		"spec": map[string]any{
-			"failurePolicy": "Fail",
-			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
-				"apiGroups": []string{""}, "apiVersions": []string{"v1"}, "operations": []string{"CREATE", "UPDATE", "DELETE"},
-				"resources": []string{"persistentvolumes"},
-			}}},
-			"matchConditions": []any{map[string]string{"name": "provisioner",
-				"expression": `request.userInfo.username.startsWith('` + pki.LocalVolumesPrefix + `')`}},
-			"variables": []any{
-				map[string]string{"name": "pv", "expression": pv},
-				map[string]string{"name": "node", "expression": `request.userInfo.username.substring(` + fmt.Sprint(len(pki.LocalVolumesPrefix)) + `)`},
-				map[string]string{"name": "terms", "expression": `variables.pv.spec.?nodeAffinity.?required.?nodeSelectorTerms.orValue([])`},
-			},
-			"validations": []any{
-				map[string]any{
-					"expression": `has(variables.pv.spec.local) && !has(variables.pv.spec.hostPath) && ` +
-						`variables.pv.spec.local.path == '` + layout.LocalVolumesDir + `/' + variables.pv.metadata.name && ` +
-						`variables.pv.metadata.?annotations[?'pv.kubernetes.io/provisioned-by'].orValue('') == '` + layout.LocalVolumesProvisioner + `'`,
-					"messageExpression": `'a node\'s local volume provisioner may only make local volumes at ` + layout.LocalVolumesDir +
-						`/<the volume\'s name>, provisioned by ` + layout.LocalVolumesProvisioner + ` (` + localVolumesPolicyName + `)'`,
-					"reason": "Forbidden",
-				},
-				map[string]any{
-					"expression": `size(variables.terms) == 1 && size(variables.terms[0].?matchExpressions.orValue([])) == 1 && ` +
-						`!has(variables.terms[0].matchFields) && variables.terms[0].matchExpressions[0].key == 'kubernetes.io/hostname' && ` +
-						`variables.terms[0].matchExpressions[0].operator == 'In' && variables.terms[0].matchExpressions[0].?values.orValue([]) == [variables.node]`,
-					"messageExpression": `'the local volume provisioner of node ' + variables.node + ' may only make and delete volumes bound to node ' + variables.node + ' (` + localVolumesPolicyName + `)'`,
-					"reason":            "Forbidden",
-				},
-			},
-		},
+		"metadata":   map[string]any{"name": name},
+		"spec":       spec,
 	}
 	binding := map[string]any{
 		"apiVersion": "admissionregistration.k8s.io/v1",
 		"kind":       "ValidatingAdmissionPolicyBinding",
-		"metadata":   map[string]any{"name": localVolumesPolicyName},
-		"spec":       map[string]any{"policyName": localVolumesPolicyName, "validationActions": []string{"Deny"}},
+		"metadata":   map[string]any{"name": name},
+		"spec":       map[string]any{"policyName": name, "validationActions": []string{"Deny"}},
 	}
 	return mustJSON(map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{policy, binding}})
 }
