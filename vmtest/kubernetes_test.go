@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -245,7 +246,9 @@ spec:
 // node's DNS and calls it through the Service VIP with its service
 // account token, and a NodePort Service answers from the host through the
 // harness's forwarded port. Pods pull from the harness's registry
-// (pull_test.go). Then the worker-only node loses its KubernetesWorker
+// (pull_test.go), keep data in local volumes (volumes_test.go), are
+// isolated by NetworkPolicy (netpol_test.go), and kubectl top and an
+// autoscaler read their metrics (metrics_test.go). Then the worker-only node loses its KubernetesWorker
 // role (it reports its Node NotReady at once, its pod stops), gets it
 // back (Ready, the pod runs again), and has its power cut (Ready again,
 // its pod runs again and is reachable; the next image, staged meanwhile,
@@ -302,7 +305,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// side while the checks go one after another.
 	k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
 	for _, m := range append([]string{deploymentOn(first.ID()), podOn("a", first.ID()), podOn("b", second.ID()),
-		nodePortService, selfTestJob, mover}, append(append(pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID())...), netpolWorkloads(second.ID())...)...) {
+		nodePortService, selfTestJob, mover}, slices.Concat(pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID()), netpolWorkloads(second.ID()), metricsWorkloads(second.ID()))...) {
 		k.apply(t, ctx, m)
 	}
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
@@ -330,6 +333,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		t.Errorf("the pod's process does not run under seccomp (want Seccomp: 2 in /proc/1/status):\n%s", out)
 	}
 	attackNode(t, ctx, k)
+	checkMetrics(t, ctx, k, first.ID(), second.ID())
 	auditAndRevoke(t, ctx, c, ctl, k, first, web)
 	k.run(t, ctx, "delete", "pod", web, "--wait=false")
 	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {

@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,8 @@ spec:
 }
 
 // The policies of the check: every ingress of namespace guarded denied,
-// then pod a of namespace default let in on 8080 alone.
+// then pod a of namespace default let in on 8080 alone, then every
+// egress denied.
 const (
 	denyGuarded = `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -57,12 +59,23 @@ spec:
       podSelector: {matchLabels: {app: a}}
     ports: [{protocol: TCP, port: 8080}]
 `
+	denyGuardedEgress = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-egress, namespace: guarded}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+`
 )
 
 // checkNetworkPolicy: from pod a on the controller, the guarded pod on
-// the worker answers on both ports and through its Service's VIP; a
-// default deny stops all three; an allow rule for a on 8080 opens that
-// port alone (8081, and the VIP to it, stay closed).
+// the worker answers on both ports and through its Service's VIP, as it
+// does on 8080 to pod b on its own node; and the guarded pod reaches pod
+// a. A default deny of ingress stops the four connections to it (not
+// its own to a); an allow rule for a on 8080 opens that port to a alone
+// (8081, the VIP to it, and b on the same node stay closed); a default
+// deny of egress then stops the guarded pod's connection to a, while a's
+// allowed one to it stays open.
 func checkNetworkPolicy(t *testing.T, ctx context.Context, k kubectl) {
 	t.Helper()
 	if out, err := k.wait(ctx, 10*time.Minute, "Ready", "-n", "guarded", "pod/guarded"); err != nil {
@@ -70,17 +83,31 @@ func checkNetworkPolicy(t *testing.T, ctx context.Context, k kubectl) {
 	}
 	ip := strings.TrimSpace(k.run(t, ctx, "get", "-n", "guarded", "pod", "guarded", "-o", "jsonpath={.status.podIP}"))
 	vip := strings.TrimSpace(k.run(t, ctx, "get", "-n", "guarded", "service", "guarded", "-o", "jsonpath={.spec.clusterIP}"))
-	urls := map[string]string{"8080": "http://" + ip + ":8080/", "8081": "http://" + ip + ":8081/", "the VIP": "http://" + vip + ":80/"}
-	reaches := func(url string) bool {
-		out, err := k.try(ctx, "exec", "a", "--", "/testpod", "get", "-timeout", "4s", url)
-		return err == nil && strings.Contains(out, "hello from guarded")
+	ipA := strings.TrimSpace(k.run(t, ctx, "get", "pod", "a", "-o", "jsonpath={.status.podIP}"))
+	// A connection: kubectl exec's arguments for the client, the URL,
+	// and what the server answers.
+	type conn struct {
+		from      []string
+		url, want string
 	}
-	expect := func(when string, want map[string]bool) {
+	fromA, fromB, fromGuarded := []string{"a"}, []string{"b"}, []string{"-n", "guarded", "guarded", "-c", "a"}
+	conns := map[string]conn{
+		"a to 8080":             {fromA, "http://" + ip + ":8080/", "hello from guarded"},
+		"a to 8081":             {fromA, "http://" + ip + ":8081/", "hello from guarded"},
+		"a to the VIP":          {fromA, "http://" + vip + ":80/", "hello from guarded"},
+		"b (same node) to 8080": {fromB, "http://" + ip + ":8080/", "hello from guarded"},
+		"guarded to a":          {fromGuarded, "http://" + ipA + ":8080/", "hello from a"},
+	}
+	reaches := func(c conn) bool {
+		out, err := k.try(ctx, append(append(append([]string{"exec"}, c.from...), "--", "/testpod", "get", "-timeout", "4s"), c.url)...)
+		return err == nil && strings.Contains(out, c.want)
+	}
+	expect := func(when string, closed ...string) {
 		t.Helper()
 		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(2 * time.Second) {
 			var wrong []string
-			for name, open := range want {
-				if reaches(urls[name]) != open {
+			for name, c := range conns {
+				if reaches(c) != !slices.Contains(closed, name) {
 					wrong = append(wrong, name)
 				}
 			}
@@ -88,15 +115,17 @@ func checkNetworkPolicy(t *testing.T, ctx context.Context, k kubectl) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: pod a's connections to %v are not as %v", when, wrong, want)
+				t.Fatalf("%s: connections %v are not as they should be (closed: only %v)", when, wrong, closed)
 			}
 		}
 	}
-	expect("without a policy", map[string]bool{"8080": true, "8081": true, "the VIP": true})
+	expect("without a policy")
 	k.apply(t, ctx, denyGuarded)
-	expect("with a default deny", map[string]bool{"8080": false, "8081": false, "the VIP": false})
+	expect("with a default deny of ingress", "a to 8080", "a to 8081", "a to the VIP", "b (same node) to 8080")
 	k.apply(t, ctx, allowA8080)
-	expect("with a allowed on 8080", map[string]bool{"8080": true, "8081": false, "the VIP": false})
-	t.Log("network policy: a default deny stopped pod a's connections across nodes, by pod IP and Service VIP; an allow rule opened 8080 alone")
+	expect("with a allowed on 8080", "a to 8081", "a to the VIP", "b (same node) to 8080")
+	k.apply(t, ctx, denyGuardedEgress)
+	expect("with a default deny of egress too", "a to 8081", "a to the VIP", "b (same node) to 8080", "guarded to a")
+	t.Log("network policy: default denies stopped connections to the guarded pod across nodes and on its node, by pod IP and Service VIP, and from it; an allow rule opened 8080 to pod a alone")
 	k.run(t, ctx, "delete", "namespace", "guarded", "--wait=false")
 }

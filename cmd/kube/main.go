@@ -7,6 +7,7 @@
 //	kube scheduler          ARGS   kube-scheduler
 //	kube kubelet            ARGS   kubelet
 //	kube proxy              ARGS   kube-proxy
+//	kube metrics-server     ARGS   metrics-server (the metrics.k8s.io API)
 //	kube dns -conf FILE            the node's cluster DNS server (CoreDNS packages)
 //	kube netd …                    the node's pod network (CNI configuration, routes)
 //	kube import-images …           the builder's OCI images into containerd
@@ -31,6 +32,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
@@ -39,6 +41,7 @@ import (
 	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
+	metricsserver "sigs.k8s.io/metrics-server/cmd/metrics-server/app"
 )
 
 // components maps a name to its command, made only when called.
@@ -48,6 +51,9 @@ var components = map[string]func() *cobra.Command{
 	"scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
 	"kubelet":            func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 	"proxy":              func() *cobra.Command { return proxy.NewProxyCommand() },
+	"metrics-server": func() *cobra.Command {
+		return metricsserver.NewMetricsServerCommand(genericapiserver.SetupSignalHandler())
+	},
 }
 
 // tools are Plinth's own node programs in this binary.

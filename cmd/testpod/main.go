@@ -16,6 +16,7 @@
 //	                            the pod's service account (exit 0 only on HTTP 200)
 //	testpod selftest            dns kubernetes.default.svc.cluster.local + api
 //	testpod get URL             HTTP GET, print the body (exit 0 only on HTTP 200)
+//	testpod spin                keep one CPU busy until SIGTERM/SIGINT (load for an autoscaler)
 //
 // Why one program for everything: one small binary (no shell, no libc)
 // keeps the images tiny and reproducible, and every behaviour a test
@@ -58,6 +59,23 @@ var commands = map[string]command{
 	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
 	"selftest": {"selftest", selftestCmd},
 	"get":      {"get [-timeout 10s] URL", getCmd},
+	"spin": {"spin", func(_ []string, _, _ io.Writer) int {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+		return spin(sigs)
+	}},
+}
+
+// spin keeps one CPU busy until stop says so (a container's PID 1 has
+// no default action for SIGTERM: it must exit on its own).
+func spin(stop <-chan os.Signal) int {
+	for {
+		select {
+		case <-stop:
+			return 0
+		default:
+		}
+	}
 }
 
 func main() {

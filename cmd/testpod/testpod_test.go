@@ -194,3 +194,23 @@ func TestWriteAndFill(t *testing.T) {
 		t.Fatalf("fill with a bad size: %d", code)
 	}
 }
+
+func TestSpin(t *testing.T) {
+	stop := make(chan os.Signal, 1)
+	done := make(chan int)
+	go func() { done <- spin(stop) }()
+	select {
+	case <-done:
+		t.Fatal("spin returned before the signal")
+	case <-time.After(50 * time.Millisecond):
+	}
+	stop <- os.Interrupt
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("spin exited %d, want 0", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("spin still running after the signal")
+	}
+}

@@ -72,6 +72,9 @@ const (
 	KubernetesAPIProxyPort = 6444
 	// KubeletPort is the kubelet's API.
 	KubeletPort = 10250
+	// MetricsServerPort is where every controller's metrics server
+	// (the metrics.k8s.io API the API servers aggregate) listens.
+	MetricsServerPort = 10251
 	// ClusterCIDR is the pod network; each node gets a /NodeCIDRMaskSize
 	// of it from the controller manager.
 	ClusterCIDR      = "10.244.0.0/16"
@@ -126,4 +129,5 @@ const (
 	APIServerUser         = 10001
 	ControllerManagerUser = 10002
 	SchedulerUser         = 10003
+	MetricsServerUser     = 10004
 )

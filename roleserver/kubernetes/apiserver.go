@@ -57,6 +57,10 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-username-headers=X-Remote-User",
+		// Aggregated APIs (the metrics servers) straight to an endpoint
+		// of their Service: a controller need not be a worker with
+		// kube-proxy's Service routes.
+		"--enable-aggregator-routing=true",
 		"--service-account-key-file=" + f[fileServiceAccountPub],
 		"--service-account-signing-key-file=" + f[fileServiceAccountKey],
 		"--service-account-issuer=" + serviceAccountIssuer,

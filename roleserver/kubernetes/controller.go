@@ -43,6 +43,8 @@ type Status struct {
 //	kube controller-manager
 //	nodeipam                   ── Nodes' pod CIDRs (nodeipam.go)
 //	kube scheduler
+//	kube metrics-server        ── :10251, the metrics.k8s.io API (metrics.go)
+//	metrics-api                ── its APIService, Service and this node's endpoint
 //	rbac                       ── the roles Plinth's worker components need
 //	volumes                    ── decommissioned nodes' local volumes deleted (decommission.go)
 //
@@ -125,9 +127,10 @@ type controllerRun struct {
 	secrets    *pki.SecretsKeys
 	secretsRev int64
 	admission  AdmissionPolicy
-	// apiserver, controllerManager, scheduler are each one's files, by
-	// name, written into its own directory as its own user.
-	apiserver, controllerManager, scheduler map[string]string
+	// apiserver, controllerManager, scheduler, metricsServer are each
+	// one's files, by name, written into its own directory as its own
+	// user.
+	apiserver, controllerManager, scheduler, metricsServer map[string]string
 }
 
 // prepare issues the control plane's credentials from etcd and writes
@@ -151,6 +154,9 @@ func (c *Controller) prepare(ctx context.Context, kv client.Namespaced, admissio
 		return nil, err
 	}
 	if r.scheduler, err = schedulerFiles(r.creds).writeAs(ctl.Scheduler.Path(), c.user(layout.SchedulerUser)); err != nil {
+		return nil, err
+	}
+	if r.metricsServer, err = metricsServerFiles(r.creds).writeAs(ctl.MetricsServer.Path(), c.user(layout.MetricsServerUser)); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -192,7 +198,8 @@ func (r *controllerRun) startAPIServer(ctx context.Context) error {
 }
 
 // startOthers starts what needs a serving API server (Plinth's RBAC,
-// the node IPAM, the controller manager and the scheduler) and then
+// the node IPAM, the controller manager, the scheduler and the metrics
+// API) and then
 // says the control plane serves.
 func (r *controllerRun) startOthers(ctx context.Context, policy *memory.Value[*clusterpb.ClusterConfiguration]) error {
 	c := r.c
@@ -201,6 +208,8 @@ func (r *controllerRun) startOthers(ctx context.Context, policy *memory.Value[*c
 		{"nodeipam", nodeIPAM(r.kv, apiServerLocalEndpoint)},
 		{"controller-manager", c.command(layout.ControllerManagerUser, controllerManagerArgs(r.controllerManager, c.Root.Ephemeral.Kubernetes.VolumePlugins.Path()), nil)},
 		{"scheduler", c.command(layout.SchedulerUser, schedulerArgs(r.scheduler), nil)},
+		{"metrics-server", c.command(layout.MetricsServerUser, metricsServerArgs(r.metricsServer), nil)},
+		{"metrics-api", metricsAPI(pki.New(r.kv), c.NodeID, c.Address, apiServerLocalEndpoint, r.creds.CACertificate)},
 	}
 	if c.DecommissionedNodes != nil {
 		others = append(others, named{"volumes", decommissionedVolumes(pki.New(r.kv), c.NodeID, apiServerLocalEndpoint, c.DecommissionedNodes, cmp.Or(c.DecommissionPoll, decommissionPoll))})
@@ -373,18 +382,25 @@ func commandAs(kube string, user *syscall.Credential, args []string, ready func(
 }
 
 // apiReady checks an API server's /readyz (open to anonymous callers by
-// the default RBAC) at endpoint, against the Kubernetes CA (PEM). The
-// timeout is long on purpose: a starved API server (a VM under TCG)
-// answers slowly, and a timed-out check costs it a new TLS handshake.
+// the default RBAC) at endpoint, against the Kubernetes CA (PEM).
 func apiReady(endpoint string, caPEM []byte) func(context.Context) error {
+	return apiReadyPath(endpoint, "/readyz", caPEM, "")
+}
+
+// apiReadyPath checks that GET endpoint+path answers 200, the server's
+// certificate checked against caPEM (for serverName; "": the endpoint's
+// host). The timeout is long on purpose: a starved server (a VM under
+// TCG) answers slowly, and a timed-out check costs it a new TLS
+// handshake.
+func apiReadyPath(endpoint, path string, caPEM []byte, serverName string) func(context.Context) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	client := &http.Client{
 		Timeout:   10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}},
 	}
 	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/readyz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+path, nil)
 		if err != nil {
 			return err
 		}

@@ -122,7 +122,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 			os.WriteFile(f, []byte(b.String()), 0o644)
 		}
 		if t.Failed() {
-			for _, dn := range []string{"root.controller", "root.controller.apiserver.out", "root.controller.controller-manager.out", "root.controller.scheduler.out"} {
+			for _, dn := range []string{"root.controller", "root.controller.apiserver.out", "root.controller.controller-manager.out", "root.controller.scheduler.out", "root.controller.metrics-server.out"} {
 				for _, e := range lt.Read(dn, 60) {
 					if e.DN == dn || dn == "root.controller" && !strings.HasSuffix(e.DN, ".out") {
 						t.Log(e.String())
@@ -186,6 +186,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	checkLocalVolumes(t, ctx, kapi, pki.New(kv), s.APIServer, func(ids ...string) { decommissioned.Store(&ids) })
+	checkMetricsAPI(t, ctx, kapi, pki.New(kv), ca, nodeID, hostAddress(t), func(ids ...string) { decommissioned.Store(&ids) })
 	// A removed worker reports its Node NotReady as its kubelet: the
 	// node authorizer and NodeRestriction let it patch its own status.
 	clientPub, clientKey, _ := ed25519.GenerateKey(rand.Reader)
@@ -340,6 +341,7 @@ func checkComponentUsers(t *testing.T, root *localstorage.Root) {
 		"apiserver":          {layout.APIServerUser, ctl.APIServer.Path()},
 		"controller-manager": {layout.ControllerManagerUser, ctl.ControllerManager.Path()},
 		"scheduler":          {layout.SchedulerUser, ctl.Scheduler.Path()},
+		"metrics-server":     {layout.MetricsServerUser, ctl.MetricsServer.Path()},
 	} {
 		var st unix.Stat_t
 		if err := unix.Stat(c.dir, &st); err != nil || int(st.Uid) != c.uid || st.Mode&0o777 != 0o700 {

@@ -25,7 +25,8 @@ import (
 //
 //	curator store: node DECOMMISSIONED ──► (every decommissionPoll) ──► PVs provisioned by
 //	                                         layout.LocalVolumesProvisioner, node affinity
-//	                                         to that node: DELETE, finalizers cleared
+//	                                         to that node: DELETE, finalizers cleared;
+//	                                         its metrics endpoint (metrics.go): DELETE
 
 // decommissionPoll is how often the controllers look for decommissioned
 // nodes' volumes.
@@ -145,6 +146,32 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 			}
 		}
 		supervisor.Logger(ctx).Info("deleted a local volume of a decommissioned node", "volume", v.Metadata.Name, "node", node)
+	}
+	// A decommissioned controller's metrics endpoint (metrics.go), left
+	// ready if it was never stopped cleanly.
+	if b, err = do(http.MethodGet, "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?labelSelector="+
+		url.QueryEscape("endpointslice.kubernetes.io/managed-by="+metricsSliceManager), "", ""); err != nil {
+		return err
+	}
+	var eps struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(b, &eps); err != nil {
+		return fmt.Errorf("EndpointSlices: %w", err)
+	}
+	for _, sl := range eps.Items {
+		for _, node := range gone {
+			if sl.Metadata.Name == metricsSliceName(node) {
+				if _, err := do(http.MethodDelete, metricsSlicePath(node), "", ""); err != nil {
+					return err
+				}
+				supervisor.Logger(ctx).Info("deleted the metrics endpoint of a decommissioned controller", "node", node)
+			}
+		}
 	}
 	return nil
 }

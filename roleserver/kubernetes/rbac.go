@@ -48,6 +48,11 @@ type rbacObject struct {
 //     reads claims and StorageClasses, creates and deletes
 //     PersistentVolumes (the local volume policy in admission.go holds
 //     each to its own node's) and reports on claims with Events;
+//   - the metrics servers (pki.MetricsServerUser, metrics.go) read Nodes
+//     and Pods and the kubelets' resource metrics, and have the API
+//     servers authenticate and authorize their callers
+//     (system:auth-delegator); whoever may view a namespace may read its
+//     pods' metrics (the role aggregated into view, edit and admin);
 //
 // and the default StorageClass "local" of those provisioners, applied so
 // that the owner's changes to it (not the default any more) hold.
@@ -74,6 +79,20 @@ var plinthRBAC = []rbacObject{
     {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]}`},
 	clusterRoleBinding("plinth:local-volumes", "plinth:local-volumes", "Group", pki.LocalVolumesGroup),
+	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:metrics-server", body: `{
+  "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+  "metadata": {"name": "plinth:metrics-server"},
+  "rules": [
+    {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]}`},
+	clusterRoleBinding("plinth:metrics-server", "plinth:metrics-server", "User", pki.MetricsServerUser),
+	clusterRoleBinding("plinth:metrics-server:auth-delegator", "system:auth-delegator", "User", pki.MetricsServerUser),
+	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:metrics-reader", body: `{
+  "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+  "metadata": {"name": "plinth:metrics-reader", "labels": {
+    "rbac.authorization.k8s.io/aggregate-to-view": "true", "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+    "rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
+  "rules": [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}]}`},
 	{path: "/apis/storage.k8s.io/v1/storageclasses/" + LocalStorageClass, ownersWin: true, body: `{
   "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
   "metadata": {"name": "` + LocalStorageClass + `", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},

@@ -164,6 +164,7 @@ type EphemeralControllerDirectory struct {
 	APIServer         EphemeralAPIServerDirectory `dir:"apiserver"`
 	ControllerManager Directory                   `dir:"controller-manager"`
 	Scheduler         Directory                   `dir:"scheduler"`
+	MetricsServer     Directory                   `dir:"metrics-server"`
 }
 
 // EphemeralAPIServerDirectory is the API server's.

@@ -39,6 +39,12 @@ const (
 	// the owner's, so that the audit log never takes a controller's
 	// request for the owner's, nor the other way round.
 	ControllerPrefix = "plinth-controller:"
+	// MetricsServerUser is the controllers' metrics servers' user at
+	// the API servers and the kubelets (their resource metrics).
+	MetricsServerUser = "plinth:metrics-server"
+	// MetricsService is the Service (in kube-system) the API servers
+	// reach the metrics servers through: the serving certificate's name.
+	MetricsService = "metrics-server"
 )
 
 // KeyPair is a certificate and its private key, both PEM (the key
@@ -75,6 +81,12 @@ type ControllerCredentials struct {
 	// kubeconfigs (CN system:kube-controller-manager, system:kube-scheduler).
 	ControllerManager KeyPair
 	Scheduler         KeyPair
+	// MetricsServer is the metrics server's client credential (CN
+	// MetricsServerUser) and MetricsServing its serving certificate,
+	// from the Kubernetes CA for the name the API servers' aggregator
+	// checks (MetricsService.kube-system.svc).
+	MetricsServer  KeyPair
+	MetricsServing KeyPair
 	// ServiceAccountPrivateKey (PKCS#8 PEM, ECDSA P-256) signs service
 	// account tokens: --service-account-signing-key-file of the API
 	// server, --service-account-private-key-file of the controller-manager.
@@ -139,6 +151,12 @@ func (p *PKI) Controller(ctx context.Context, nodeID string, addresses []net.IP)
 		{&out.FrontProxyClient, frontProxy, clientTemplate(nameFrontProxyClient)},
 		{&out.ControllerManager, ca, clientTemplate(nameControllerManager)},
 		{&out.Scheduler, ca, clientTemplate(nameScheduler)},
+		{&out.MetricsServer, ca, clientTemplate(MetricsServerUser)},
+		{&out.MetricsServing, ca, &x509.Certificate{
+			Subject:     pkix.Name{CommonName: MetricsService},
+			DNSNames:    []string{MetricsService + ".kube-system.svc"},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}},
 	} {
 		cert, kp, err := generateKeyPair(s.ca, s.tmpl)
 		if err != nil {

@@ -144,6 +144,7 @@ func TestController(t *testing.T) {
 		{"front-proxy client", cr.FrontProxyClient, fp, "front-proxy-client", nil},
 		{"controller-manager", cr.ControllerManager, ca, "system:kube-controller-manager", nil},
 		{"scheduler", cr.Scheduler, ca, "system:kube-scheduler", nil},
+		{"metrics server", cr.MetricsServer, ca, "plinth:metrics-server", nil},
 	} {
 		cert := keyPair(t, c.what, c.kp)
 		wantSubject(t, c.what, cert, c.cn, c.orgs...)
@@ -152,6 +153,13 @@ func TestController(t *testing.T) {
 		if len(cert.DNSNames)+len(cert.IPAddresses) != 0 {
 			t.Errorf("%s has SANs %v %v", c.what, cert.DNSNames, cert.IPAddresses)
 		}
+	}
+	// The metrics server's serving certificate: for the name the
+	// aggregator checks (verify: and for no client).
+	ms := keyPair(t, "metrics serving", cr.MetricsServing)
+	verify(t, "metrics serving", ca, ms, x509.ExtKeyUsageServerAuth)
+	if err := ms.VerifyHostname("metrics-server.kube-system.svc"); err != nil || len(ms.DNSNames) != 1 || len(ms.IPAddresses) != 0 {
+		t.Errorf("metrics serving certificate: SANs %q %v: %v", ms.DNSNames, ms.IPAddresses, err)
 	}
 	// Only the front-proxy client is from the front-proxy CA, and it is
 	// nobody to the API server's client CA.
@@ -194,7 +202,7 @@ func TestController(t *testing.T) {
 		t.Error("a second Controller call changed the stored PKI")
 	}
 	for _, pair := range [][2]KeyPair{{cr.APIServer, again.APIServer}, {cr.KubeletClient, again.KubeletClient}, {cr.FrontProxyClient, again.FrontProxyClient},
-		{cr.ControllerManager, again.ControllerManager}, {cr.Scheduler, again.Scheduler}} {
+		{cr.ControllerManager, again.ControllerManager}, {cr.Scheduler, again.Scheduler}, {cr.MetricsServing, again.MetricsServing}} {
 		if string(pair[0].Key) == string(pair[1].Key) {
 			t.Error("a second Controller call reused a key")
 		}
