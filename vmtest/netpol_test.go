@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,12 +106,20 @@ func checkNetworkPolicy(t *testing.T, ctx context.Context, k kubectl) {
 	expect := func(when string, closed ...string) {
 		t.Helper()
 		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(2 * time.Second) {
+			// All at once: a closed one takes its whole timeout.
+			var mu sync.Mutex
+			var wg sync.WaitGroup
 			var wrong []string
 			for name, c := range conns {
-				if reaches(c) != !slices.Contains(closed, name) {
-					wrong = append(wrong, name)
-				}
+				wg.Go(func() {
+					if reaches(c) != !slices.Contains(closed, name) {
+						mu.Lock()
+						wrong = append(wrong, name)
+						mu.Unlock()
+					}
+				})
 			}
+			wg.Wait()
 			if len(wrong) == 0 {
 				return
 			}

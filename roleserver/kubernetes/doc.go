@@ -13,9 +13,12 @@
 //	        │                                 policy), audit → log stream, Secrets encrypted
 //	  kube controller-manager uid 10002        pod CIDRs, the usual controllers
 //	  kube scheduler       uid 10003
+//	  kube metrics-server  uid 10004  :10251  metrics.k8s.io, aggregated (APIService, Service,
+//	                                          this controller's EndpointSlice: metrics-api)
 //	  rbac                 Plinth's roles, the owner's epoch binding, the default
 //	                       StorageClass (in the core)
-//	  volumes              decommissioned nodes' local volumes deleted (in the core)
+//	  volumes              decommissioned nodes' local volumes and metrics endpoints
+//	                       deleted (in the core)
 //
 //	worker (root.roleserver.kubernetes.worker)
 //	  apiproxy   127.0.0.1:6444 ──► every controller's :6443 (the cluster's list)
