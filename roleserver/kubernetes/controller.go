@@ -383,24 +383,17 @@ func commandAs(kube string, user *syscall.Credential, args []string, ready func(
 
 // apiReady checks an API server's /readyz (open to anonymous callers by
 // the default RBAC) at endpoint, against the Kubernetes CA (PEM).
+// The timeout is long on purpose: a starved API server (a VM under TCG)
+// answers slowly, and a timed-out check costs it a new TLS handshake.
 func apiReady(endpoint string, caPEM []byte) func(context.Context) error {
-	return apiReadyPath(endpoint, "/readyz", caPEM, "")
-}
-
-// apiReadyPath checks that GET endpoint+path answers 200, the server's
-// certificate checked against caPEM (for serverName; "": the endpoint's
-// host). The timeout is long on purpose: a starved server (a VM under
-// TCG) answers slowly, and a timed-out check costs it a new TLS
-// handshake.
-func apiReadyPath(endpoint, path string, caPEM []byte, serverName string) func(context.Context) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	client := &http.Client{
 		Timeout:   10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}},
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
 	}
 	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/readyz", nil)
 		if err != nil {
 			return err
 		}

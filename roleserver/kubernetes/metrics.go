@@ -2,11 +2,17 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"plinth.dev/plinth/platform/layout"
@@ -27,6 +33,8 @@ import (
 //	  APIService v1beta1.metrics.k8s.io ─► Service kube-system/metrics-server (no selector)
 //	                                        EndpointSlice metrics-server-<node> per controller,
 //	                                        ready while its metrics server answers /livez
+//	                                        (its controller says so; any other controller
+//	                                        that finds it silent marks it not ready)
 //	                  ▼
 //	  metrics-server on <controller>:layout.MetricsServerPort (serving cert of the Kubernetes
 //	                  │  CA for metrics-server.kube-system.svc: the APIService's caBundle)
@@ -94,11 +102,20 @@ func metricsServerArgs(f map[string]string) []string {
 	}
 }
 
-// metricsReady checks a metrics server's /livez (open to anonymous
-// callers) at addr: it serves, whether or not it has scraped enough yet
+// metricsLive checks a metrics server's /livez (open to anonymous
+// callers) at ip: it serves, whether or not it has scraped enough yet
 // (its /readyz waits for metrics of pods, which a cluster may not have).
-func metricsReady(addr string, caPEM []byte) func(context.Context) error {
-	return apiReadyPath("https://"+addr, "/livez", caPEM, "metrics-server.kube-system.svc")
+// Its certificate is checked against the Kubernetes CA (caPEM); one
+// connection per check, none kept.
+func metricsLive(caPEM []byte) func(ctx context.Context, ip string) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: pki.MetricsService + ".kube-system.svc", MinVersion: tls.VersionTLS12}}}
+	return func(ctx context.Context, ip string) error {
+		_, err := apiGet(ctx, client, "https://"+net.JoinHostPort(ip, strconv.Itoa(layout.MetricsServerPort))+"/livez")
+		return err
+	}
 }
 
 // metricsAPIObjects are the APIService and its Service, the metrics
@@ -141,24 +158,25 @@ func metricsSlicePath(nodeID string) string {
 	return "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices/" + metricsSliceName(nodeID)
 }
 
-// metricsProbe is how often a controller checks its metrics server and
-// says so in its EndpointSlice.
+// metricsProbe is how often a controller checks the metrics servers
+// and says so in their EndpointSlices.
 const metricsProbe = 10 * time.Second
 
 // metricsAPI is the runnable that registers the metrics API (the
-// APIService and its Service) and keeps this controller's EndpointSlice
-// saying whether its metrics server answers; the slice goes when the
-// controller stops.
+// APIService and its Service) and keeps the metrics Service's
+// EndpointSlices true: every metricsProbe this controller's says whether
+// its own metrics server answers, and another controller's whose metrics
+// server does not answer here is marked not ready (only its own
+// controller marks it ready again), so a controller that lost its power
+// is out of the aggregator's choice within seconds, not until it is
+// back. This controller's slice goes when it stops.
 func metricsAPI(p *pki.PKI, nodeID string, addr net.IP, server string, caPEM []byte) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		live := metricsReady(net.JoinHostPort(addr.String(), strconv.Itoa(layout.MetricsServerPort)), caPEM)
 		if err := applyObjects(ctx, p, nodeID, server, metricsAPIObjects(caPEM)); err != nil {
 			return err
 		}
 		defer func() {
-			// A clean stop takes this endpoint out at once; after a
-			// crash or power cut its slice says ready until the next
-			// start, and the node's decommissioning deletes it.
+			// A clean stop takes this endpoint out at once.
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			if err := deleteObject(dctx, p, nodeID, server, metricsSlicePath(nodeID)); err != nil {
@@ -166,15 +184,10 @@ func metricsAPI(p *pki.PKI, nodeID string, addr net.IP, server string, caPEM []b
 			}
 		}()
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		var said *bool
+		live := metricsLive(caPEM)
 		for {
-			ready := live(ctx) == nil
-			if said == nil || *said != ready {
-				if err := applyObjects(ctx, p, nodeID, server, []rbacObject{metricsEndpoint(nodeID, addr, ready)}); err != nil {
-					return err
-				}
-				supervisor.Logger(ctx).Info("metrics endpoint", "ready", ready)
-				said = &ready
+			if err := checkMetricsEndpoints(ctx, p, nodeID, addr, server, live); err != nil {
+				return err
 			}
 			select {
 			case <-ctx.Done():
@@ -183,6 +196,98 @@ func metricsAPI(p *pki.PKI, nodeID string, addr net.IP, server string, caPEM []b
 			}
 		}
 	}
+}
+
+// metricsSlice is what checkMetricsEndpoints reads of an EndpointSlice.
+type metricsSlice struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Endpoints []struct {
+		Addresses  []string `json:"addresses"`
+		Conditions struct {
+			Ready *bool `json:"ready"`
+		} `json:"conditions"`
+	} `json:"endpoints"`
+}
+
+// checkMetricsEndpoints probes the metrics servers and corrects their
+// EndpointSlices (see metricsAPI).
+func checkMetricsEndpoints(ctx context.Context, p *pki.PKI, nodeID string, addr net.IP, server string, probe func(context.Context, string) error) error {
+	client, err := adminClient(ctx, p, nodeID)
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	b, err := apiGet(ctx, client, server+"/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?labelSelector="+
+		url.QueryEscape("endpointslice.kubernetes.io/managed-by="+metricsSliceManager))
+	if err != nil {
+		return err
+	}
+	var list struct {
+		Items []metricsSlice `json:"items"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("the metrics EndpointSlices: %w", err)
+	}
+	live := func(ip string) bool { return probe(ctx, ip) == nil }
+	log := supervisor.Logger(ctx)
+	own := metricsSliceName(nodeID)
+	ownFound := false
+	for _, sl := range list.Items {
+		if len(sl.Endpoints) != 1 || len(sl.Endpoints[0].Addresses) != 1 {
+			continue
+		}
+		ip := sl.Endpoints[0].Addresses[0]
+		said := sl.Endpoints[0].Conditions.Ready == nil || *sl.Endpoints[0].Conditions.Ready
+		if sl.Metadata.Name == own {
+			ownFound = true
+			if ready := live(addr.String()); ready != said || ip != addr.String() {
+				if err := serverSideApply(ctx, client, server+metricsSlicePath(nodeID), metricsEndpoint(nodeID, addr, ready).body, true); err != nil {
+					return err
+				}
+				log.Info("this controller's metrics endpoint", "ready", ready)
+			}
+			continue
+		}
+		peer, ok := strings.CutPrefix(sl.Metadata.Name, pki.MetricsService+"-")
+		if !ok || !said || live(ip) {
+			continue
+		}
+		if err := serverSideApply(ctx, client, server+metricsSlicePath(peer), metricsEndpoint(peer, net.ParseIP(ip), false).body, true); err != nil {
+			return err
+		}
+		log.Warn("another controller's metrics server does not answer: its endpoint marked not ready", "node", peer, "address", ip)
+	}
+	if !ownFound {
+		ready := live(addr.String())
+		if err := serverSideApply(ctx, client, server+metricsSlicePath(nodeID), metricsEndpoint(nodeID, addr, ready).body, true); err != nil {
+			return err
+		}
+		log.Info("this controller's metrics endpoint", "ready", ready)
+	}
+	return nil
+}
+
+// apiGet GETs url with client: the body of a 200 answer.
+func apiGet(ctx context.Context, client *http.Client, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %.300s", url, resp.Status, b)
+	}
+	return b, nil
 }
 
 // deleteObject deletes the object at path through server as the

@@ -25,8 +25,9 @@ import (
 // ways), and attacks it as a pod on the node could: straight at its
 // port with no certificate, with forged front-proxy headers, and as an
 // authenticated user without the right (another node program's
-// credentials), through the API server and around it. A decommissioned
-// controller's endpoint is deleted.
+// credentials), through the API server and around it. Another
+// controller's endpoint whose metrics server is silent is marked not
+// ready, and deleted once that controller is decommissioned.
 func checkMetricsAPI(t *testing.T, ctx context.Context, admin *owner.KubeAPI, p *pki.PKI, ca *x509.Certificate, nodeID string, addr net.IP, decommission func(ids ...string)) {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
@@ -96,11 +97,22 @@ func checkMetricsAPI(t *testing.T, ctx context.Context, admin *owner.KubeAPI, p 
 		t.Errorf("a user without the right (forged headers ignored), straight at the metrics server: %d %s; want 403 for plinth:local-volumes:node-a", code, body)
 	}
 
-	// A decommissioned controller's endpoint goes.
+	// Another controller's endpoint, its metrics server silent (a
+	// controller that lost its power): marked not ready, and deleted
+	// once it is decommissioned.
 	const gone = "plinth-00000000000000000000000000000000"
 	ep := metricsEndpoint(gone, net.IPv4(192, 0, 2, 1), true)
 	if code, body := kapiDo(t, ctx, admin, "POST", strings.TrimSuffix(ep.path, "/"+metricsSliceName(gone)), ep.body); code != http.StatusCreated {
 		t.Fatalf("another controller's metrics endpoint: %d %s", code, body)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		code, body := kapiDo(t, ctx, admin, "GET", ep.path, "")
+		if code == http.StatusOK && strings.Contains(body, `"ready":false`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a silent controller's metrics endpoint stays ready: %d %s", code, body)
+		}
 	}
 	decommission(gone)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
