@@ -30,7 +30,7 @@ export PLINTH_TESTPOD        := $(abspath $(BIN)/testpod)
 export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 export PLINTH_RELEASE_KEY    := $(abspath $(RELEASE_KEY))
 
-.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate clean
+.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate clean e2e
 
 all: image
 
@@ -47,6 +47,7 @@ help:
 	@echo "make repro     build the image once more and compare every byte with make image's"
 	@echo "make bench     benchmarks, written to $(OUT)/bench.json"
 	@echo "make generate  regenerate generated code"
+	@echo "make e2e       build the upstream end-to-end suite (e2e.test) and agnhost into $(BIN) (not in make test)"
 	@echo "make deps      install missing host packages"
 
 deps:
@@ -97,9 +98,9 @@ KUBE_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION:v%=%)))
 # and plugin use it, and the binary is linked statically all the same.
 # The version variables are the ones Kubernetes' own build sets.
 KUBE_TAGS := selinux,notest,grpcnotrace
-KUBE_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
-	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(KUBE_MAJOR) -X $(p).gitMinor=$(KUBE_MINOR) -X $(p).gitTreeState=clean) \
-	-linkmode external -extldflags -static
+KUBE_VERSION_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(KUBE_MAJOR) -X $(p).gitMinor=$(KUBE_MINOR) -X $(p).gitTreeState=clean)
+KUBE_LDFLAGS := -s -w $(KUBE_VERSION_LDFLAGS) -linkmode external -extldflags -static
 # containerd: the static build's tags, minus snapshotters a node never uses.
 CONTAINERD_PKG := github.com/containerd/containerd/v2
 CONTAINERD_TAGS := urfave_cli_no_docs osusergo netgo static_build no_devmapper no_zfs
@@ -124,6 +125,20 @@ $(STAMP)/kubectl: $(GO_MOD) $(call missing,$(BIN)/kubectl)
 	@echo "gobuild: kubectl $(KUBE_VERSION)"
 	@nice -n 19 scripts/gobuild $(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
 	@mkdir -p $(@D) && touch $@
+
+# The upstream end-to-end suite (package conformance, build tag
+# conformance) and agnhost, the program most of its test images run,
+# from the same go.mod as the nodes' kube binary: the first step of the
+# conformance runs (issue 25); not part of make test. With the kube
+# build's tags and -trimpath, most packages come from its cache (~2 min
+# each on this machine when kube is built).
+e2e: $(BIN)/e2e.test $(BIN)/agnhost
+$(BIN)/e2e.test: conformance/e2e_test.go $(GO_MOD)
+	@echo "go test -c: e2e.test $(KUBE_VERSION)"
+	@nice -n 19 go test -c -trimpath -tags conformance,$(KUBE_TAGS) -ldflags "-s -w $(KUBE_VERSION_LDFLAGS)" -o $@ ./conformance
+$(BIN)/agnhost: $(GO_MOD)
+	@echo "gobuild: agnhost $(KUBE_VERSION) (static)"
+	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $@ k8s.io/kubernetes/test/images/agnhost -ldflags "-s -w"
 
 $(STAMP)/containerd: $(GO_MOD) $(call missing,$(BIN)/containerd)
 	@echo "gobuild: containerd $(CONTAINERD_VERSION)"
