@@ -100,26 +100,7 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 	}
 	defer client.CloseIdleConnections()
 	do := func(method, path, contentType, body string) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, method, server+path, strings.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		if contentType != "" {
-			req.Header.Set("Content-Type", contentType)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotFound {
-			return nil, fmt.Errorf("%s %s: %s: %.300s", method, path, resp.Status, b)
-		}
-		return b, nil
+		return apiDo(ctx, client, method, server+path, contentType, body)
 	}
 	b, err := do(http.MethodGet, "/api/v1/persistentvolumes", "", "")
 	if err != nil {
@@ -174,4 +155,30 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 		}
 	}
 	return nil
+}
+
+// apiDo sends a request (body of contentType, if any) to url with
+// client: the answer's body, an error for any answer but a 2xx or a 404
+// (the object is gone, as a delete wants it).
+func apiDo(ctx context.Context, client *http.Client, method, url, contentType, body string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotFound {
+		return nil, fmt.Errorf("%s %s: %s: %.300s", method, url, resp.Status, b)
+	}
+	return b, nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -113,8 +112,7 @@ func metricsLive(caPEM []byte) func(ctx context.Context, ip string) error {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: pki.MetricsService + ".kube-system.svc", MinVersion: tls.VersionTLS12}}}
 	return func(ctx context.Context, ip string) error {
-		_, err := apiGet(ctx, client, "https://"+net.JoinHostPort(ip, strconv.Itoa(layout.MetricsServerPort))+"/livez")
-		return err
+		return getOK(ctx, client, "https://"+net.JoinHostPort(ip, strconv.Itoa(layout.MetricsServerPort))+"/livez")
 	}
 }
 
@@ -219,8 +217,8 @@ func checkMetricsEndpoints(ctx context.Context, p *pki.PKI, nodeID string, addr 
 		return err
 	}
 	defer client.CloseIdleConnections()
-	b, err := apiGet(ctx, client, server+"/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?labelSelector="+
-		url.QueryEscape("endpointslice.kubernetes.io/managed-by="+metricsSliceManager))
+	b, err := apiDo(ctx, client, http.MethodGet, server+"/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?labelSelector="+
+		url.QueryEscape("endpointslice.kubernetes.io/managed-by="+metricsSliceManager), "", "")
 	if err != nil {
 		return err
 	}
@@ -269,27 +267,6 @@ func checkMetricsEndpoints(ctx context.Context, p *pki.PKI, nodeID string, addr 
 	return nil
 }
 
-// apiGet GETs url with client: the body of a 200 answer.
-func apiGet(ctx context.Context, client *http.Client, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %.300s", url, resp.Status, b)
-	}
-	return b, nil
-}
-
 // deleteObject deletes the object at path through server as the
 // break-glass user (adminClient); one already gone is no error.
 func deleteObject(ctx context.Context, p *pki.PKI, nodeID, server, path string) error {
@@ -298,17 +275,6 @@ func deleteObject(ctx context.Context, p *pki.PKI, nodeID, server, path string) 
 		return err
 	}
 	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, server+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotFound {
-		return fmt.Errorf("DELETE %s: %s", path, resp.Status)
-	}
-	return nil
+	_, err = apiDo(ctx, client, http.MethodDelete, server+path, "", "")
+	return err
 }
