@@ -30,7 +30,7 @@ export PLINTH_TESTPOD        := $(abspath $(BIN)/testpod)
 export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 export PLINTH_RELEASE_KEY    := $(abspath $(RELEASE_KEY))
 
-.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate clean e2e
+.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate clean e2e image-conformance conformance
 
 all: image
 
@@ -47,7 +47,8 @@ help:
 	@echo "make repro     build the image once more and compare every byte with make image's"
 	@echo "make bench     benchmarks, written to $(OUT)/bench.json"
 	@echo "make generate  regenerate generated code"
-	@echo "make e2e       build the upstream end-to-end suite (e2e.test) and agnhost into $(BIN) (not in make test)"
+	@echo "make e2e       build the upstream end-to-end suite (e2e.test), ginkgo and the conformance images' programs (not in make test)"
+	@echo "make conformance  run the upstream conformance tests on a two-node cluster (FOCUS=, SKIP=, CONFORMANCE=serial)"
 	@echo "make deps      install missing host packages"
 
 deps:
@@ -127,18 +128,50 @@ $(STAMP)/kubectl: $(GO_MOD) $(call missing,$(BIN)/kubectl)
 	@mkdir -p $(@D) && touch $@
 
 # The upstream end-to-end suite (package conformance, build tag
-# conformance) and agnhost, the program most of its test images run,
-# from the same go.mod as the nodes' kube binary: the first step of the
-# conformance runs (issue 25); not part of make test. With the kube
-# build's tags and -trimpath, most packages come from its cache (~2 min
-# each on this machine when kube is built).
-e2e: $(BIN)/e2e.test $(BIN)/agnhost
-$(BIN)/e2e.test: conformance/e2e_test.go $(GO_MOD)
+# conformance), ginkgo (its parallel runner) and the programs of the
+# conformance images (image/conformance.go), from the same go.mod as the
+# nodes' kube binary; not part of make test. With the kube build's tags
+# and -trimpath, most packages come from its cache (~2 min each on this
+# machine when kube is built). agnhost and nnp are upstream's test image
+# programs; e2etools is ours (conformance/toolbox); the porter's
+# certificate and the kitten and nautilus images' files are copied from
+# the Kubernetes module.
+CONFORMANCE_BIN := $(BIN)/conformance
+CONFORMANCE_INPUTS := $(CONFORMANCE_BIN)/agnhost $(CONFORMANCE_BIN)/nnp $(CONFORMANCE_BIN)/e2etools $(CONFORMANCE_BIN)/localhost.crt
+e2e: $(BIN)/e2e.test $(BIN)/ginkgo $(CONFORMANCE_INPUTS)
+$(BIN)/e2e.test: $(wildcard conformance/*_test.go) $(GO_MOD)
 	@echo "go test -c: e2e.test $(KUBE_VERSION)"
 	@nice -n 19 go test -c -trimpath -tags conformance,$(KUBE_TAGS) -ldflags "-s -w $(KUBE_VERSION_LDFLAGS)" -o $@ ./conformance
-$(BIN)/agnhost: $(GO_MOD)
+$(BIN)/ginkgo: $(GO_MOD)
+	@$(NOCGO) scripts/gobuild $@ github.com/onsi/ginkgo/v2/ginkgo -ldflags "-s -w"
+$(CONFORMANCE_BIN)/agnhost: $(GO_MOD)
 	@echo "gobuild: agnhost $(KUBE_VERSION) (static)"
-	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $@ k8s.io/kubernetes/test/images/agnhost -ldflags "-s -w"
+	@$(NOCGO) nice -n 19 scripts/gobuild $@ k8s.io/kubernetes/test/images/agnhost -ldflags "-s -w"
+$(CONFORMANCE_BIN)/nnp: $(GO_MOD)
+	@$(NOCGO) scripts/gobuild $@ k8s.io/kubernetes/test/images/nonewprivs -ldflags "-s -w"
+$(CONFORMANCE_BIN)/e2etools: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD)
+	@echo "gobuild: e2etools (curl, nc, dig, getent, etcd, sample-apiserver)"
+	@nice -n 19 scripts/gobuild $@ ./conformance/toolbox -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
+$(CONFORMANCE_BIN)/localhost.crt: $(GO_MOD)
+	@src=$$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images; mkdir -p $(@D)/kitten $(@D)/nautilus; \
+	  install -m 0644 $$src/agnhost/porter/localhost.key $(@D)/; \
+	  install -m 0644 $$src/kitten/html/* $(@D)/kitten/; install -m 0644 $$src/nautilus/html/* $(@D)/nautilus/; \
+	  install -m 0644 $$src/agnhost/porter/localhost.crt $@
+
+# The image make conformance boots: make image's, plus the conformance
+# images (plinthctl build -conformance-images), which only this one
+# carries.
+CONFORMANCE_IMAGE := $(OUT)/image-conformance/$(BOARD)
+$(CONFORMANCE_IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(RELEASE_KEY) $(CONFORMANCE_INPUTS) | deps
+	$(BIN)/plinthctl build -board $(BOARD) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(CONFORMANCE_IMAGE) -version $(VERSION)-conformance $(SIGN) -release $(RELEASE) -conformance-images $(CONFORMANCE_BIN)
+image-conformance: deps $(CONFORMANCE_IMAGE)/manifest.json
+
+# The conformance tests on a two-node cluster (conformance/run):
+# FOCUS= and SKIP= select specs (default: [Conformance], not [Serial] or
+# [Disruptive]); CONFORMANCE=serial runs the serial ones afterwards.
+conformance: e2e image-conformance $(BIN)/kubectl
+	$(NOCGO) go run -trimpath ./conformance/run -image $(CONFORMANCE_IMAGE) -out $(OUT)/conformance \
+	  $(if $(FOCUS),-focus '$(FOCUS)') $(if $(SKIP),-skip '$(SKIP)') $(if $(filter serial,$(CONFORMANCE)),-serial)
 
 $(STAMP)/containerd: $(GO_MOD) $(call missing,$(BIN)/containerd)
 	@echo "gobuild: containerd $(CONTAINERD_VERSION)"
@@ -220,7 +253,7 @@ unit: deps tools $(BIN)/kubectl
 	@# -trimpath and CGO off, as scripts/gobuild builds plinthctl and
 	@# /init: the tests then reuse every package those compiled instead of
 	@# compiling them again. Only the TPM simulator's users need cgo.
-	$(NOCGO) go test -trimpath -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/roleserver' -e '/cmd/kube$$' $(foreach p,$(CGO_TEST_PKGS),-e '/$(p)$$'))
+	$(NOCGO) go test -trimpath -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/conformance/toolbox$$' -e '/roleserver' -e '/cmd/kube$$' $(foreach p,$(CGO_TEST_PKGS),-e '/$(p)$$'))
 	go test -trimpath -count=1 $(addprefix ./,$(CGO_TEST_PKGS))
 
 # The packages whose tests run the TPM simulator (go-tpm-tools, cgo).

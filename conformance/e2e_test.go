@@ -132,6 +132,7 @@ func TestMain(m *testing.M) {
 	}
 
 	framework.AfterReadingAllFlags(&framework.TestContext)
+	registerProgress() // Plinth: see progress_test.go
 
 	// TODO: Deprecating repo-root over time... instead just use gobindata_util.go , see #23987.
 	// Right now it is still needed, for example by

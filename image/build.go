@@ -6,6 +6,8 @@
 //	                     └► system closure ─┼─► squashfs + dm-verity ─► system.img ─┐
 //	kube, containerd, runc, CNI ───────────┤                                        │
 //	testpod ──► pause + test OCI images ───┤                                        │
+//	user OCI archives (checked) ───────────┤                                        │
+//	conformance images (when asked) ───────┤                                        │
 //	nft, mkfs (+ libraries, build host) ───┘                                        │
 //	/init (static Go) ──────────────────────────────────────────────────────────────┴─► initramfs.img
 //	verity root hash ──► kernel command line ──► cmdline, manifest.json
@@ -68,6 +70,9 @@ type Config struct {
 	// OCIArchives are the user's own OCI image archives, carried in the
 	// system image and imported and pinned at boot (userimages.go).
 	OCIArchives []OCIArchive
+	// Conformance, if set, adds the upstream conformance tests' images
+	// (conformance.go), for `make conformance`.
+	Conformance *ConformanceInputs
 	// Progress receives one line per build step (nil: silent).
 	Progress io.Writer
 }
@@ -169,6 +174,7 @@ func (b *buildState) steps() []buildStep {
 		{"resolve module dependencies", b.resolveModules},
 		{"check Kubernetes binaries, write container images", b.kubernetesBinaries},
 		{"check the user's OCI image archives", b.userImages},
+		{"write the conformance test images", b.conformanceImages},
 		{"build system image (squashfs + dm-verity)", b.systemImage},
 		{"build initramfs", b.buildInitramfs},
 		{"build UKIs (network boot, slot a, slot b)", b.writeUKIs},

@@ -10,9 +10,23 @@ import (
 	"strings"
 )
 
-// FetchKernelPackage returns the path of the Debian package pkg in
-// cacheDir, downloading it with `apt-get download` when it is not there.
+// BusyboxPackage is the Debian package the conformance images' busybox
+// comes from (a static build).
+const BusyboxPackage = "busybox-static"
+
+// FetchKernelPackage returns the path of the board's kernel package pkg
+// in cacheDir (FetchPackage).
 func FetchKernelPackage(ctx context.Context, pkg, cacheDir string, progress io.Writer) (string, error) {
+	p, err := FetchPackage(ctx, pkg, cacheDir, progress)
+	if err != nil {
+		return "", fmt.Errorf("%w (the board pins this kernel package; if the archive dropped it, bump the board's KernelPackage)", err)
+	}
+	return p, nil
+}
+
+// FetchPackage returns the path of the Debian package pkg in cacheDir,
+// downloading it with `apt-get download` when it is not there.
+func FetchPackage(ctx context.Context, pkg, cacheDir string, progress io.Writer) (string, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -34,7 +48,7 @@ func FetchKernelPackage(ctx context.Context, pkg, cacheDir string, progress io.W
 		cmd.Dir = cacheDir
 		return cmd.CombinedOutput()
 	}
-	fmt.Fprintf(progress, "fetching kernel package %s into %s\n", pkg, cacheDir)
+	fmt.Fprintf(progress, "fetching package %s into %s\n", pkg, cacheDir)
 	out, err := download()
 	if err != nil {
 		// A fresh machine has no package lists yet.
@@ -45,7 +59,7 @@ func FetchKernelPackage(ctx context.Context, pkg, cacheDir string, progress io.W
 		out, err = download()
 	}
 	if err != nil {
-		return "", fmt.Errorf("apt-get download %s: %v: %s (the board pins this kernel package; if the archive dropped it, bump the board's KernelPackage)", pkg, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("apt-get download %s: %v: %s", pkg, err, strings.TrimSpace(string(out)))
 	}
 	if p := find(); p != "" {
 		return p, nil

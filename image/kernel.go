@@ -43,14 +43,78 @@ type Module struct {
 // ReadKernelPackage unpacks a Debian linux-image .deb: an ar archive whose
 // data.tar.* member holds boot/vmlinuz-* and lib/modules/*.
 func ReadKernelPackage(debPath string) (*Kernel, error) {
-	f, err := os.Open(debPath)
+	k := &Kernel{Modules: map[string]*Module{}, Builtin: map[string]bool{}}
+	err := walkDebData(debPath, func(p string, t io.Reader) error {
+		switch {
+		case strings.HasPrefix(p, "boot/vmlinuz-"):
+			var err error
+			k.Image, err = io.ReadAll(t)
+			return err
+		case strings.HasPrefix(p, "lib/modules/"):
+			rest := strings.TrimPrefix(p, "lib/modules/")
+			ver, rel, _ := strings.Cut(rest, "/")
+			k.Version = ver
+			switch {
+			case strings.HasSuffix(rel, ".ko"):
+				b, err := io.ReadAll(t)
+				if err != nil {
+					return err
+				}
+				m, err := parseModule(rel, b)
+				if err != nil {
+					return err
+				}
+				k.Modules[m.Name] = m
+			case rel == "modules.builtin":
+				b, err := io.ReadAll(t)
+				if err != nil {
+					return err
+				}
+				for _, l := range strings.Fields(string(b)) {
+					k.Builtin[moduleName(path.Base(l))] = true
+				}
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
+	}
+	if k.Image == nil || k.Version == "" {
+		return nil, fmt.Errorf("%s: no boot/vmlinuz-* or lib/modules in the package", debPath)
+	}
+	return k, nil
+}
+
+// debFile returns the regular file name (e.g. "bin/busybox") of a Debian
+// package.
+func debFile(debPath, name string) ([]byte, error) {
+	var data []byte
+	err := walkDebData(debPath, func(p string, r io.Reader) error {
+		if p != name {
+			return nil
+		}
+		var err error
+		data, err = io.ReadAll(r)
+		return err
+	})
+	if err == nil && data == nil {
+		err = fmt.Errorf("%s: no %s in the package", debPath, name)
+	}
+	return data, err
+}
+
+// walkDebData calls visit for every regular file of a .deb's data.tar.*
+// (its path without "./").
+func walkDebData(debPath string, visit func(p string, r io.Reader) error) error {
+	f, err := os.Open(debPath)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	data, name, err := findArMember(bufio.NewReader(f), "data.tar")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", debPath, err)
+		return fmt.Errorf("%s: %w", debPath, err)
 	}
 	var tr io.Reader
 	switch {
@@ -64,57 +128,24 @@ func ReadKernelPackage(debPath string) (*Kernel, error) {
 		err = fmt.Errorf("unsupported compression of %s", name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", debPath, err)
+		return fmt.Errorf("%s: %w", debPath, err)
 	}
-	k := &Kernel{Modules: map[string]*Module{}, Builtin: map[string]bool{}}
 	t := tar.NewReader(tr)
 	for {
 		h, err := t.Next()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: reading %s: %w", debPath, name, err)
+			return fmt.Errorf("%s: reading %s: %w", debPath, name, err)
 		}
-		p := strings.TrimPrefix(h.Name, "./")
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
-		switch {
-		case strings.HasPrefix(p, "boot/vmlinuz-"):
-			if k.Image, err = io.ReadAll(t); err != nil {
-				return nil, err
-			}
-		case strings.HasPrefix(p, "lib/modules/"):
-			rest := strings.TrimPrefix(p, "lib/modules/")
-			ver, rel, _ := strings.Cut(rest, "/")
-			k.Version = ver
-			switch {
-			case strings.HasSuffix(rel, ".ko"):
-				b, err := io.ReadAll(t)
-				if err != nil {
-					return nil, err
-				}
-				m, err := parseModule(rel, b)
-				if err != nil {
-					return nil, err
-				}
-				k.Modules[m.Name] = m
-			case rel == "modules.builtin":
-				b, err := io.ReadAll(t)
-				if err != nil {
-					return nil, err
-				}
-				for _, l := range strings.Fields(string(b)) {
-					k.Builtin[moduleName(path.Base(l))] = true
-				}
-			}
+		if err := visit(strings.TrimPrefix(h.Name, "./"), t); err != nil {
+			return err
 		}
 	}
-	if k.Image == nil || k.Version == "" {
-		return nil, fmt.Errorf("%s: no boot/vmlinuz-* or lib/modules in the package", debPath)
-	}
-	return k, nil
 }
 
 // findArMember returns a reader over the first ar member whose name starts

@@ -75,6 +75,17 @@ func standInBinaries(t *testing.T) (Binaries, map[string][]byte) {
 // go-containerregistry, validating every digest, size and diff ID.
 func readOCIArchive(t *testing.T, archive []byte) (v1.Image, v1.Descriptor) {
 	t.Helper()
+	imgs, descs := readOCIArchiveImages(t, archive)
+	if len(imgs) != 1 {
+		t.Fatalf("index lists %d manifests, want 1", len(imgs))
+	}
+	return imgs[0], descs[0]
+}
+
+// readOCIArchiveImages reads every image of an archive, in index order,
+// validating each.
+func readOCIArchiveImages(t *testing.T, archive []byte) ([]v1.Image, []v1.Descriptor) {
+	t.Helper()
 	dir := t.TempDir()
 	tr := tar.NewReader(bytes.NewReader(archive))
 	for {
@@ -103,17 +114,18 @@ func readOCIArchive(t *testing.T, archive []byte) (v1.Image, v1.Descriptor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(im.Manifests) != 1 {
-		t.Fatalf("index lists %d manifests, want 1", len(im.Manifests))
+	var imgs []v1.Image
+	for _, d := range im.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validate.Image(img); err != nil {
+			t.Fatalf("image %s does not validate: %v", d.Annotations[annotationContainerdName], err)
+		}
+		imgs = append(imgs, img)
 	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := validate.Image(img); err != nil {
-		t.Fatalf("image does not validate: %v", err)
-	}
-	return img, im.Manifests[0]
+	return imgs, im.Manifests
 }
 
 // checkOCIImage checks what the node's runtime relies on: name, platform,

@@ -136,6 +136,37 @@ func (b *buildState) userImages(context.Context) (string, error) {
 	return fmt.Sprintf("%s in %d %s: %s", mib(total), len(files), archives, strings.Join(refs, ", ")), nil
 }
 
+// conformanceImages adds the conformance tests' archive
+// (Config.Conformance) to kubeFiles and the manifest's images.
+func (b *buildState) conformanceImages(context.Context) (string, error) {
+	if b.Conformance == nil {
+		return "none asked for", nil
+	}
+	testpod, err := os.ReadFile(b.Binaries.Testpod)
+	if err != nil {
+		return "", err
+	}
+	f, images, err := conformanceFiles(*b.Conformance, testpod, b.board.Arch)
+	if err != nil {
+		return "", err
+	}
+	for _, img := range b.m.ContainerImages {
+		for _, c := range images {
+			if c.Ref == img.Ref {
+				return "", fmt.Errorf("conformance image %s: %s carries it already", c.Ref, img.Archive)
+			}
+		}
+	}
+	a, err := fileArtefact(f)
+	if err != nil {
+		return "", err
+	}
+	b.m.SystemFiles["/"+f.Path] = a
+	b.kubeFiles = append(b.kubeFiles, f)
+	b.m.ContainerImages = append(b.m.ContainerImages, images...)
+	return fmt.Sprintf("%s: %d images", mib(a.Size), len(images)), nil
+}
+
 // systemImage writes SystemFile, the squashfs of the system tree with its
 // dm-verity hash tree: sets caCerts, and the manifest's verity parameters
 // and the kernel command line that names them.

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// e2eFlags are the suite's flags for a Plinth cluster: the local
+// provider (no cloud), the project's kubectl, the report in out, no log
+// dump (it would ssh into nodes, which have no shell).
+func (c *runCmd) e2eFlags(kubeconfig string) []string {
+	return []string{"--provider=local", "--kubeconfig=" + kubeconfig, "--kubectl-path=" + c.kubectl,
+		"--report-dir=" + c.out, "--dump-logs-on-failure=false", "--disable-log-dump"}
+}
+
+// dryRun lists the specs focus and skip select, without a cluster.
+func (c *runCmd) dryRun(ctx context.Context, focus, skip string) ([]string, error) {
+	progress := filepath.Join(c.out, "dry-run.jsonl")
+	os.Remove(progress)
+	defer os.Remove(progress)
+	cmd := exec.CommandContext(ctx, c.e2e, "--ginkgo.dry-run", "--ginkgo.focus="+focus, "--ginkgo.skip="+skip,
+		"--provider=local", "--kubeconfig=/dev/null")
+	cmd.Env = append(os.Environ(), "PLINTH_CONFORMANCE_PROGRESS="+progress)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("e2e.test dry run: %v\n%s", err, tail(out, 20))
+	}
+	specs, err := readProgress(progress)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("FOCUS %q and SKIP %q select no spec", focus, skip)
+	}
+	return names, nil
+}
+
+// ginkgoRun runs one round: ginkgo with procs processes over e2e.test,
+// its output into log, one line per finished spec on stdout. A round
+// that finishes no spec for c.stall is interrupted (SIGINT: ginkgo ends
+// the running specs as interrupted and writes its reports).
+func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, procs int, log string, r *results, planned int) error {
+	lf, err := os.Create(log)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), "--timeout=" + c.timeout.String(),
+		"--focus=" + focus, "--skip=" + skip, "--poll-progress-after=10m", c.e2e, "--"}
+	cmd := exec.Command(c.ginkgo, append(args, c.e2eFlags(kubeconfig)...)...)
+	cmd.Env = append(os.Environ(), "PLINTH_CONFORMANCE_PROGRESS="+r.path)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	interrupt := func(why string) {
+		fmt.Printf("conformance: %s: interrupting the round\n", why)
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+		go func() {
+			// ginkgo writes its reports on the first interrupt; a second
+			// one after a grace period ends what still hangs.
+			time.Sleep(3 * time.Minute)
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}()
+	}
+	roundStart := r.count()
+	last := time.Now()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	interrupted := false
+	for {
+		select {
+		case err := <-done:
+			r.poll(planned, roundStart)
+			return err
+		case <-ctx.Done():
+			if !interrupted {
+				interrupted = true
+				interrupt("stopped")
+			}
+		case <-tick.C:
+			if r.poll(planned, roundStart) > 0 {
+				last = time.Now()
+			}
+			if !interrupted && time.Since(last) > c.stall {
+				interrupted = true
+				interrupt(fmt.Sprintf("no spec finished for %v", c.stall.Round(time.Minute)))
+			}
+		}
+	}
+}
+
+// tail is the last n lines of out.
+func tail(out []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

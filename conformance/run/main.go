@@ -1,0 +1,225 @@
+// Command run is `make conformance`: the upstream Kubernetes conformance
+// tests (out/bin/e2e.test, package conformance) against a two-node
+// Plinth cluster in QEMU, offline.
+//
+//	dry run ──► the selected specs (count, names)
+//	launch 2 nodes (image with -conformance-images) ──► kubeconfig ──► nodes Ready
+//	ginkgo -procs N e2e.test -- --provider=local …   (round 1: the selection)
+//	   │  every finished spec: one progress line (conformance/progress_test.go)
+//	   │  no spec finished for -stall: interrupt; the next round runs the rest
+//	   ▼
+//	CONFORMANCE=serial: the [Serial] conformance specs, one at a time
+//	summary (passed / failed / skipped, each failure's first line) ──► OUT/summary.txt
+//	OUT/junit_01.xml (the suite's report), OUT/e2e-*.log; the cluster powered off
+//
+// Why a program and not a script: the cluster comes from the VM test
+// harness (vmtest.LaunchCluster, as plinthctl launch), and it must be
+// torn down whatever happens, the report still written.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"plinth.dev/plinth/vmtest"
+)
+
+// The default selection: what conformance certification runs in
+// parallel; the serial specs are CONFORMANCE=serial's second round.
+const (
+	defaultFocus = `\[Conformance\]`
+	defaultSkip  = `\[Serial\]|\[Disruptive\]`
+	serialFocus  = `\[Serial\].*\[Conformance\]|\[Conformance\].*\[Serial\]`
+)
+
+type runCmd struct {
+	image, out, e2e, ginkgo, kubectl, plinthctl string
+	focus, skip                                 string
+	serial                                      bool
+	procs                                       int
+	timeout, stall                              time.Duration
+	kubeconfig                                  string
+	nodes                                       int
+}
+
+func main() {
+	var c runCmd
+	flag.StringVar(&c.image, "image", "out/image-conformance/qemu-x86_64", "node image built with plinthctl build -conformance-images")
+	flag.StringVar(&c.out, "out", "out/conformance", "directory for the cluster, logs, the JUnit report and the summary")
+	flag.StringVar(&c.e2e, "e2e", "out/bin/e2e.test", "the suite (make e2e)")
+	flag.StringVar(&c.ginkgo, "ginkgo", "out/bin/ginkgo", "ginkgo CLI of go.mod's version (parallel runs)")
+	flag.StringVar(&c.kubectl, "kubectl", "out/bin/kubectl", "kubectl of the nodes' Kubernetes version")
+	flag.StringVar(&c.plinthctl, "plinthctl", "out/bin/plinthctl", "plinthctl (writes the kubeconfig)")
+	flag.StringVar(&c.focus, "focus", defaultFocus, "regular expression: the specs to run (FOCUS=)")
+	flag.StringVar(&c.skip, "skip", defaultSkip, "regular expression: the specs not to run (SKIP=)")
+	flag.BoolVar(&c.serial, "serial", false, "then run the [Serial] conformance specs, one at a time (CONFORMANCE=serial)")
+	flag.IntVar(&c.procs, "procs", 4, "ginkgo processes running specs side by side (the suite keeps [Serial] specs apart)")
+	flag.DurationVar(&c.timeout, "timeout", 3*time.Hour, "bound of each round")
+	flag.DurationVar(&c.stall, "stall", 25*time.Minute, "interrupt a round when no spec finished for this long (a hung spec); the next round runs the specs left")
+	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "run against this running cluster instead of launching one")
+	flag.IntVar(&c.nodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "conformance: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	failed, err := c.run(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
+	for _, p := range []*string{&c.image, &c.out, &c.e2e, &c.ginkgo, &c.kubectl, &c.plinthctl} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return false, err
+		}
+	}
+	for _, f := range []struct{ p, make string }{{c.e2e, "make e2e"}, {c.ginkgo, "make e2e"}, {c.kubectl, "make image"}, {c.plinthctl, "make image"}} {
+		if _, err := os.Stat(f.p); err != nil {
+			return false, fmt.Errorf("%w (%s builds it)", err, f.make)
+		}
+	}
+	for _, re := range []string{c.focus, c.skip} {
+		if _, err := regexp.Compile(re); err != nil {
+			return false, fmt.Errorf("FOCUS/SKIP %q: %w", re, err)
+		}
+	}
+	if err := os.MkdirAll(c.out, 0o755); err != nil {
+		return false, err
+	}
+	start := time.Now()
+	type round struct {
+		name, focus, skip string
+		procs             int
+	}
+	rounds := []round{{"selection", c.focus, c.skip, c.procs}}
+	if c.serial {
+		rounds = append(rounds, round{"serial", serialFocus, "", 1})
+	}
+	var planned [][]string
+	for _, r := range rounds {
+		names, err := c.dryRun(ctx, r.focus, r.skip)
+		if err != nil {
+			return false, err
+		}
+		fmt.Printf("conformance: %s: %d specs\n", r.name, len(names))
+		planned = append(planned, names)
+	}
+
+	kubeconfig := c.kubeconfig
+	if kubeconfig == "" {
+		cl, kc, err := c.launch(ctx)
+		if cl != nil {
+			defer func() {
+				fmt.Println("conformance: powering the cluster off")
+				cl.Close()
+			}()
+		}
+		if err != nil {
+			return false, err
+		}
+		kubeconfig = kc
+	}
+	if err := c.waitNodes(ctx, kubeconfig); err != nil {
+		return false, err
+	}
+
+	results := newResults(filepath.Join(c.out, "progress.jsonl"))
+	for i, r := range rounds {
+		left := planned[i]
+		for attempt := 1; len(left) > 0 && ctx.Err() == nil; attempt++ {
+			focus, skip := r.focus, r.skip
+			if attempt > 1 {
+				// The specs a stalled round did not finish, by name.
+				focus, skip = namesFocus(left), ""
+			}
+			log := filepath.Join(c.out, fmt.Sprintf("e2e-%s-%d.log", r.name, attempt))
+			fmt.Printf("conformance: %s, round %d: %d specs, %d at a time (log %s)\n", r.name, attempt, len(left), r.procs, log)
+			err := c.ginkgoRun(ctx, kubeconfig, focus, skip, r.procs, log, results, len(left))
+			before := len(left)
+			left = results.missing(left)
+			if err != nil && len(left) == before {
+				fmt.Printf("conformance: %s: %v; no spec finished, %d left unrun\n", r.name, err, len(left))
+				break
+			}
+		}
+	}
+	return results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start))
+}
+
+// launch starts the cluster and writes its kubeconfig.
+func (c *runCmd) launch(ctx context.Context) (*vmtest.Cluster, string, error) {
+	img, err := vmtest.LoadImage(c.image)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w (make conformance builds the image with -conformance-images)", err)
+	}
+	dir := filepath.Join(c.out, "cluster")
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, "", err
+	}
+	fmt.Printf("conformance: launching %d nodes from %s (minutes under TCG)\n", c.nodes, c.image)
+	cl, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: dir, Progress: os.Stdout,
+		DiskSizeBytes: 8 << 30, Kubernetes: true})
+	if err != nil {
+		return cl, "", err
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	cmd := exec.CommandContext(ctx, c.plinthctl, "kubeconfig", "-server", "https://"+cl.KubernetesAPIEndpoint(cl.Nodes()[0]),
+		"-wait", "10m", "-o", kc)
+	cmd.Env = append(os.Environ(), "PLINTH_CONFIG="+cl.OwnerDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return cl, "", fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
+	}
+	return cl, kc, nil
+}
+
+// waitNodes waits until every node is Ready.
+func (c *runCmd) waitNodes(ctx context.Context, kubeconfig string) error {
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		out, err := exec.CommandContext(ctx, c.kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`).CombinedOutput()
+		lines := strings.Fields(string(out))
+		ready := err == nil && len(lines) >= c.nodes
+		for _, l := range lines {
+			ready = ready && strings.HasSuffix(l, "=True")
+		}
+		if ready {
+			fmt.Printf("conformance: nodes ready: %s\n", strings.Join(lines, " "))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes not ready after 15 minutes: %v %s", err, out)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// namesFocus is a focus matching exactly the named specs.
+func namesFocus(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = regexp.QuoteMeta(n)
+	}
+	return "^(" + strings.Join(q, "|") + ")$"
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// spec is one progress line (conformance/progress_test.go).
+type spec struct {
+	State   string  `json:"state"`
+	Seconds float64 `json:"seconds"`
+	Name    string  `json:"name"`
+	Failure string  `json:"failure"`
+}
+
+// passed and skipped are ginkgo's states; every other one (failed,
+// panicked, interrupted, timedout, aborted) is a failure.
+func (s spec) outcome() string {
+	switch s.State {
+	case "passed", "skipped":
+		return s.State
+	}
+	return "failed"
+}
+
+func readProgress(path string) ([]spec, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var specs []spec
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var s spec
+		if json.Unmarshal(sc.Bytes(), &s) == nil && s.Name != "" {
+			specs = append(specs, s)
+		}
+	}
+	return specs, sc.Err()
+}
+
+// results are the finished specs of a run, from its progress file.
+type results struct {
+	path  string
+	specs []spec // the latest outcome of each name, in order of finishing
+	seen  int    // lines of path read
+}
+
+func newResults(path string) *results {
+	os.Remove(path)
+	return &results{path: path}
+}
+
+func (r *results) count() int { return len(r.specs) }
+
+// poll reads the lines added since the last poll and prints each as
+// "[n/planned] outcome time name" (n counted from the round's start);
+// it returns how many there were.
+func (r *results) poll(planned, roundStart int) int {
+	all, err := readProgress(r.path)
+	if err != nil || len(all) <= r.seen {
+		return 0
+	}
+	fresh := all[r.seen:]
+	r.seen = len(all)
+	for _, s := range fresh {
+		// A spec run again (a later round) replaces its earlier outcome.
+		r.specs = slices.DeleteFunc(r.specs, func(o spec) bool { return o.Name == s.Name })
+		r.specs = append(r.specs, s)
+		fmt.Printf("[%d/%d] %-7s %6.1fs %s\n", len(r.specs)-roundStart, planned, s.outcome(), s.Seconds, s.Name)
+		if s.Failure != "" && s.outcome() == "failed" {
+			fmt.Printf("          %s\n", s.Failure)
+		}
+	}
+	return len(fresh)
+}
+
+// missing are the names no spec finished under.
+func (r *results) missing(names []string) []string {
+	done := map[string]bool{}
+	for _, s := range r.specs {
+		// An interrupted spec is run again in the next round.
+		if s.State != "interrupted" {
+			done[s.Name] = true
+		}
+	}
+	var left []string
+	for _, n := range names {
+		if !done[n] {
+			left = append(left, n)
+		}
+	}
+	return left
+}
+
+// summary prints the counts and every failure with its first line, and
+// writes the same to file; failed reports whether a spec failed.
+func (r *results) summary(w io.Writer, file string, wall time.Duration) (failed bool, err error) {
+	var b strings.Builder
+	n := map[string]int{}
+	for _, s := range r.specs {
+		n[s.outcome()]++
+	}
+	fmt.Fprintf(&b, "conformance: %d passed, %d failed, %d skipped in %v\n", n["passed"], n["failed"], n["skipped"], wall.Round(time.Second))
+	for _, s := range r.specs {
+		if s.outcome() == "failed" {
+			fmt.Fprintf(&b, "  FAIL %s\n       %s: %s\n", s.Name, s.State, s.Failure)
+		}
+	}
+	fmt.Fprint(w, b.String())
+	return n["failed"] > 0, os.WriteFile(file, []byte(b.String()), 0o644)
+}

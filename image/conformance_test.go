@@ -1,0 +1,240 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	imageutils "k8s.io/kubernetes/test/utils/image"
+)
+
+// fakeDeb writes a Debian package (ar: debian-binary, control.tar.gz,
+// data.tar.gz) holding files.
+func fakeDeb(t *testing.T, files map[string][]byte) string {
+	t.Helper()
+	var data bytes.Buffer
+	zw := gzip.NewWriter(&data)
+	tw := tar.NewWriter(zw)
+	for n, b := range files {
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "./" + n, Mode: 0o755, Size: int64(len(b))})
+		tw.Write(b)
+	}
+	tw.Close()
+	zw.Close()
+	var deb bytes.Buffer
+	deb.WriteString("!<arch>\n")
+	for _, m := range []struct {
+		name string
+		b    []byte
+	}{{"debian-binary", []byte("2.0\n")}, {"control.tar.gz", nil}, {"data.tar.gz", data.Bytes()}} {
+		fmt.Fprintf(&deb, "%-16s%-12d%-6d%-6d%-8s%-10d`\n", m.name, 0, 0, 0, "100644", len(m.b))
+		deb.Write(m.b)
+		if len(m.b)%2 == 1 {
+			deb.WriteByte('\n')
+		}
+	}
+	p := filepath.Join(t.TempDir(), "busybox-static_1.0_amd64.deb")
+	if err := os.WriteFile(p, deb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// standInConformance writes the inputs as make conformance builds them,
+// each program a distinct tiny static ELF.
+func standInConformance(t *testing.T) (ConformanceInputs, map[string][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	content := map[string][]byte{}
+	for _, n := range []string{"agnhost", "e2etools", "nnp", "localhost.crt", "localhost.key",
+		"kitten/kitten.jpg", "kitten/data.json", "nautilus/nautilus.jpg", "nautilus/data.json"} {
+		b := []byte("data of " + n)
+		if !strings.Contains(n, ".") {
+			b = tinyELF(elf.EM_X86_64, "", "stand-in for "+n)
+		}
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, n)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		content[n] = b
+	}
+	content["busybox"] = tinyELF(elf.EM_X86_64, "", "busybox\x00nameif\x00nc\x00netstat\x00")
+	return ConformanceInputs{Dir: dir, Busybox: fakeDeb(t, map[string][]byte{"bin/busybox": content["busybox"]})}, content
+}
+
+// flatten reads an image's file system as containerd unpacks it: every
+// layer in order (no whiteouts are written).
+func flatten(t *testing.T, img v1.Image) map[string]*tar.Header {
+	t.Helper()
+	fs := map[string]*tar.Header{}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return fs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs[strings.TrimSuffix(h.Name, "/")] = h
+	}
+}
+
+func TestConformanceImages(t *testing.T) {
+	in, content := standInConformance(t)
+	testpod := tinyELF(elf.EM_X86_64, "", "testpod")
+	f, carried, err := conformanceFiles(in, testpod, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Path != "usr/share/plinth/images/"+ConformanceArchive {
+		t.Errorf("archive at %s", f.Path)
+	}
+	imgs, descs := readOCIArchiveImages(t, f.Data)
+	if len(imgs) != len(ConformanceImages) || len(carried) != len(ConformanceImages) {
+		t.Fatalf("%d images in the archive, %d in the manifest, %d in the table", len(imgs), len(carried), len(ConformanceImages))
+	}
+	// The references are upstream's own, for this Kubernetes version
+	// (the suite's image manifest, test/utils/image).
+	upstream := map[string]bool{imageutils.GetPauseImageName(): true}
+	for _, id := range []imageutils.ImageID{imageutils.Agnhost, imageutils.AgnhostPrev, imageutils.BusyBox, imageutils.Nginx,
+		imageutils.NginxNew, imageutils.GlibcDnsTesting, imageutils.Kitten, imageutils.Nautilus, imageutils.Nonewprivs,
+		imageutils.NonRoot, imageutils.Etcd, imageutils.APIServer} {
+		upstream[imageutils.GetE2EImage(id)] = true
+	}
+	byRef := map[string]v1.Image{}
+	for i, d := range descs {
+		ref := d.Annotations[annotationContainerdName]
+		byRef[ref] = imgs[i]
+		if carried[i].Ref != ref || carried[i].Digest != d.Digest.String() {
+			t.Errorf("manifest entry %v, archive has %s %s", carried[i], ref, d.Digest)
+		}
+		delete(upstream, ref)
+	}
+	for r := range upstream {
+		t.Errorf("the suite uses %s: no image for it", r)
+	}
+
+	agnhost := flatten(t, byRef[e2eImages+"agnhost:2.66.1"])
+	for p, want := range map[string]string{"bin/sh": "busybox", "bin/mv": "busybox", "agnhost-2": "agnhost",
+		"usr/bin/curl": "e2etools", "usr/bin/nc": "e2etools", "usr/bin/dig": "e2etools", "usr/bin/getent": "e2etools"} {
+		if h := agnhost[p]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != want {
+			t.Errorf("agnhost image: %s is %+v, want a link to %s", p, h, want)
+		}
+	}
+	for p, want := range map[string][]byte{"agnhost": content["agnhost"], "bin/busybox": content["busybox"], // nc renamed, same size
+		"usr/bin/e2etools": content["e2etools"], "localhost.crt": content["localhost.crt"]} {
+		if h := agnhost[p]; h == nil || h.Size != int64(len(want)) {
+			t.Errorf("agnhost image: %s is %+v, want %d bytes", p, h, len(want))
+		}
+	}
+	if h := agnhost["tmp"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o1777 {
+		t.Errorf("agnhost image: /tmp is %+v, want a sticky world-writable directory", h)
+	}
+	if h := flatten(t, byRef[e2eImages+"nonewprivs:1.4"])["usr/local/bin/nnp"]; h == nil || h.Mode != 0o4755 {
+		t.Errorf("nonewprivs image: nnp is %+v, want setuid root", h)
+	}
+	if h := flatten(t, byRef[coreImages+"etcd:3.7.0-0"])["usr/local/bin/etcd"]; h == nil || h.Linkname != "../../bin/e2etools" {
+		t.Errorf("etcd image: /usr/local/bin/etcd is %+v", h)
+	}
+	if h := flatten(t, byRef[e2eImages+"kitten:1.8"])["kitten.jpg"]; h == nil || h.Size != int64(len(content["kitten/kitten.jpg"])) {
+		t.Errorf("kitten image: kitten.jpg is %+v", h)
+	}
+	for ref, want := range map[string]struct {
+		entrypoint, cmd []string
+		user            string
+	}{
+		e2eImages + "agnhost:2.66.1":   {[]string{"/agnhost"}, []string{"pause"}, ""},
+		e2eImages + "nonroot:1.5":      {nil, []string{"sh"}, "1234"},
+		coreImages + "pause:3.10.2":    {[]string{"/pause", "pause"}, nil, ""},
+		e2eImages + "nginx:1.27.0-2":   {nil, []string{"/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"}, ""},
+		e2eImages + "busybox:1.37.0-2": {nil, []string{"sh"}, ""},
+	} {
+		cfg, err := byRef[ref].ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cfg.Config.Entrypoint, want.entrypoint) || !slices.Equal(cfg.Config.Cmd, want.cmd) || cfg.Config.User != want.user ||
+			!slices.Contains(cfg.Config.Env, conformPATH) {
+			t.Errorf("%s: config %+v", ref, cfg.Config)
+		}
+	}
+	// Images share their layers: the archive holds agnhost's once.
+	if n := bytes.Count(f.Data, []byte("stand-in for agnhost")); n != 0 {
+		t.Errorf("agnhost uncompressed in the archive %d times", n)
+	}
+	blobs := map[string]bool{}
+	for _, img := range imgs {
+		ls, _ := img.Layers()
+		for _, l := range ls {
+			d, _ := l.Digest()
+			blobs[d.String()] = true
+		}
+	}
+	if len(blobs) != 8 {
+		t.Errorf("%d distinct layers, want 8 (busybox, tools, agnhost, nginx, kitten, nautilus, nnp, pause)", len(blobs))
+	}
+
+	// The same inputs give the same archive.
+	again, _, err := conformanceFiles(in, testpod, "amd64")
+	if err != nil || !bytes.Equal(again.Data, f.Data) {
+		t.Errorf("a second build differs (%v)", err)
+	}
+}
+
+func TestConformanceImagesRefused(t *testing.T) {
+	testpod := tinyELF(elf.EM_X86_64, "", "testpod")
+	for name, change := range map[string]func(t *testing.T, in *ConformanceInputs){
+		"agnhost missing": func(t *testing.T, in *ConformanceInputs) { os.Remove(filepath.Join(in.Dir, "agnhost")) },
+		"e2etools dynamic": func(t *testing.T, in *ConformanceInputs) {
+			os.WriteFile(filepath.Join(in.Dir, "e2etools"), tinyELF(elf.EM_X86_64, "/lib64/ld-linux-x86-64.so.2", "x"), 0o755)
+		},
+		"nnp for another machine": func(t *testing.T, in *ConformanceInputs) {
+			os.WriteFile(filepath.Join(in.Dir, "nnp"), tinyELF(elf.EM_AARCH64, "", "x"), 0o755)
+		},
+		"busybox package without busybox": func(t *testing.T, in *ConformanceInputs) {
+			in.Busybox = fakeDeb(t, map[string][]byte{"bin/other": []byte("x")})
+		},
+		"busybox without an nc applet": func(t *testing.T, in *ConformanceInputs) {
+			in.Busybox = fakeDeb(t, map[string][]byte{"bin/busybox": tinyELF(elf.EM_X86_64, "", "busybox")})
+		},
+		"busybox package not a package": func(t *testing.T, in *ConformanceInputs) {
+			os.WriteFile(in.Busybox, []byte("not ar"), 0o644)
+		},
+		"kitten data missing": func(t *testing.T, in *ConformanceInputs) { os.Remove(filepath.Join(in.Dir, "kitten/data.json")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			in, _ := standInConformance(t)
+			change(t, &in)
+			if _, _, err := conformanceFiles(in, testpod, "amd64"); err == nil || !strings.Contains(err.Error(), "conformance images") {
+				t.Errorf("accepted, or an unclear error: %v", err)
+			}
+		})
+	}
+}
+
+func TestRenameApplet(t *testing.T) {
+	table := []byte("\x00mv\x00nameif\x00nc\x00netstat\x00")
+	got, err := renameApplet(table, "nc", "nd")
+	if err != nil || string(got) != "\x00mv\x00nameif\x00nd\x00netstat\x00" {
+		t.Errorf("renameApplet: %q, %v", got, err)
+	}
+	if _, err := renameApplet(append(table, table...), "nc", "nd"); err == nil {
+		t.Error("two tables accepted")
+	}
+	if _, err := renameApplet([]byte("\x00nc\x00nd\x00"), "nc", "nd"); err == nil {
+		t.Error("a name taken accepted")
+	}
+}
