@@ -31,6 +31,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"plinth.dev/plinth/board"
 )
@@ -167,20 +168,25 @@ type buildStep struct {
 	run  func(context.Context) (detail string, err error)
 }
 
-// steps are the build's steps in order (see the package comment).
+// steps are the build's steps in order (see the package comment); the
+// conformance images' only when asked for.
 func (b *buildState) steps() []buildStep {
-	return []buildStep{
+	var conformance []buildStep
+	if b.Conformance != nil {
+		conformance = append(conformance, buildStep{"write the conformance test images", b.conformanceImages})
+	}
+	return slices.Concat([]buildStep{
 		{"read kernel package " + filepath.Base(b.KernelPackage), b.readKernel},
 		{"resolve module dependencies", b.resolveModules},
 		{"check Kubernetes binaries, write container images", b.kubernetesBinaries},
 		{"check the user's OCI image archives", b.userImages},
-		{"write the conformance test images", b.conformanceImages},
+	}, conformance, []buildStep{
 		{"build system image (squashfs + dm-verity)", b.systemImage},
 		{"build initramfs", b.buildInitramfs},
 		{"build UKIs (network boot, slot a, slot b)", b.writeUKIs},
 		{"write disk image", b.writeDiskImage},
 		{"write kernel, command line and manifest", b.writeManifest},
-	}
+	})
 }
 
 // Build runs every step and returns the manifest it wrote.

@@ -139,9 +139,6 @@ func (b *buildState) userImages(context.Context) (string, error) {
 // conformanceImages adds the conformance tests' archive
 // (Config.Conformance) to kubeFiles and the manifest's images.
 func (b *buildState) conformanceImages(context.Context) (string, error) {
-	if b.Conformance == nil {
-		return "none asked for", nil
-	}
 	testpod, err := os.ReadFile(b.Binaries.Testpod)
 	if err != nil {
 		return "", err

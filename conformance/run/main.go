@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -160,7 +161,7 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 			}
 		}
 	}
-	return results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start))
+	return results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start), slices.Concat(planned...))
 }
 
 // launch starts the cluster and writes its kubeconfig.

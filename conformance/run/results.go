@@ -103,18 +103,24 @@ func (r *results) missing(names []string) []string {
 
 // summary prints the counts and every failure with its first line, and
 // writes the same to file; failed reports whether a spec failed.
-func (r *results) summary(w io.Writer, file string, wall time.Duration) (failed bool, err error) {
+// planned are the names the rounds selected: those that never finished
+// are listed as not run (and fail the run).
+func (r *results) summary(w io.Writer, file string, wall time.Duration, planned []string) (failed bool, err error) {
 	var b strings.Builder
 	n := map[string]int{}
 	for _, s := range r.specs {
 		n[s.outcome()]++
 	}
-	fmt.Fprintf(&b, "conformance: %d passed, %d failed, %d skipped in %v\n", n["passed"], n["failed"], n["skipped"], wall.Round(time.Second))
+	notRun := r.missing(planned)
+	fmt.Fprintf(&b, "conformance: %d passed, %d failed, %d skipped, %d not run in %v\n", n["passed"], n["failed"], n["skipped"], len(notRun), wall.Round(time.Second))
+	for _, name := range notRun {
+		fmt.Fprintf(&b, "  NOT RUN %s\n", name)
+	}
 	for _, s := range r.specs {
 		if s.outcome() == "failed" {
 			fmt.Fprintf(&b, "  FAIL %s\n       %s: %s\n", s.Name, s.State, s.Failure)
 		}
 	}
 	fmt.Fprint(w, b.String())
-	return n["failed"] > 0, os.WriteFile(file, []byte(b.String()), 0o644)
+	return n["failed"]+len(notRun) > 0, os.WriteFile(file, []byte(b.String()), 0o644)
 }
