@@ -19,7 +19,8 @@ import (
 // from programs of this module's go.mod and Debian's static busybox,
 // in one archive whose images share their layers:
 //
-//	busybox    Debian's busybox-static, its applets in /bin, /etc/passwd
+//	busybox    Debian's busybox-static, its applets in /bin (sh: Debian's
+//	           bash-static), /etc/passwd
 //	           and /etc/group (user 1000 and group 50000, as upstream's
 //	           agnhost has them), /tmp
 //	tools      e2etools (conformance/toolbox): curl, nc, dig, getent in
@@ -55,8 +56,9 @@ type ConformanceInputs struct {
 	// localhost.key (agnhost's porter), kitten/ and nautilus/ (their
 	// images' kitten.jpg or nautilus.jpg and data.json).
 	Dir string
-	// Busybox is Debian's busybox-static package (a .deb).
-	Busybox string
+	// Busybox is Debian's busybox-static package (a .deb), Bash its
+	// bash-static.
+	Busybox, Bash string
 }
 
 // upstream image registries (the references' first parts).
@@ -88,13 +90,16 @@ var ConformanceImages = []struct{ Ref, From string }{
 // busyboxApplets are the applets of Debian's busybox-static linked into
 // /bin (the binary cannot be run on the build host to list them: it may
 // be another architecture). nc is e2etools' (in /usr/bin, ahead in
-// PATH): busybox's has no -u, -v or -z.
+// PATH): busybox's has no -u, -v or -z. sh is Debian's static bash:
+// busybox 1.35's ash drops environment variables whose names are not
+// shell identifiers (a ConfigMap's data-1 through envFrom) before it
+// runs a command; bash passes them on, as the suite expects.
 var busyboxApplets = strings.Fields(`[ [[ ar arch ash awk base64 basename bc blockdev bunzip2 bzcat bzip2 cal cat
 	chgrp chmod chown chroot cksum cmp cp cpio crc32 cut date dc dd df diff dirname dmesg dnsdomainname
 	dos2unix du echo egrep env expand expr factor fallocate false fgrep find fold free fsync getopt grep groups
 	gunzip gzip head hexdump hostid hostname httpd id ip ipcalc kill killall less link ln logname ls lsof md5sum
 	mkdir mkfifo mknod mktemp more mount mv netstat nl nohup nproc nslookup od paste patch pidof ping ping6
-	printenv printf ps pwd readlink realpath renice rev rm rmdir route sed seq setsid sh sha1sum sha256sum
+	printenv printf ps pwd readlink realpath renice rev rm rmdir route sed seq setsid sha1sum sha256sum
 	sha512sum shuf sleep sort split stat strings stty su sync sysctl tac tail tar tee telnet test time timeout
 	top touch tr traceroute true truncate tty umount uname uniq unlink unxz unzip uptime usleep uudecode
 	uuencode vi watch wc wget which whoami xargs xxd xz xzcat yes zcat`)
@@ -176,6 +181,13 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 	if busybox, err = renameApplet(busybox, "nc", "nd"); err != nil {
 		return nil, fmt.Errorf("conformance images: %s: %w", in.Busybox, err)
 	}
+	bash, err := debFile(in.Bash, "bin/bash-static")
+	if err != nil {
+		return nil, fmt.Errorf("conformance images: bash: %w", err)
+	}
+	if err := checkStaticELF(bash, arch, in.Bash); err != nil {
+		return nil, fmt.Errorf("conformance images: %w", err)
+	}
 
 	var layerErr error
 	layer := func(entries ...layerEntry) v1.Layer {
@@ -187,6 +199,8 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 	}
 	base := []layerEntry{
 		{Path: "bin/busybox", Data: busybox},
+		{Path: "bin/bash", Data: bash},
+		{Path: "bin/sh", Link: "bash"},
 		{Path: "etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\n" +
 			"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},

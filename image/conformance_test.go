@@ -69,7 +69,9 @@ func standInConformance(t *testing.T) (ConformanceInputs, map[string][]byte) {
 		content[n] = b
 	}
 	content["busybox"] = tinyELF(elf.EM_X86_64, "", "busybox\x00nameif\x00nc\x00netstat\x00")
-	return ConformanceInputs{Dir: dir, Busybox: fakeDeb(t, map[string][]byte{"bin/busybox": content["busybox"]})}, content
+	content["bash"] = tinyELF(elf.EM_X86_64, "", "bash")
+	return ConformanceInputs{Dir: dir, Busybox: fakeDeb(t, map[string][]byte{"bin/busybox": content["busybox"]}),
+		Bash: fakeDeb(t, map[string][]byte{"bin/bash-static": content["bash"]})}, content
 }
 
 // flatten reads an image's file system as containerd unpacks it: every
@@ -128,14 +130,14 @@ func TestConformanceImages(t *testing.T) {
 	}
 
 	agnhost := flatten(t, byRef[e2eImages+"agnhost:2.66.1"])
-	for p, want := range map[string]string{"bin/sh": "busybox", "bin/mv": "busybox", "agnhost-2": "agnhost",
+	for p, want := range map[string]string{"bin/sh": "bash", "bin/mv": "busybox", "agnhost-2": "agnhost",
 		"usr/bin/curl": "e2etools", "usr/bin/nc": "e2etools", "usr/bin/dig": "e2etools", "usr/bin/getent": "e2etools"} {
 		if h := agnhost[p]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != want {
 			t.Errorf("agnhost image: %s is %+v, want a link to %s", p, h, want)
 		}
 	}
 	for p, want := range map[string][]byte{"agnhost": content["agnhost"], "bin/busybox": content["busybox"], // nc renamed, same size
-		"usr/bin/e2etools": content["e2etools"], "localhost.crt": content["localhost.crt"]} {
+		"usr/bin/e2etools": content["e2etools"], "localhost.crt": content["localhost.crt"], "bin/bash": content["bash"]} {
 		if h := agnhost[p]; h == nil || h.Size != int64(len(want)) {
 			t.Errorf("agnhost image: %s is %+v, want %d bytes", p, h, len(want))
 		}
@@ -209,6 +211,9 @@ func TestConformanceImagesRefused(t *testing.T) {
 		},
 		"busybox without an nc applet": func(t *testing.T, in *ConformanceInputs) {
 			in.Busybox = fakeDeb(t, map[string][]byte{"bin/busybox": tinyELF(elf.EM_X86_64, "", "busybox")})
+		},
+		"bash package without bash-static": func(t *testing.T, in *ConformanceInputs) {
+			in.Bash = fakeDeb(t, map[string][]byte{"bin/bash": tinyELF(elf.EM_X86_64, "", "bash")})
 		},
 		"busybox package not a package": func(t *testing.T, in *ConformanceInputs) {
 			os.WriteFile(in.Busybox, []byte("not ar"), 0o644)

@@ -10,9 +10,12 @@ import (
 	"strings"
 )
 
-// BusyboxPackage is the Debian package the conformance images' busybox
-// comes from (a static build).
-const BusyboxPackage = "busybox-static"
+// The Debian packages the conformance images' busybox and shell come
+// from (static builds).
+const (
+	BusyboxPackage = "busybox-static"
+	BashPackage    = "bash-static"
+)
 
 // FetchKernelPackage returns the path of the board's kernel package pkg
 // in cacheDir (FetchPackage).
