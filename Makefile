@@ -108,7 +108,8 @@ CONTAINERD_TAGS := urfave_cli_no_docs osusergo netgo static_build no_devmapper n
 CONTAINERD_LDFLAGS := -s -w -X $(CONTAINERD_PKG)/version.Version=$(CONTAINERD_VERSION) -X $(CONTAINERD_PKG)/version.Package=$(CONTAINERD_PKG)
 CNI_PLUGINS := github.com/containernetworking/plugins/plugins/main/ptp \
 	github.com/containernetworking/plugins/plugins/main/loopback \
-	github.com/containernetworking/plugins/plugins/ipam/host-local
+	github.com/containernetworking/plugins/plugins/ipam/host-local \
+	github.com/containernetworking/plugins/plugins/meta/portmap
 KUBE_BINS := $(BIN)/kube $(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/runc \
 	$(foreach p,$(CNI_PLUGINS),$(BIN)/cni/$(notdir $(p))) $(BIN)/testpod
 CNI_STAMPS := $(foreach p,$(CNI_PLUGINS),$(STAMP)/cni/$(notdir $(p)))

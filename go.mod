@@ -149,6 +149,7 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
 	github.com/lithammer/dedent v1.1.0 // indirect
+	github.com/mattn/go-shellwords v1.0.16 // indirect
 	github.com/mdlayher/netlink v1.11.2 // indirect
 	github.com/mdlayher/vsock v1.3.0 // indirect
 	github.com/miekg/dns v1.1.73 // indirect
@@ -358,9 +359,11 @@ tool (
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 	github.com/containernetworking/plugins/plugins/main/loopback
 	github.com/containernetworking/plugins/plugins/main/ptp
+	github.com/containernetworking/plugins/plugins/meta/portmap
 	github.com/opencontainers/runc
 	k8s.io/kubernetes/cmd/kubectl
 	k8s.io/kubernetes/test/images/agnhost
+	k8s.io/kubernetes/test/images/nonewprivs
 )
 
 // metrics-server asks for gnostic-models v0.7.1; Kubernetes v1.37.2 is

@@ -38,7 +38,7 @@ type Binaries struct {
 }
 
 // CNIPlugins are the CNI plugins a node carries in layout.CNIBinDir.
-var CNIPlugins = []string{"host-local", "loopback", "ptp"}
+var CNIPlugins = []string{"host-local", "loopback", "portmap", "ptp"}
 
 // BinariesIn names the binaries as `make` builds them into dir (out/bin):
 // kube, containerd, containerd-shim-runc-v2, runc, cni/*, testpod.

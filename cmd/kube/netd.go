@@ -194,6 +194,13 @@ func (n *netd) writeCNI(cidr *net.IPNet) error {
 				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				"dataDir": n.ipamDir,
 			},
+		}, map[string]any{
+			// A pod's hostPort: DNAT in nftables (table cni_hostport,
+			// through the node's nft as kube-proxy's rules are), for
+			// the node's addresses and, with route_localnet, 127.0.0.1.
+			"type":         "portmap",
+			"backend":      "nftables",
+			"capabilities": map[string]bool{"portMappings": true},
 		}},
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")
