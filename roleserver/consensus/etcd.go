@@ -87,15 +87,10 @@ func (s *Service) baseConfig(lg *zap.Logger, k Tuning, dataDir string) (*embed.C
 	cfg.TickMs = k.TickMs
 	cfg.ElectionMs = k.ElectionMs
 	cfg.UnsafeNoFsync = k.NoFsync
-	// Keep minutes of history for watchers that reconnect, not forever:
+	// Keep an hour of history for watchers that reconnect, not forever:
 	// the curator alone would otherwise grow the backend without bound.
-	// Four minutes, compacted every four: about what the Kubernetes API
-	// server keeps where it compacts etcd itself (every 5 minutes, to the
-	// revision of the previous compaction), and within the ten minutes
-	// in which the conformance suite waits for an expired list
-	// continuation (410 Gone after compaction).
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
-	cfg.AutoCompactionRetention = "4m"
+	cfg.AutoCompactionRetention = "1h"
 	return cfg, nil
 }
 
