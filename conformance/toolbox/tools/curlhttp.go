@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -254,21 +255,22 @@ func curlRequest(ctx context.Context, o *curlOpts, u *url.URL, stdin io.Reader) 
 func curlResponseHead(resp *http.Response) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s\r\n", resp.Proto, resp.Status)
-	keys := make([]string, 0, len(resp.Header))
-	for k := range resp.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		for _, v := range resp.Header[k] {
-			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
-		}
-	}
+	writeHeaders(&b, resp.Header, "", "\r\n")
 	if len(resp.TransferEncoding) > 0 {
 		fmt.Fprintf(&b, "Transfer-Encoding: %s\r\n", strings.Join(resp.TransferEncoding, ", "))
 	}
 	b.WriteString("\r\n")
 	return b.String()
+}
+
+// writeHeaders writes h sorted by name, one "prefix name: value eol"
+// line per value.
+func writeHeaders(w io.Writer, h http.Header, prefix, eol string) {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[k] {
+			fmt.Fprintf(w, "%s%s: %s%s", prefix, k, v, eol)
+		}
+	}
 }
 
 func curlVerboseRequest(stderr io.Writer, req *http.Request) {
@@ -277,16 +279,7 @@ func curlVerboseRequest(stderr io.Writer, req *http.Request) {
 		host = req.URL.Host
 	}
 	fmt.Fprintf(stderr, "> %s %s HTTP/1.1\n> Host: %s\n", req.Method, req.URL.RequestURI(), host)
-	keys := make([]string, 0, len(req.Header))
-	for k := range req.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		for _, v := range req.Header[k] {
-			fmt.Fprintf(stderr, "> %s: %s\n", k, v)
-		}
-	}
+	writeHeaders(stderr, req.Header, "> ", "\n")
 	fmt.Fprintln(stderr, ">")
 }
 
