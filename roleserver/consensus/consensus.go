@@ -209,6 +209,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "crl", d.crlWatcher(be)); err != nil {
 		return err
 	}
+	if err := supervisor.Run(ctx, "compactor", compactor(be.KV, compactInterval)); err != nil {
+		return err
+	}
 
 	s.value.Set(&Status{running: true, be: be})
 	// Consumers must stop using the backend before it is closed.

@@ -87,10 +87,8 @@ func (s *Service) baseConfig(lg *zap.Logger, k Tuning, dataDir string) (*embed.C
 	cfg.TickMs = k.TickMs
 	cfg.ElectionMs = k.ElectionMs
 	cfg.UnsafeNoFsync = k.NoFsync
-	// Keep an hour of history for watchers that reconnect, not forever:
-	// the curator alone would otherwise grow the backend without bound.
-	cfg.AutoCompactionMode = embed.CompactorModePeriodic
-	cfg.AutoCompactionRetention = "1h"
+	// No auto-compaction: the compactor runnable compacts, and tells the
+	// API server so (compactor.go).
 	return cfg, nil
 }
 

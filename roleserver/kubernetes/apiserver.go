@@ -66,9 +66,10 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
-		// Compaction is the consensus service's job: it keeps a history
-		// long enough for the curator's watches (and the confined
-		// endpoint refuses Compact).
+		// Compaction is the consensus service's job (the confined
+		// endpoint refuses Compact); it writes compact_rev_key as this
+		// flag's compactor would, which the API server still watches
+		// (consensus/compactor.go).
 		"--etcd-compaction-interval=0",
 		"--allow-privileged=true",
 		"--profiling=false",
