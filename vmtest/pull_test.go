@@ -41,7 +41,7 @@ const pullRepo = "plinth/testpod"
 // pullRepo:v1 and returns its digest.
 func startPullRegistry(t *testing.T) (*Registry, string) {
 	t.Helper()
-	reg, err := StartRegistry(DefaultSubnet, proxyCommand)
+	reg, err := StartRegistry(DefaultSubnet, ProxyCommand)
 	if err != nil {
 		t.Fatal(err)
 	}
