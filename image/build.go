@@ -7,7 +7,7 @@
 //	kube, containerd, runc, CNI ───────────┤                                        │
 //	testpod ──► pause + test OCI images ───┤                                        │
 //	user OCI archives (checked) ───────────┤                                        │
-//	conformance images (when asked) ───────┤                                        │
+//	conformance images (when asked) ───────┤ (and conformance.tar beside the image) │
 //	nft, mkfs (+ libraries, build host) ───┘                                        │
 //	/init (static Go) ──────────────────────────────────────────────────────────────┴─► initramfs.img
 //	verity root hash ──► kernel command line ──► cmdline, manifest.json

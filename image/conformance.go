@@ -46,7 +46,9 @@ import (
 // program give without a distribution. Only `make conformance` asks for
 // them: a normal image stays as small as it was.
 
-// ConformanceArchive is the archive's file name in layout.ImagesDir.
+// ConformanceArchive is the archive's file name in layout.ImagesDir, and
+// beside the built image (OutDir), which the conformance runner serves
+// as a registry.
 const ConformanceArchive = "conformance.tar"
 
 // ConformanceInputs are the files the conformance images are made of.

@@ -161,6 +161,11 @@ func (b *buildState) conformanceImages(context.Context) (string, error) {
 	b.m.SystemFiles["/"+f.Path] = a
 	b.kubeFiles = append(b.kubeFiles, f)
 	b.m.ContainerImages = append(b.m.ContainerImages, images...)
+	// And beside the image, for the registry the conformance runner
+	// serves them from (the specs that pull always).
+	if err := writeFileAtomic(b.out(ConformanceArchive), f.Data); err != nil {
+		return "", err
+	}
 	return fmt.Sprintf("%s: %d images", mib(a.Size), len(images)), nil
 }
 

@@ -48,11 +48,12 @@ func (c *runCmd) dryRun(ctx context.Context, focus, skip string) ([]string, erro
 // ginkgoRun runs one round: ginkgo with procs processes over e2e.test,
 // its output into log, one line per finished spec on stdout. A round
 // that finishes no spec for c.stall is interrupted (SIGINT: ginkgo ends
-// the running specs as interrupted and writes its reports).
-func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, procs int, log string, r *results, planned int) error {
+// the running specs as interrupted and writes its reports; SIGKILL after
+// c.grace). It returns how many specs finished (interrupted ones too).
+func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, procs int, log string, r *results, planned int) (finished int, err error) {
 	lf, err := os.Create(log)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer lf.Close()
 	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), "--timeout=" + c.timeout.String(),
@@ -62,7 +63,7 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return err
+		return 0, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -70,29 +71,30 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 		fmt.Printf("conformance: %s: interrupting the round\n", why)
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 		go func() {
-			// ginkgo writes its reports on the first interrupt; a second
-			// one after a grace period ends what still hangs.
-			time.Sleep(3 * time.Minute)
+			// ginkgo writes its reports on the first interrupt; a kill
+			// after a grace period ends what still hangs.
+			time.Sleep(c.grace)
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}()
 	}
 	roundStart := r.count()
 	last := time.Now()
-	tick := time.NewTicker(5 * time.Second)
+	tick := time.NewTicker(c.pollEvery)
 	defer tick.Stop()
 	interrupted := false
 	for {
 		select {
 		case err := <-done:
-			r.poll(planned, roundStart)
-			return err
+			finished += r.poll(planned, roundStart)
+			return finished, err
 		case <-ctx.Done():
 			if !interrupted {
 				interrupted = true
 				interrupt("stopped")
 			}
 		case <-tick.C:
-			if r.poll(planned, roundStart) > 0 {
+			if n := r.poll(planned, roundStart); n > 0 {
+				finished += n
 				last = time.Now()
 			}
 			if !interrupted && time.Since(last) > c.stall {

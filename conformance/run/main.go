@@ -3,7 +3,8 @@
 // Plinth cluster in QEMU, offline.
 //
 //	dry run ──► the selected specs (count, names)
-//	launch 2 nodes (image with -conformance-images) ──► kubeconfig ──► nodes Ready
+//	registry mirror of the images (registry.go) ──► launch 2 nodes (image with
+//	  -conformance-images) ──► cluster policy: the mirror ──► kubeconfig ──► nodes Ready
 //	ginkgo -procs N e2e.test -- --provider=local …   (round 1: the selection)
 //	   │  every finished spec: one progress line (conformance/progress_test.go)
 //	   │  no spec finished for -stall: interrupt; the next round runs the rest
@@ -26,11 +27,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/vmtest"
 )
 
@@ -48,12 +49,14 @@ type runCmd struct {
 	serial                                      bool
 	procs                                       int
 	timeout, stall                              time.Duration
+	grace, pollEvery                            time.Duration // after an interrupt, the kill; progress polls
 	kubeconfig                                  string
 	nodes                                       int
 }
 
 func main() {
-	var c runCmd
+	vmtest.MaybeProxy() // the registry's guest forwards run this program as their proxy
+	c := runCmd{grace: 3 * time.Minute, pollEvery: 5 * time.Second}
 	flag.StringVar(&c.image, "image", "out/image-conformance/qemu-x86_64", "node image built with plinthctl build -conformance-images")
 	flag.StringVar(&c.out, "out", "out/conformance", "directory for the cluster, logs, the JUnit report and the summary")
 	flag.StringVar(&c.e2e, "e2e", "out/bin/e2e.test", "the suite (make e2e)")
@@ -105,31 +108,26 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 		return false, err
 	}
 	start := time.Now()
-	type round struct {
-		name, focus, skip string
-		procs             int
-	}
-	rounds := []round{{"selection", c.focus, c.skip, c.procs}}
+	rounds := []round{{name: "selection", focus: c.focus, skip: c.skip, procs: c.procs}}
 	if c.serial {
-		rounds = append(rounds, round{"serial", serialFocus, "", 1})
+		rounds = append(rounds, round{name: "serial", focus: serialFocus, procs: 1})
 	}
-	var planned [][]string
-	for _, r := range rounds {
+	for i, r := range rounds {
 		names, err := c.dryRun(ctx, r.focus, r.skip)
 		if err != nil {
 			return false, err
 		}
 		fmt.Printf("conformance: %s: %d specs\n", r.name, len(names))
-		planned = append(planned, names)
+		rounds[i].planned = names
 	}
 
 	kubeconfig := c.kubeconfig
 	if kubeconfig == "" {
-		cl, kc, err := c.launch(ctx)
-		if cl != nil {
+		stop, kc, err := c.launch(ctx)
+		if stop != nil {
 			defer func() {
 				fmt.Println("conformance: powering the cluster off")
-				cl.Close()
+				stop()
 			}()
 		}
 		if err != nil {
@@ -142,30 +140,52 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 	}
 
 	results := newResults(filepath.Join(c.out, "progress.jsonl"))
-	for i, r := range rounds {
-		left := planned[i]
+	c.runRounds(ctx, kubeconfig, rounds, results)
+	var planned []string
+	for _, r := range rounds {
+		planned = append(planned, r.planned...)
+	}
+	return results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start), planned)
+}
+
+// A round is one selection of specs (the default one, the serial one),
+// run by ginkgo until every planned spec has finished.
+type round struct {
+	name, focus, skip string
+	procs             int
+	planned           []string // the names the dry run listed
+}
+
+// runRounds runs each round in attempts: the first runs the selection;
+// when an attempt ends with specs unfinished (ginkgo interrupted for a
+// stall, or dead), the next runs those by name. A spec interrupted twice
+// stays failed (it hangs: results.missing), and an attempt that finishes
+// nothing ends the round, so a run always ends.
+func (c *runCmd) runRounds(ctx context.Context, kubeconfig string, rounds []round, results *results) {
+	for _, r := range rounds {
+		left := r.planned
 		for attempt := 1; len(left) > 0 && ctx.Err() == nil; attempt++ {
 			focus, skip := r.focus, r.skip
 			if attempt > 1 {
-				// The specs a stalled round did not finish, by name.
+				// The specs an attempt did not finish, by name.
 				focus, skip = namesFocus(left), ""
 			}
 			log := filepath.Join(c.out, fmt.Sprintf("e2e-%s-%d.log", r.name, attempt))
-			fmt.Printf("conformance: %s, round %d: %d specs, %d at a time (log %s)\n", r.name, attempt, len(left), r.procs, log)
-			err := c.ginkgoRun(ctx, kubeconfig, focus, skip, r.procs, log, results, len(left))
-			before := len(left)
+			fmt.Printf("conformance: %s, attempt %d: %d specs, %d at a time (log %s)\n", r.name, attempt, len(left), r.procs, log)
+			finished, err := c.ginkgoRun(ctx, kubeconfig, focus, skip, r.procs, log, results, len(left))
 			left = results.missing(left)
-			if err != nil && len(left) == before {
-				fmt.Printf("conformance: %s: %v; no spec finished, %d left unrun\n", r.name, err, len(left))
+			if finished == 0 && len(left) > 0 {
+				fmt.Printf("conformance: %s: ginkgo: %v; no spec finished, %d left unrun\n", r.name, err, len(left))
 				break
 			}
 		}
 	}
-	return results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start), slices.Concat(planned...))
 }
 
-// launch starts the cluster and writes its kubeconfig.
-func (c *runCmd) launch(ctx context.Context) (*vmtest.Cluster, string, error) {
+// launch starts the registry mirror and the cluster and writes its
+// kubeconfig; stop, if not nil, powers the cluster off and stops the
+// registry.
+func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, err error) {
 	img, err := vmtest.LoadImage(c.image)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w (make conformance builds the image with -conformance-images)", err)
@@ -174,20 +194,32 @@ func (c *runCmd) launch(ctx context.Context) (*vmtest.Cluster, string, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, "", err
 	}
+	reg, hosts, err := startMirror(filepath.Join(c.image, image.ConformanceArchive), c.out)
+	if err != nil {
+		return nil, "", err
+	}
 	fmt.Printf("conformance: launching %d nodes from %s (minutes under TCG)\n", c.nodes, c.image)
 	cl, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: dir, Progress: os.Stdout,
-		DiskSizeBytes: 8 << 30, Kubernetes: true})
+		DiskSizeBytes: 8 << 30, Kubernetes: true, Registry: reg})
 	if err != nil {
-		return cl, "", err
+		reg.Close()
+		return nil, "", err
+	}
+	stop = func() {
+		cl.Close()
+		reg.Close()
+	}
+	if err := c.mirrorPolicy(ctx, cl, reg, hosts); err != nil {
+		return stop, "", err
 	}
 	kc := filepath.Join(dir, "kubeconfig")
 	cmd := exec.CommandContext(ctx, c.plinthctl, "kubeconfig", "-server", "https://"+cl.KubernetesAPIEndpoint(cl.Nodes()[0]),
 		"-wait", "10m", "-o", kc)
 	cmd.Env = append(os.Environ(), "PLINTH_CONFIG="+cl.OwnerDir())
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return cl, "", fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
+		return stop, "", fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
 	}
-	return cl, kc, nil
+	return stop, kc, nil
 }
 
 // waitNodes waits until every node is Ready.

@@ -49,14 +49,20 @@ func readProgress(path string) ([]spec, error) {
 
 // results are the finished specs of a run, from its progress file.
 type results struct {
-	path  string
-	specs []spec // the latest outcome of each name, in order of finishing
-	seen  int    // lines of path read
+	path        string
+	specs       []spec         // the latest outcome of each name, in order of finishing
+	seen        int            // lines of path read
+	interrupted map[string]int // times each name was interrupted
 }
+
+// maxInterrupts is how often a spec is interrupted before it counts as
+// hanging: once may be another spec's stall (ginkgo interrupts all that
+// run), twice is its own.
+const maxInterrupts = 2
 
 func newResults(path string) *results {
 	os.Remove(path)
-	return &results{path: path}
+	return &results{path: path, interrupted: map[string]int{}}
 }
 
 func (r *results) count() int { return len(r.specs) }
@@ -75,6 +81,9 @@ func (r *results) poll(planned, roundStart int) int {
 		// A spec run again (a later round) replaces its earlier outcome.
 		r.specs = slices.DeleteFunc(r.specs, func(o spec) bool { return o.Name == s.Name })
 		r.specs = append(r.specs, s)
+		if s.State == "interrupted" {
+			r.interrupted[s.Name]++
+		}
 		fmt.Printf("[%d/%d] %-7s %6.1fs %s\n", len(r.specs)-roundStart, planned, s.outcome(), s.Seconds, s.Name)
 		if s.Failure != "" && s.outcome() == "failed" {
 			fmt.Printf("          %s\n", s.Failure)
@@ -83,12 +92,24 @@ func (r *results) poll(planned, roundStart int) int {
 	return len(fresh)
 }
 
-// missing are the names no spec finished under.
+// missing are the names to run again: never finished, or interrupted
+// fewer than maxInterrupts times.
 func (r *results) missing(names []string) []string {
+	return r.without(names, func(s spec) bool {
+		return s.State != "interrupted" || r.interrupted[s.Name] >= maxInterrupts
+	})
+}
+
+// unfinished are the names no spec finished under.
+func (r *results) unfinished(names []string) []string {
+	return r.without(names, func(spec) bool { return true })
+}
+
+// without are names but those with an outcome that counts.
+func (r *results) without(names []string, counts func(spec) bool) []string {
 	done := map[string]bool{}
 	for _, s := range r.specs {
-		// An interrupted spec is run again in the next round.
-		if s.State != "interrupted" {
+		if counts(s) {
 			done[s.Name] = true
 		}
 	}
@@ -111,7 +132,7 @@ func (r *results) summary(w io.Writer, file string, wall time.Duration, planned 
 	for _, s := range r.specs {
 		n[s.outcome()]++
 	}
-	notRun := r.missing(planned)
+	notRun := r.unfinished(planned)
 	fmt.Fprintf(&b, "conformance: %d passed, %d failed, %d skipped, %d not run in %v\n", n["passed"], n["failed"], n["skipped"], len(notRun), wall.Round(time.Second))
 	for _, name := range notRun {
 		fmt.Fprintf(&b, "  NOT RUN %s\n", name)

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeGinkgoEnv makes the test binary a fake ginkgo (fakeGinkgo): its
+// value is the specs, "name=behaviour" separated by commas, run in that
+// order.
+const fakeGinkgoEnv = "PLINTH_FAKE_GINKGO"
+
+func TestMain(m *testing.M) {
+	if specs := os.Getenv(fakeGinkgoEnv); specs != "" {
+		os.Exit(fakeGinkgo(specs, os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeGinkgo runs the specs its --focus selects, writing a progress line
+// for each as the suite's hook does. Behaviours: pass, fail; hang (until
+// SIGINT, then "interrupted", as ginkgo reports a spec it interrupts);
+// stubborn (ignores SIGINT, writes nothing: only SIGKILL ends it).
+func fakeGinkgo(specs string, args []string) int {
+	focus := regexp.MustCompile("")
+	for _, a := range args {
+		if f, ok := strings.CutPrefix(a, "--focus="); ok {
+			focus = regexp.MustCompile(f)
+		}
+	}
+	out, err := os.OpenFile(os.Getenv("PLINTH_CONFORMANCE_PROGRESS"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return 2
+	}
+	report := func(name, state, failure string) {
+		b, _ := json.Marshal(spec{State: state, Seconds: 0.1, Name: name, Failure: failure})
+		out.Write(append(b, '\n'))
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT)
+	code := 0
+	for _, s := range strings.Split(specs, ",") {
+		name, behaviour, _ := strings.Cut(s, "=")
+		if !focus.MatchString(name) {
+			continue
+		}
+		switch behaviour {
+		case "pass":
+			report(name, "passed", "")
+		case "fail":
+			report(name, "failed", "it failed")
+			code = 1
+		case "hang":
+			<-sig
+			report(name, "interrupted", "Interrupted by User")
+			return 1
+		case "stubborn":
+			select {}
+		}
+	}
+	return code
+}
+
+// TestRoundsEndHangingSpecs: a spec that hangs is interrupted, run once
+// more, and then stays failed; specs that did not get to run in an
+// interrupted attempt run in the next; a ginkgo that ignores the
+// interrupt is killed, and what it never finished is reported not run.
+// The run ends, and the summary says all of it.
+func TestRoundsEndHangingSpecs(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(fakeGinkgoEnv, "a=pass,b=hang,c=pass,d=fail,e=stubborn")
+	dir := t.TempDir()
+	c := runCmd{ginkgo: exe, e2e: "e2e.test", kubectl: "kubectl", out: dir, timeout: time.Hour,
+		stall: time.Second, grace: 500 * time.Millisecond, pollEvery: 50 * time.Millisecond}
+	r := newResults(filepath.Join(dir, "progress.jsonl"))
+	planned := []string{"a", "b", "c", "d", "e"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.runRounds(ctx, "kubeconfig", []round{{name: "selection", focus: "^[a-e]$", procs: 1, planned: planned}}, r)
+
+	var sum strings.Builder
+	failed, err := r.summary(&sum, filepath.Join(dir, "summary.txt"), time.Second, planned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !failed {
+		t.Error("a run with failures counts as passed")
+	}
+	got := sum.String()
+	for _, want := range []string{
+		"2 passed, 2 failed, 0 skipped, 1 not run",
+		"NOT RUN e\n",
+		"FAIL b\n       interrupted: Interrupted by User",
+		"FAIL d\n       failed: it failed",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+	if r.interrupted["b"] != maxInterrupts {
+		t.Errorf("b interrupted %d times, want %d", r.interrupted["b"], maxInterrupts)
+	}
+	if file, _ := os.ReadFile(filepath.Join(dir, "summary.txt")); string(file) != got {
+		t.Errorf("summary.txt differs from the printed summary:\n%s", file)
+	}
+	// Attempts: a b (interrupted) | b (interrupted again) | c d e (e
+	// killed) | e (killed, nothing finished: the end).
+	for i := 1; i <= 5; i++ {
+		_, err := os.Stat(filepath.Join(dir, fmt.Sprintf("e2e-selection-%d.log", i)))
+		if ran := err == nil; ran != (i <= 4) {
+			t.Errorf("attempt %d ran: %v, want %v", i, ran, i <= 4)
+		}
+	}
+}
+
+// TestRoundsGinkgoDead: a ginkgo that exits at once, finishing nothing,
+// ends the round with every spec not run (and the run failed).
+func TestRoundsGinkgoDead(t *testing.T) {
+	dir := t.TempDir()
+	c := runCmd{ginkgo: "/bin/false", out: dir, timeout: time.Hour, stall: time.Minute, grace: time.Second, pollEvery: 50 * time.Millisecond}
+	r := newResults(filepath.Join(dir, "progress.jsonl"))
+	planned := []string{"a", "b"}
+	c.runRounds(context.Background(), "kubeconfig", []round{{name: "selection", focus: ".", procs: 1, planned: planned}}, r)
+	var sum strings.Builder
+	failed, err := r.summary(&sum, filepath.Join(dir, "summary.txt"), time.Second, planned)
+	if err != nil || !failed || !strings.Contains(sum.String(), "0 passed, 0 failed, 0 skipped, 2 not run") {
+		t.Errorf("failed %v, %v:\n%s", failed, err, sum.String())
+	}
+}
