@@ -14,33 +14,40 @@ import (
 
 // The consensus service compacts etcd's history, not the Kubernetes API
 // server: a compaction is of the whole store, every namespace's history,
-// so the API server's endpoint refuses Compact and the API server runs
-// with --etcd-compaction-interval=0.
+// so the API server's endpoint refuses Compact.
 //
 // The API server must still learn of each compaction. Its watch cache
 // serves paginated lists from snapshots, and drops the snapshots older
 // than the revision it reads from one key, compact_rev_key at the root of
-// its keyspace (it gets and watches the key even when it compacts
-// nothing). Were the key never written, a list continued from an expired
-// token would be served from the cache forever instead of failing with
-// 410 Gone (the conformance suite's API chunking spec waits for that).
+// its keyspace, which its compactor gets and watches. Were the key never
+// written, a list continued from an expired token would be served from
+// the cache forever instead of failing with 410 Gone (the conformance
+// suite's API chunking spec waits for that). The API server starts that
+// compactor only for a non-zero --etcd-compaction-interval, so it runs
+// with a year (kubernetes.apiServerCompactionInterval): it watches, and
+// never compacts itself.
 //
-// So every member runs the API server's own protocol on that key, with
-// the API server's default interval; the key's version is the logical
-// clock, and only the member whose compare-and-swap succeeds compacts:
+// So every member runs the API server's own protocol on that key; the
+// key's version is the logical clock, and only the member whose
+// compare-and-swap succeeds compacts:
 //
 //	every compactInterval, on every member:
 //	  txn if version(/kubernetes/compact_rev_key) == version seen last
 //	      then put(key, revision seen at the previous tick) ─► Compact(it)
 //	      else get(key)                                     ─► adopt its version
 //
-// History is kept for one to two intervals, as upstream's API servers
-// keep it: enough for watchers that reconnect (the curator's watchers
-// start from a revision they have just read, and re-read when theirs was
-// compacted away).
+// History is kept for one to two intervals: enough for watchers that
+// reconnect (the curator's watchers start from a revision they have just
+// read, and re-read when theirs was compacted away).
 
-// compactInterval is the API server's default --etcd-compaction-interval.
-const compactInterval = 5 * time.Minute
+// compactInterval is a minute shorter than the API server's default
+// --etcd-compaction-interval (5 min). A revision is compacted away one
+// to two intervals after it was current, and the API server's watch
+// cache notices within 15 s: at five minutes, a list continuation could
+// outlive the ten minutes within which Kubernetes promises (and the
+// conformance suite checks) that it expires; at four it expires within
+// eight.
+const compactInterval = 4 * time.Minute
 
 // compactRevKey is the API server's compact_rev_key, in the raw keyspace.
 const compactRevKey = kubernetesPrefix + "compact_rev_key"

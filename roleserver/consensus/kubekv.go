@@ -71,7 +71,7 @@ func (k *kubeKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, er
 	return (*pb.TxnResponse)(resp.Txn()), nil
 }
 
-var errCompactRefused = status.Error(codes.PermissionDenied, "compaction is the consensus service's job (run the API server with --etcd-compaction-interval=0)")
+var errCompactRefused = status.Error(codes.PermissionDenied, "compaction is the consensus service's job (the API server must not compact: run it with a --etcd-compaction-interval longer than its uptime)")
 
 // Compact is refused: a compaction is of the whole store, every
 // namespace's history, and the consensus service already compacts

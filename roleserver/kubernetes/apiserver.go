@@ -4,6 +4,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
@@ -67,10 +68,13 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		// Compaction is the consensus service's job (the confined
-		// endpoint refuses Compact); it writes compact_rev_key as this
-		// flag's compactor would, which the API server still watches
-		// (consensus/compactor.go).
-		"--etcd-compaction-interval=0",
+		// endpoint refuses Compact), and it writes compact_rev_key as
+		// the API server's compactor would (consensus/compactor.go). The
+		// API server learns of compactions only through its compactor's
+		// watch of that key, and starts the compactor only for a
+		// non-zero interval: so a year, after which its first own
+		// compaction would only be refused.
+		"--etcd-compaction-interval=" + apiServerCompactionInterval.String(),
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=0",
@@ -198,6 +202,12 @@ var auditWriteVerbs = []string{"create", "update", "patch", "delete", "deletecol
 // about 1 KiB, so some 4 MiB in practice): the log tree bounds streams
 // in entries, not bytes.
 const auditMaxEventSize = 16 << 10
+
+// apiServerCompactionInterval is the API server's
+// --etcd-compaction-interval (see apiserverArgs): long enough that it
+// never compacts, non-zero so that it watches the consensus service's
+// compactions.
+const apiServerCompactionInterval = 365 * 24 * time.Hour
 
 // leaderElection is the controller manager's and scheduler's leader
 // election: twice Kubernetes's default times (15 s, 10 s, 2 s). A

@@ -113,7 +113,7 @@ func TestControlPlaneArgs(t *testing.T) {
 	api := apiserverArgs(f, net.ParseIP("10.42.0.10"), "/ephemeral/kubernetes/etcd.sock")
 	for _, want := range []string{"--etcd-servers=unix:///ephemeral/kubernetes/etcd.sock", "--advertise-address=10.42.0.10",
 		"--service-cluster-ip-range=" + layout.ServiceCIDR, "--authorization-mode=Node,RBAC", "--client-ca-file=/x/ca.pem",
-		"--etcd-compaction-interval=0", "--kubelet-certificate-authority=/x/kubelet-serving-ca.pem",
+		"--etcd-compaction-interval=8760h0m0s", "--kubelet-certificate-authority=/x/kubelet-serving-ca.pem",
 		"--enable-admission-plugins=NodeRestriction", "--admission-control-config-file=/x/admission.json",
 		"--audit-policy-file=/x/audit-policy.json", "--audit-log-path=-", "--audit-log-format=json",
 		"--audit-log-truncate-enabled=true", "--audit-log-truncate-max-event-size=16384",
