@@ -4,7 +4,9 @@ package conformance
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/onsi/ginkgo/v2"
@@ -37,10 +39,7 @@ func reportProgress(r ginkgo.SpecReport) {
 	if r.State == types.SpecStateSkipped && r.Failure.Message == "" && r.RunTime == 0 {
 		return
 	}
-	msg, _, _ := strings.Cut(strings.TrimSpace(r.Failure.Message), "\n")
-	if len(msg) > 1000 {
-		msg = msg[:1000] + "…"
-	}
+	msg := failureLine(r.Failure.Message, r.Failure.Location.FileName, r.Failure.Location.LineNumber)
 	line, err := json.Marshal(struct {
 		State   string  `json:"state"`
 		Seconds float64 `json:"seconds"`
@@ -56,4 +55,18 @@ func reportProgress(r ginkgo.SpecReport) {
 	}
 	f.Write(append(line, '\n'))
 	f.Close()
+}
+
+// failureLine is a failure's message on one line (gomega's run over
+// several: "Expected", the value, the matcher), at most 300 bytes, and
+// where the spec failed.
+func failureLine(msg, file string, line int) string {
+	msg = strings.Join(strings.Fields(msg), " ")
+	if len(msg) > 300 {
+		msg = strings.ToValidUTF8(msg[:300], "") + "…"
+	}
+	if file != "" && msg != "" {
+		msg += fmt.Sprintf(" (%s:%d)", filepath.Base(file), line)
+	}
+	return msg
 }

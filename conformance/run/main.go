@@ -51,6 +51,7 @@ type runCmd struct {
 	timeout, stall                              time.Duration
 	grace, pollEvery                            time.Duration // after an interrupt, the kill; progress polls
 	kubeconfig                                  string
+	names                                       string // file of spec names, one per line
 	nodes                                       int
 }
 
@@ -70,6 +71,7 @@ func main() {
 	flag.DurationVar(&c.timeout, "timeout", 3*time.Hour, "bound of each round")
 	flag.DurationVar(&c.stall, "stall", 25*time.Minute, "interrupt a round when no spec finished for this long (a hung spec); the next round runs the specs left")
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "run against this running cluster instead of launching one")
+	flag.StringVar(&c.names, "names", "", "run the specs named in `FILE`, one full name per line (as the progress lines and summary print them), instead of -focus and -skip")
 	flag.IntVar(&c.nodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -98,6 +100,22 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 		if _, err := os.Stat(f.p); err != nil {
 			return false, fmt.Errorf("%w (%s builds it)", err, f.make)
 		}
+	}
+	if c.names != "" {
+		b, err := os.ReadFile(c.names)
+		if err != nil {
+			return false, err
+		}
+		var names []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				names = append(names, l)
+			}
+		}
+		if len(names) == 0 {
+			return false, fmt.Errorf("%s names no spec", c.names)
+		}
+		c.focus, c.skip = namesFocus(names), ""
 	}
 	for _, re := range []string{c.focus, c.skip} {
 		if _, err := regexp.Compile(re); err != nil {

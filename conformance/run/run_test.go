@@ -139,3 +139,20 @@ func TestRoundsGinkgoDead(t *testing.T) {
 		t.Errorf("failed %v, %v:\n%s", failed, err, sum.String())
 	}
 }
+
+// TestNamesFocus: the focus of a rerun matches the names given, whole,
+// with their brackets and parentheses taken literally, and nothing else.
+func TestNamesFocus(t *testing.T) {
+	names := []string{"[sig-node] Pods should be (re)started [Conformance]", "[sig-apps] Job works"}
+	re := regexp.MustCompile(namesFocus(names))
+	for _, n := range names {
+		if !re.MatchString(n) {
+			t.Errorf("%q not matched", n)
+		}
+	}
+	for _, n := range []string{"[sig-apps] Job works twice", "x[sig-apps] Job works", "[sig-node] Pods should be started [Conformance]"} {
+		if re.MatchString(n) {
+			t.Errorf("%q matched", n)
+		}
+	}
+}
