@@ -266,11 +266,15 @@ func (c *runCmd) waitNodes(ctx context.Context, kubeconfig string) error {
 	}
 }
 
-// namesFocus is a focus matching exactly the named specs.
+// namesFocus is a focus matching exactly the named specs. ginkgo
+// matches a focus against the suite's description, a space and the
+// spec's full name ("Kubernetes e2e suite [sig-node] Pods …"), so a name
+// is anchored at the end and after a space; every name begins with its
+// "[sig-…]", so none is another's tail.
 func namesFocus(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
 		q[i] = regexp.QuoteMeta(n)
 	}
-	return "^(" + strings.Join(q, "|") + ")$"
+	return " (" + strings.Join(q, "|") + ")$"
 }
