@@ -43,10 +43,7 @@ func bareEtcd(t *testing.T) *clientv3.Client {
 	cfg.AdvertiseClientUrls = []url.URL{*sock}
 	cfg.ListenClientHttpUrls = nil
 	cfg.ListenMetricsUrls = nil
-	port, err := freeLoopbackPort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := uniquePort(t)
 	peer, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
 	cfg.ListenPeerUrls = []url.URL{*peer}
 	cfg.AdvertisePeerUrls = []url.URL{*peer}

@@ -330,7 +330,7 @@ func TestCluster(t *testing.T) {
 func TestBadJoin(t *testing.T) {
 	ca, _ := pki.NewCA("test", time.Hour)
 	crl, _ := ca.NewCRL()
-	deadPort, _ := freeLoopbackPort()
+	deadPort := uniquePort(t)
 	peers := []ExistingNode{{Name: "node-a", URL: fmt.Sprintf("https://127.0.0.1:%d", deadPort)}}
 
 	t.Run("foreign-certificate", func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,11 +55,7 @@ func newMember(tb testing.TB, name string) *member {
 		tb.Fatal(err)
 	}
 	_, m.priv, _ = ed25519.GenerateKey(rand.Reader)
-	port, err := freeLoopbackPort()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m.port = port
+	m.port = uniquePort(tb)
 	tb.Cleanup(func() {
 		m.stop()
 		// CONSENSUS_TEST_LOGS=N dumps the last N entries of every member.
@@ -261,3 +258,30 @@ func peerAccepts(addr string, cert tls.Certificate, ca *x509.Certificate) error 
 func tlsCert(cert *x509.Certificate, key ed25519.PrivateKey) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 }
+
+// uniquePort is a free loopback port this test process has not handed
+// out before: members are given theirs before they start, and the
+// kernel may give a port it handed out, still unbound, again (two
+// members with one peer URL: "Peer URLs already exists").
+func uniquePort(tb testing.TB) int {
+	tb.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
+		port, err := freeLoopbackPort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port
+		}
+	}
+	tb.Fatal("no free loopback port not handed out before")
+	return 0
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
