@@ -34,15 +34,15 @@ import (
 // startMirror serves the images of archive (an OCI layout in a tar, as
 // the image build writes it) and returns the registry and the hosts of
 // the images' references.
-func startMirror(archive, scratch string) (*vmtest.Registry, []string, error) {
+func startMirror(archive, scratch string) (reg *vmtest.Registry, hosts []string, err error) {
 	dir := filepath.Join(scratch, "registry-layout")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, nil, err
 	}
+	defer os.RemoveAll(dir)
 	if err := untar(archive, dir); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w (make image-conformance writes it)", archive, err)
 	}
-	defer os.RemoveAll(dir)
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", archive, err)
@@ -51,15 +51,18 @@ func startMirror(archive, scratch string) (*vmtest.Registry, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", archive, err)
 	}
-	reg, err := vmtest.StartRegistry(vmtest.DefaultSubnet, vmtest.ProxyCommand)
-	if err != nil {
+	if reg, err = vmtest.StartRegistry(vmtest.DefaultSubnet, vmtest.ProxyCommand); err != nil {
 		return nil, nil, err
 	}
-	var hosts []string
+	defer func() {
+		if err != nil {
+			reg.Close()
+			reg = nil
+		}
+	}()
 	for _, d := range im.Manifests {
 		ref, err := name.NewTag(d.Annotations[ociarchive.NameAnnotation], name.StrictValidation)
 		if err != nil {
-			reg.Close()
 			return nil, nil, fmt.Errorf("%s: manifest %s: %w", archive, d.Digest, err)
 		}
 		img, err := idx.Image(d.Digest)
@@ -67,7 +70,6 @@ func startMirror(archive, scratch string) (*vmtest.Registry, []string, error) {
 			_, err = reg.Push(ref.RepositoryStr(), ref.TagStr(), img)
 		}
 		if err != nil {
-			reg.Close()
 			return nil, nil, fmt.Errorf("%s: %s: %w", archive, ref, err)
 		}
 		if h := ref.RegistryStr(); !slices.Contains(hosts, h) {
@@ -75,7 +77,6 @@ func startMirror(archive, scratch string) (*vmtest.Registry, []string, error) {
 		}
 	}
 	if len(hosts) == 0 {
-		reg.Close()
 		return nil, nil, fmt.Errorf("%s: no images", archive)
 	}
 	return reg, hosts, nil
