@@ -225,10 +225,25 @@ func LaunchCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error
 		return nil, err
 	}
 	c.logf("%s is %s: UP and HEALTHY, the cluster is bootstrapped", boot.Name, up.GetId())
-	for range o.Nodes - 1 {
-		if _, err := c.AddNode(ctx); err != nil {
-			return nil, err
-		}
+	// The other nodes boot and register side by side: each AddNode waits
+	// for its own record (matched by the address the node registers
+	// with), and a boot under TCG is mostly the booting guest's own work
+	// while the bootstrap node idles (one after another, three members
+	// took ~1.5 min).
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, o.Nodes-1)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			if _, errs[i] = c.AddNode(actx); errs[i] != nil {
+				cancel() // the others' errors would only say so
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -419,7 +434,9 @@ func (c *Cluster) NodeManagementEndpoint(n *ClusterNode) string {
 }
 
 // match finds n's record: by ID once known, else by its address, else the
-// one node no ClusterNode claims yet (a node that reported no address).
+// one node no ClusterNode claims yet that names no other machine's
+// address (a node that reported no address). Several nodes may register
+// at once (LaunchCluster adds them side by side).
 func (c *Cluster) match(n *ClusterNode, nodes []*clusterpb.Node) *clusterpb.Node {
 	if id := n.ID(); id != "" {
 		for _, r := range nodes {
@@ -429,13 +446,25 @@ func (c *Cluster) match(n *ClusterNode, nodes []*clusterpb.Node) *clusterpb.Node
 		}
 		return nil
 	}
+	c.mu.Lock()
+	var others []string
+	for _, o := range c.slots {
+		if o != n {
+			others = append(others, o.Addr.String())
+		}
+	}
+	c.mu.Unlock()
 	var unclaimed []*clusterpb.Node
 	for _, r := range nodes {
 		if c.claimed(r.GetId()) || r.GetState() == clusterpb.NodeState_NODE_STATE_DECOMMISSIONED {
 			continue // another machine's record, whatever addresses it names
 		}
-		if slices.Contains(r.GetStatus().GetAddresses(), n.Addr.String()) {
+		addrs := r.GetStatus().GetAddresses()
+		if slices.Contains(addrs, n.Addr.String()) {
 			return r
+		}
+		if slices.ContainsFunc(addrs, func(a string) bool { return slices.Contains(others, a) }) {
+			continue // another machine's, registering beside n
 		}
 		unclaimed = append(unclaimed, r)
 	}

@@ -48,6 +48,13 @@ func TestClusterMatch(t *testing.T) {
 	if got := c.match(b, []*clusterpb.Node{recA, noAddr, {Id: "plinth-e", State: clusterpb.NodeState_NODE_STATE_NEW}}); got != nil {
 		t.Errorf("ambiguous match %v", got)
 	}
+	// Two nodes registering side by side: the only unclaimed record is
+	// the other one's (it names the other's address), not node2's.
+	n2 := &ClusterNode{Name: "node2", Addr: netip.MustParseAddr("10.42.0.12"), used: true}
+	c.slots = append(c.slots, n2)
+	if got := c.match(n2, []*clusterpb.Node{recA, recB}); got != nil {
+		t.Errorf("node2 took node1's record %v", got)
+	}
 }
 
 // TestClusterNodeLifecycle runs the harness side of a cluster without the
