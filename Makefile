@@ -134,11 +134,12 @@ $(STAMP)/kubectl: $(GO_MOD) $(call missing,$(BIN)/kubectl)
 # nodes' kube binary; not part of make test. With the kube build's tags
 # and -trimpath, most packages come from its cache (~2 min each on this
 # machine when kube is built). agnhost and nnp are upstream's test image
-# programs; e2etools is ours (conformance/toolbox); the porter's
-# certificate and the kitten and nautilus images' files are copied from
-# the Kubernetes module.
+# programs; e2etools is ours (conformance/toolbox); busybox is built from
+# its upstream release (scripts/busybox says why not Debian's binary); the
+# porter's certificate and the kitten and nautilus images' files are
+# copied from the Kubernetes module.
 CONFORMANCE_BIN := $(BIN)/conformance
-CONFORMANCE_INPUTS := $(CONFORMANCE_BIN)/agnhost $(CONFORMANCE_BIN)/nnp $(CONFORMANCE_BIN)/e2etools $(CONFORMANCE_BIN)/localhost.crt
+CONFORMANCE_INPUTS := $(CONFORMANCE_BIN)/agnhost $(CONFORMANCE_BIN)/nnp $(CONFORMANCE_BIN)/e2etools $(CONFORMANCE_BIN)/busybox $(CONFORMANCE_BIN)/localhost.crt
 e2e: $(BIN)/e2e.test $(BIN)/ginkgo $(CONFORMANCE_INPUTS)
 $(BIN)/e2e.test: $(wildcard conformance/*_test.go) $(GO_MOD)
 	@echo "go test -c: e2e.test $(KUBE_VERSION)"
@@ -153,6 +154,8 @@ $(CONFORMANCE_BIN)/nnp: $(GO_MOD)
 $(CONFORMANCE_BIN)/e2etools: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD)
 	@echo "gobuild: e2etools (curl, nc, dig, getent, etcd, sample-apiserver)"
 	@nice -n 19 scripts/gobuild $@ ./conformance/toolbox -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
+$(CONFORMANCE_BIN)/busybox: scripts/busybox | deps
+	@scripts/busybox $@ $(CACHE)
 $(CONFORMANCE_BIN)/localhost.crt: $(GO_MOD)
 	@src=$$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images; mkdir -p $(@D)/kitten $(@D)/nautilus; \
 	  install -m 0644 $$src/agnhost/porter/localhost.key $(@D)/; \

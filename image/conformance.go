@@ -16,13 +16,13 @@ import (
 // The images of the upstream Kubernetes conformance tests, without a
 // registry (plinthctl build -conformance-images DIR): each under the
 // exact reference the suite asks for (e2e.test --list-images), built
-// from programs of this module's go.mod and Debian's static busybox,
-// in one archive whose images share their layers:
+// from programs of this module's go.mod and busybox, in one archive
+// whose images share their layers:
 //
-//	busybox    Debian's busybox-static, its applets in /bin (sh: Debian's
-//	           bash-static), /etc/passwd
-//	           and /etc/group (user 1000 and group 50000, as upstream's
-//	           agnhost has them), /tmp
+//	busybox    busybox (scripts/busybox: upstream's release from Debian's
+//	           source package, static), its applets in /bin (sh is its
+//	           ash), /etc/passwd and /etc/group (user 1000 and group
+//	           50000, as upstream's agnhost has them), /tmp
 //	tools      e2etools (conformance/toolbox): curl, nc, dig, getent in
 //	           /usr/bin, etcd in /usr/local/bin, /sample-apiserver
 //	agnhost    agnhost at the nodes' Kubernetes version, /agnhost-2, the
@@ -54,13 +54,10 @@ const ConformanceArchive = "conformance.tar"
 // ConformanceInputs are the files the conformance images are made of.
 type ConformanceInputs struct {
 	// Dir holds what make builds into out/bin/conformance: agnhost,
-	// e2etools and nnp (static executables), localhost.crt and
+	// e2etools, nnp and busybox (static executables), localhost.crt and
 	// localhost.key (agnhost's porter), kitten/ and nautilus/ (their
 	// images' kitten.jpg or nautilus.jpg and data.json).
 	Dir string
-	// Busybox is Debian's busybox-static package (a .deb), Bash its
-	// bash-static.
-	Busybox, Bash string
 }
 
 // upstream image registries (the references' first parts).
@@ -75,8 +72,8 @@ const (
 var ConformanceImages = []struct{ Ref, From string }{
 	{e2eImages + "agnhost:2.66.1", "agnhost (same Kubernetes version), busybox userland, e2etools"},
 	{e2eImages + "agnhost:2.55", "the same as agnhost:2.66.1 (the suite's previous agnhost)"},
-	{e2eImages + "busybox:1.37.0-2", "Debian's busybox-static"},
-	{e2eImages + "busybox:1.36.1-1", "Debian's busybox-static"},
+	{e2eImages + "busybox:1.37.0-2", "busybox (upstream's release, static)"},
+	{e2eImages + "busybox:1.36.1-1", "busybox (upstream's release, static)"},
 	{coreImages + "pause:3.10.2", "testpod pause (the node's own pause program)"},
 	{e2eImages + "nginx:1.27.0-2", "busybox httpd serving /usr/share/nginx/html on :80"},
 	{e2eImages + "nginx:1.28.0-2", "busybox httpd serving /usr/share/nginx/html on :80"},
@@ -89,39 +86,20 @@ var ConformanceImages = []struct{ Ref, From string }{
 	{e2eImages + "sample-apiserver:1.29.2", "e2etools' sample-apiserver (k8s.io/sample-apiserver at the nodes' version)"},
 }
 
-// busyboxApplets are the applets of Debian's busybox-static linked into
-// /bin (the binary cannot be run on the build host to list them: it may
+// busyboxApplets are the applets of busybox linked into /bin, sh among
+// them (the binary cannot be run on the build host to list them: it may
 // be another architecture). nc is e2etools' (in /usr/bin, ahead in
-// PATH): busybox's has no -u, -v or -z. sh is Debian's static bash:
-// busybox 1.35's ash drops environment variables whose names are not
-// shell identifiers (a ConfigMap's data-1 through envFrom) before it
-// runs a command; bash passes them on, as the suite expects.
+// PATH): busybox's has no -u, -v or -z. Upstream's defconfig is no
+// standalone shell, so sh, env, timeout and xargs find it there.
 var busyboxApplets = strings.Fields(`[ [[ ar arch ash awk base64 basename bc blockdev bunzip2 bzcat bzip2 cal cat
 	chgrp chmod chown chroot cksum cmp cp cpio crc32 cut date dc dd df diff dirname dmesg dnsdomainname
 	dos2unix du echo egrep env expand expr factor fallocate false fgrep find fold free fsync getopt grep groups
 	gunzip gzip head hexdump hostid hostname httpd id ip ipcalc kill killall less link ln logname ls lsof md5sum
 	mkdir mkfifo mknod mktemp more mount mv netstat nl nohup nproc nslookup od paste patch pidof ping ping6
-	printenv printf ps pwd readlink realpath renice rev rm rmdir route sed seq setsid sha1sum sha256sum
+	printenv printf ps pwd readlink realpath renice rev rm rmdir route sed seq setsid sh sha1sum sha256sum
 	sha512sum shuf sleep sort split stat strings stty su sync sysctl tac tail tar tee telnet test time timeout
 	top touch tr traceroute true truncate tty umount uname uniq unlink unxz unzip uptime usleep uudecode
 	uuencode vi watch wc wget which whoami xargs xxd xz xzcat yes zcat`)
-
-// renameApplet renames one of busybox's applets in its sorted,
-// NUL-separated table of applet names (to: the same length, sorting at
-// the same place). Why: Debian's busybox-static is built as a standalone
-// shell (FEATURE_SH_STANDALONE), whose sh runs its own applet for a
-// command of that name before looking in PATH; its nc lacks -u, -v and
-// -z, which the tests use, so e2etools' nc must be the one sh finds.
-func renameApplet(busybox []byte, from, to string) ([]byte, error) {
-	old, repl := []byte("\x00"+from+"\x00"), []byte("\x00"+to+"\x00")
-	if n := bytes.Count(busybox, old); n != 1 {
-		return nil, fmt.Errorf("busybox has %d applet names %q, want one", n, from)
-	}
-	if bytes.Contains(busybox, repl) {
-		return nil, fmt.Errorf("busybox has an applet %q already", to)
-	}
-	return bytes.Replace(busybox, old, repl, 1), nil
-}
 
 // conformanceFiles returns the archive as a system image file and the
 // images it carries.
@@ -165,7 +143,7 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 	for _, f := range []struct {
 		name string
 		exec bool
-	}{{"agnhost", true}, {"e2etools", true}, {"nnp", true}, {"localhost.crt", false}, {"localhost.key", false},
+	}{{"agnhost", true}, {"e2etools", true}, {"nnp", true}, {"busybox", true}, {"localhost.crt", false}, {"localhost.key", false},
 		{"kitten/kitten.jpg", false}, {"kitten/data.json", false}, {"nautilus/nautilus.jpg", false}, {"nautilus/data.json", false}} {
 		b, err := read(f.name, f.exec)
 		if err != nil {
@@ -173,24 +151,6 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 		}
 		files[f.name] = b
 	}
-	busybox, err := debFile(in.Busybox, "bin/busybox")
-	if err != nil {
-		return nil, fmt.Errorf("conformance images: busybox: %w", err)
-	}
-	if err := checkStaticELF(busybox, arch, in.Busybox); err != nil {
-		return nil, fmt.Errorf("conformance images: %w", err)
-	}
-	if busybox, err = renameApplet(busybox, "nc", "nd"); err != nil {
-		return nil, fmt.Errorf("conformance images: %s: %w", in.Busybox, err)
-	}
-	bash, err := debFile(in.Bash, "bin/bash-static")
-	if err != nil {
-		return nil, fmt.Errorf("conformance images: bash: %w", err)
-	}
-	if err := checkStaticELF(bash, arch, in.Bash); err != nil {
-		return nil, fmt.Errorf("conformance images: %w", err)
-	}
-
 	var layerErr error
 	layer := func(entries ...layerEntry) v1.Layer {
 		l, err := newLayer(entries)
@@ -200,9 +160,7 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 		return l
 	}
 	base := []layerEntry{
-		{Path: "bin/busybox", Data: busybox},
-		{Path: "bin/bash", Data: bash},
-		{Path: "bin/sh", Link: "bash"},
+		{Path: "bin/busybox", Data: files["busybox"]},
 		{Path: "etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\n" +
 			"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},

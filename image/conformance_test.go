@@ -3,9 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"debug/elf"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,38 +16,6 @@ import (
 	imageutils "k8s.io/kubernetes/test/utils/image"
 )
 
-// fakeDeb writes a Debian package (ar: debian-binary, control.tar.gz,
-// data.tar.gz) holding files.
-func fakeDeb(t *testing.T, files map[string][]byte) string {
-	t.Helper()
-	var data bytes.Buffer
-	zw := gzip.NewWriter(&data)
-	tw := tar.NewWriter(zw)
-	for n, b := range files {
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "./" + n, Mode: 0o755, Size: int64(len(b))})
-		tw.Write(b)
-	}
-	tw.Close()
-	zw.Close()
-	var deb bytes.Buffer
-	deb.WriteString("!<arch>\n")
-	for _, m := range []struct {
-		name string
-		b    []byte
-	}{{"debian-binary", []byte("2.0\n")}, {"control.tar.gz", nil}, {"data.tar.gz", data.Bytes()}} {
-		fmt.Fprintf(&deb, "%-16s%-12d%-6d%-6d%-8s%-10d`\n", m.name, 0, 0, 0, "100644", len(m.b))
-		deb.Write(m.b)
-		if len(m.b)%2 == 1 {
-			deb.WriteByte('\n')
-		}
-	}
-	p := filepath.Join(t.TempDir(), "busybox-static_1.0_amd64.deb")
-	if err := os.WriteFile(p, deb.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // standInConformance writes the inputs as make conformance builds them,
 // each program a distinct tiny static ELF.
 func standInConformance(t *testing.T) (ConformanceInputs, map[string][]byte) {
@@ -57,7 +23,7 @@ func standInConformance(t *testing.T) (ConformanceInputs, map[string][]byte) {
 	dir := t.TempDir()
 	content := map[string][]byte{}
 	for _, n := range []string{"agnhost", "e2etools", "nnp", "localhost.crt", "localhost.key",
-		"kitten/kitten.jpg", "kitten/data.json", "nautilus/nautilus.jpg", "nautilus/data.json"} {
+		"kitten/kitten.jpg", "kitten/data.json", "nautilus/nautilus.jpg", "nautilus/data.json", "busybox"} {
 		b := []byte("data of " + n)
 		if !strings.Contains(n, ".") {
 			b = tinyELF(elf.EM_X86_64, "", "stand-in for "+n)
@@ -68,10 +34,7 @@ func standInConformance(t *testing.T) (ConformanceInputs, map[string][]byte) {
 		}
 		content[n] = b
 	}
-	content["busybox"] = tinyELF(elf.EM_X86_64, "", "busybox\x00nameif\x00nc\x00netstat\x00")
-	content["bash"] = tinyELF(elf.EM_X86_64, "", "bash")
-	return ConformanceInputs{Dir: dir, Busybox: fakeDeb(t, map[string][]byte{"bin/busybox": content["busybox"]}),
-		Bash: fakeDeb(t, map[string][]byte{"bin/bash-static": content["bash"]})}, content
+	return ConformanceInputs{Dir: dir}, content
 }
 
 // flatten reads an image's file system as containerd unpacks it: every
@@ -130,17 +93,20 @@ func TestConformanceImages(t *testing.T) {
 	}
 
 	agnhost := flatten(t, byRef[e2eImages+"agnhost:2.66.1"])
-	for p, want := range map[string]string{"bin/sh": "bash", "bin/mv": "busybox", "agnhost-2": "agnhost",
+	for p, want := range map[string]string{"bin/sh": "busybox", "bin/mv": "busybox", "agnhost-2": "agnhost",
 		"usr/bin/curl": "e2etools", "usr/bin/nc": "e2etools", "usr/bin/dig": "e2etools", "usr/bin/getent": "e2etools"} {
 		if h := agnhost[p]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != want {
 			t.Errorf("agnhost image: %s is %+v, want a link to %s", p, h, want)
 		}
 	}
-	for p, want := range map[string][]byte{"agnhost": content["agnhost"], "bin/busybox": content["busybox"], // nc renamed, same size
-		"usr/bin/e2etools": content["e2etools"], "localhost.crt": content["localhost.crt"], "bin/bash": content["bash"]} {
+	for p, want := range map[string][]byte{"agnhost": content["agnhost"], "bin/busybox": content["busybox"],
+		"usr/bin/e2etools": content["e2etools"], "localhost.crt": content["localhost.crt"]} {
 		if h := agnhost[p]; h == nil || h.Size != int64(len(want)) {
 			t.Errorf("agnhost image: %s is %+v, want %d bytes", p, h, len(want))
 		}
+	}
+	if h := agnhost["bin/nc"]; h != nil {
+		t.Errorf("agnhost image: /bin/nc is %+v: busybox's nc would shadow e2etools' for a command named by path", h)
 	}
 	if h := agnhost["tmp"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o1777 {
 		t.Errorf("agnhost image: /tmp is %+v, want a sticky world-writable directory", h)
@@ -206,17 +172,9 @@ func TestConformanceImagesRefused(t *testing.T) {
 		"nnp for another machine": func(t *testing.T, in *ConformanceInputs) {
 			os.WriteFile(filepath.Join(in.Dir, "nnp"), tinyELF(elf.EM_AARCH64, "", "x"), 0o755)
 		},
-		"busybox package without busybox": func(t *testing.T, in *ConformanceInputs) {
-			in.Busybox = fakeDeb(t, map[string][]byte{"bin/other": []byte("x")})
-		},
-		"busybox without an nc applet": func(t *testing.T, in *ConformanceInputs) {
-			in.Busybox = fakeDeb(t, map[string][]byte{"bin/busybox": tinyELF(elf.EM_X86_64, "", "busybox")})
-		},
-		"bash package without bash-static": func(t *testing.T, in *ConformanceInputs) {
-			in.Bash = fakeDeb(t, map[string][]byte{"bin/bash": tinyELF(elf.EM_X86_64, "", "bash")})
-		},
-		"busybox package not a package": func(t *testing.T, in *ConformanceInputs) {
-			os.WriteFile(in.Busybox, []byte("not ar"), 0o644)
+		"busybox missing": func(t *testing.T, in *ConformanceInputs) { os.Remove(filepath.Join(in.Dir, "busybox")) },
+		"busybox dynamic (a distribution's, not scripts/busybox's)": func(t *testing.T, in *ConformanceInputs) {
+			os.WriteFile(filepath.Join(in.Dir, "busybox"), tinyELF(elf.EM_X86_64, "/lib64/ld-linux-x86-64.so.2", "busybox"), 0o755)
 		},
 		"kitten data missing": func(t *testing.T, in *ConformanceInputs) { os.Remove(filepath.Join(in.Dir, "kitten/data.json")) },
 	} {
@@ -227,19 +185,5 @@ func TestConformanceImagesRefused(t *testing.T) {
 				t.Errorf("accepted, or an unclear error: %v", err)
 			}
 		})
-	}
-}
-
-func TestRenameApplet(t *testing.T) {
-	table := []byte("\x00mv\x00nameif\x00nc\x00netstat\x00")
-	got, err := renameApplet(table, "nc", "nd")
-	if err != nil || string(got) != "\x00mv\x00nameif\x00nd\x00netstat\x00" {
-		t.Errorf("renameApplet: %q, %v", got, err)
-	}
-	if _, err := renameApplet(append(table, table...), "nc", "nd"); err == nil {
-		t.Error("two tables accepted")
-	}
-	if _, err := renameApplet([]byte("\x00nc\x00nd\x00"), "nc", "nd"); err == nil {
-		t.Error("a name taken accepted")
 	}
 }

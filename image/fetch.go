@@ -10,13 +10,6 @@ import (
 	"strings"
 )
 
-// The Debian packages the conformance images' busybox and shell come
-// from (static builds).
-const (
-	BusyboxPackage = "busybox-static"
-	BashPackage    = "bash-static"
-)
-
 // FetchKernelPackage returns the path of the board's kernel package pkg
 // in cacheDir (FetchPackage).
 func FetchKernelPackage(ctx context.Context, pkg, cacheDir string, progress io.Writer) (string, error) {

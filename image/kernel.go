@@ -86,24 +86,6 @@ func ReadKernelPackage(debPath string) (*Kernel, error) {
 	return k, nil
 }
 
-// debFile returns the regular file name (e.g. "bin/busybox") of a Debian
-// package.
-func debFile(debPath, name string) ([]byte, error) {
-	var data []byte
-	err := walkDebData(debPath, func(p string, r io.Reader) error {
-		if p != name {
-			return nil
-		}
-		var err error
-		data, err = io.ReadAll(r)
-		return err
-	})
-	if err == nil && data == nil {
-		err = fmt.Errorf("%s: no %s in the package", debPath, name)
-	}
-	return data, err
-}
-
 // walkDebData calls visit for every regular file of a .deb's data.tar.*
 // (its path without "./").
 func walkDebData(debPath string, visit func(p string, r io.Reader) error) error {

@@ -85,16 +85,6 @@ func checkStaticExecutable(p, arch string) error {
 	return checkELF(f, p, arch)
 }
 
-// checkStaticELF is checkStaticExecutable for a program in memory (one
-// taken from a package), named name in errors.
-func checkStaticELF(prog []byte, arch, name string) error {
-	f, err := elf.NewFile(bytes.NewReader(prog))
-	if err != nil {
-		return fmt.Errorf("%s is not an ELF executable: %v", name, err)
-	}
-	return checkELF(f, name, arch)
-}
-
 func checkELF(f *elf.File, p, arch string) error {
 	if want, ok := elfMachines[arch]; !ok {
 		return fmt.Errorf("board architecture %q unknown to the builder", arch)

@@ -49,7 +49,7 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&c.signKey, "sign-key", "", "release key `file` (plinthctl release-key -o FILE) that signs the image: nodes install only images their cluster's release keys signed")
 	fs.Uint64Var(&c.release, "release", 0, "release `number` of the image, required with -sign-key: nodes refuse an update to an older release (0: unreleased)")
 	fs.Var(&c.ociArchives, "oci-archive", "OCI image archive `FILE[=REF]` (docker save, skopeo copy oci-archive:, crane) carried in the system image, imported and pinned at boot: pods of its images start without a registry (repeat). REF names the archive's one image when its index gives only a tag")
-	fs.StringVar(&c.conformance, "conformance-images", "", "add the upstream Kubernetes conformance tests' images, made from the programs in `DIR` (make conformance builds out/bin/conformance) and Debian's busybox-static and bash-static (fetched into -cache)")
+	fs.StringVar(&c.conformance, "conformance-images", "", "add the upstream Kubernetes conformance tests' images, made from the programs in `DIR` (make e2e builds out/bin/conformance: agnhost, e2etools, nnp, busybox)")
 	fs.Parse(args)
 	var archives []image.OCIArchive
 	for _, a := range c.ociArchives {
@@ -95,14 +95,6 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	var conformance *image.ConformanceInputs
 	if c.conformance != "" {
 		conformance = &image.ConformanceInputs{Dir: c.conformance}
-		for _, p := range []struct {
-			pkg  string
-			path *string
-		}{{image.BusyboxPackage, &conformance.Busybox}, {image.BashPackage, &conformance.Bash}} {
-			if *p.path, err = image.FetchPackage(ctx, p.pkg, c.cache, stdout); err != nil {
-				return err
-			}
-		}
 	}
 	m, err := image.Build(ctx, image.Config{Board: b, KernelPackage: c.kernelPackage, Init: c.init, Binaries: image.BinariesIn(c.bin), OutDir: c.out, Version: c.version, Progress: stdout, NetbootArgs: netboot,
 		Release: c.release, SignKey: key, OCIArchives: archives, Conformance: conformance})
