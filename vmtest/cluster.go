@@ -230,19 +230,19 @@ func LaunchCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error
 	// with), and a boot under TCG is mostly the booting guest's own work
 	// while the bootstrap node idles (one after another, three members
 	// took ~1.5 min).
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, o.Nodes-1)
+	// The first failure stops the others; theirs would only say so.
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var wg sync.WaitGroup
-	for i := range errs {
+	for range o.Nodes - 1 {
 		wg.Go(func() {
-			if _, errs[i] = c.AddNode(actx); errs[i] != nil {
-				cancel() // the others' errors would only say so
+			if _, err := c.AddNode(actx); err != nil {
+				cancel(err)
 			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := context.Cause(actx); err != nil {
 		return nil, err
 	}
 	return c, nil
