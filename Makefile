@@ -306,10 +306,13 @@ fuzz:
 # a cold kube build is most of the build time. Lines, not targets, are kept
 # whole, so progress shows as it happens. The race tests (TestControlPlaneOnHost
 # runs the kube binary) and the VM tests then run one after another, each
-# alone on the machine.
+# alone on the machine. Each stage prints how long it took, so a CI log
+# shows where the time went.
 test:
-	@$(MAKE) --no-print-directory -j2 --output-sync=line kube-bins unit fuzz
-	@$(MAKE) --no-print-directory race repro vmtest
+	@$(MAKE) --no-print-directory -j2 --output-sync=line kube-bins unit fuzz && echo "make test: builds, unit tests and fuzz took $${SECONDS}s"
+	@$(MAKE) --no-print-directory race && echo "make test: race tests took $${SECONDS}s"
+	@$(MAKE) --no-print-directory repro && echo "make test: repro took $${SECONDS}s"
+	@$(MAKE) --no-print-directory vmtest && echo "make test: images and VM tests took $${SECONDS}s"
 	@echo "make test: all passed"
 
 bench: image image-next
