@@ -210,13 +210,23 @@ const auditMaxEventSize = 16 << 10
 const apiServerCompactionInterval = 365 * 24 * time.Hour
 
 // leaderElection is the controller manager's and scheduler's leader
-// election: twice Kubernetes's default times (15 s, 10 s, 2 s). A
-// leader that cannot renew in time exits (and is restarted), and a
-// controller's start — every component at once on a busy machine, or a
-// VM without hardware virtualisation — can hold the API server's answers
-// up for longer than 10 s; a dead leader's successor takes over 15 s
-// later than with the defaults.
-var leaderElection = struct{ lease, renew, retry string }{"30s", "20s", "4s"}
+// election (lease duration, renew deadline, retry period; Kubernetes's
+// defaults are 15 s, 10 s, 2 s). A leader that cannot renew its lease
+// within the renew deadline exits, and is restarted: a whole start, which
+// then waits out its predecessor's lease. Each renewal request times out
+// after half the renew deadline (client-go's resourcelock), so two
+// answers slower than that in a row lose the lease. On a busy machine —
+// every component starting at once, or a VM without hardware
+// virtualisation — the API server's answers take that long: during a
+// conformance run on two TCG nodes (2026-12-03) 17 of 708 lease updates
+// took over 10 s and 2 over 20 s, and with 30 s, 20 s, 4 s the controller
+// manager lost its lease twice and the scheduler three times in 25
+// minutes; each loss stops every controller for a minute or more
+// (namespaces without their default service account, a garbage
+// collector that rebuilds its graph). A renew deadline of 40 s needs two
+// answers slower than 20 s in a row. The price: a dead leader's successor
+// takes over after up to 60 s, and so does a restarted one.
+var leaderElection = struct{ lease, renew, retry string }{"60s", "40s", "4s"}
 
 // controllerManagerArgs are kube-controller-manager's flags: its pod
 // CIDR allocator is off (nodeIPAM's), and so is the CSR signer (kubelets

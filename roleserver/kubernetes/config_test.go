@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -134,6 +135,33 @@ func TestControlPlaneArgs(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(cm, " "), "-csrsigning") {
 		t.Error("the CSR signer runs")
+	}
+}
+
+// TestLeaderElectionTimes: the controller manager's and scheduler's
+// leader election times are what they check at start (lease > renew
+// deadline > 1.2 × retry period) and give each renewal request (half the
+// renew deadline) at least 20 s.
+func TestLeaderElectionTimes(t *testing.T) {
+	var d [3]time.Duration
+	for i, s := range []string{leaderElection.lease, leaderElection.renew, leaderElection.retry} {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d[i] = v
+	}
+	lease, renew, retry := d[0], d[1], d[2]
+	if lease <= renew || float64(renew) <= 1.2*float64(retry) {
+		t.Errorf("lease %v, renew deadline %v, retry period %v: the components refuse them", lease, renew, retry)
+	}
+	if renew/2 < 20*time.Second {
+		t.Errorf("a renewal request times out after %v, under the 20 s a busy API server took", renew/2)
+	}
+	for _, args := range [][]string{controllerManagerArgs(map[string]string{}, "/x"), schedulerArgs(map[string]string{})} {
+		if !slices.Contains(args, "--leader-elect-renew-deadline="+leaderElection.renew) {
+			t.Errorf("%s: no renew deadline of %s in %v", args[0], leaderElection.renew, args)
+		}
 	}
 }
 
