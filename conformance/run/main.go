@@ -71,7 +71,7 @@ func main() {
 	flag.DurationVar(&c.timeout, "timeout", 3*time.Hour, "bound of each round")
 	flag.DurationVar(&c.stall, "stall", 25*time.Minute, "interrupt a round when no spec finished for this long (a hung spec); the next round runs the specs left")
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "run against this running cluster instead of launching one")
-	flag.StringVar(&c.names, "names", "", "run the specs named in `FILE`, one full name per line (as the progress lines and summary print them), instead of -focus and -skip")
+	flag.StringVar(&c.names, "names", "", "run the specs named in `FILE`, one full name per line (as the progress lines and summary print them; lines beginning with # are comments), instead of -focus and -skip")
 	flag.IntVar(&c.nodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -108,7 +108,7 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 		}
 		var names []string
 		for _, l := range strings.Split(string(b), "\n") {
-			if l = strings.TrimSpace(l); l != "" {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
 				names = append(names, l)
 			}
 		}
