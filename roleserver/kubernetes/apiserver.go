@@ -226,22 +226,29 @@ const apiServerCompactionInterval = 365 * 24 * time.Hour
 // collector that rebuilds its graph). A renew deadline of 40 s needs two
 // answers slower than 20 s in a row. The price: a dead leader's successor
 // takes over after up to 60 s, and so does a restarted one.
-var leaderElection = struct{ lease, renew, retry string }{"60s", "40s", "4s"}
+var leaderElection = struct{ lease, renew, retry time.Duration }{60 * time.Second, 40 * time.Second, 4 * time.Second}
+
+// leaderElectionArgs are the controller manager's and scheduler's leader
+// election flags.
+func leaderElectionArgs() []string {
+	return []string{
+		"--leader-elect=true",
+		"--leader-elect-lease-duration=" + leaderElection.lease.String(),
+		"--leader-elect-renew-deadline=" + leaderElection.renew.String(),
+		"--leader-elect-retry-period=" + leaderElection.retry.String(),
+	}
+}
 
 // controllerManagerArgs are kube-controller-manager's flags: its pod
 // CIDR allocator is off (nodeIPAM's), and so is the CSR signer (kubelets
 // get their certificates from the curator).
 func controllerManagerArgs(f map[string]string, flexDir string) []string {
-	return []string{
+	return append([]string{
 		"controller-manager",
 		"--kubeconfig=" + f[fileControllerManager],
 		"--authentication-kubeconfig=" + f[fileControllerManager],
 		"--authorization-kubeconfig=" + f[fileControllerManager],
 		"--bind-address=127.0.0.1",
-		"--leader-elect=true",
-		"--leader-elect-lease-duration=" + leaderElection.lease,
-		"--leader-elect-renew-deadline=" + leaderElection.renew,
-		"--leader-elect-retry-period=" + leaderElection.retry,
 		"--use-service-account-credentials=true",
 		"--controllers=*,-csrsigning,-csrapproving,-csrcleaner,-bootstrapsigner,-tokencleaner",
 		// Pod CIDRs are the core's node IPAM's (nodeipam.go): set at
@@ -255,22 +262,18 @@ func controllerManagerArgs(f map[string]string, flexDir string) []string {
 		"--flex-volume-plugin-dir=" + flexDir,
 		"--profiling=false",
 		"--v=0",
-	}
+	}, leaderElectionArgs()...)
 }
 
 // schedulerArgs are kube-scheduler's flags.
 func schedulerArgs(f map[string]string) []string {
-	return []string{
+	return append([]string{
 		"scheduler",
 		"--kubeconfig=" + f[fileScheduler],
 		"--authentication-kubeconfig=" + f[fileScheduler],
 		"--authorization-kubeconfig=" + f[fileScheduler],
 		"--bind-address=127.0.0.1",
-		"--leader-elect=true",
-		"--leader-elect-lease-duration=" + leaderElection.lease,
-		"--leader-elect-renew-deadline=" + leaderElection.renew,
-		"--leader-elect-retry-period=" + leaderElection.retry,
 		"--profiling=false",
 		"--v=0",
-	}
+	}, leaderElectionArgs()...)
 }

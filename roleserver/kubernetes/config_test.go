@@ -143,15 +143,7 @@ func TestControlPlaneArgs(t *testing.T) {
 // deadline > 1.2 × retry period) and give each renewal request (half the
 // renew deadline) at least 20 s.
 func TestLeaderElectionTimes(t *testing.T) {
-	var d [3]time.Duration
-	for i, s := range []string{leaderElection.lease, leaderElection.renew, leaderElection.retry} {
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d[i] = v
-	}
-	lease, renew, retry := d[0], d[1], d[2]
+	lease, renew, retry := leaderElection.lease, leaderElection.renew, leaderElection.retry
 	if lease <= renew || float64(renew) <= 1.2*float64(retry) {
 		t.Errorf("lease %v, renew deadline %v, retry period %v: the components refuse them", lease, renew, retry)
 	}
@@ -159,8 +151,8 @@ func TestLeaderElectionTimes(t *testing.T) {
 		t.Errorf("a renewal request times out after %v, under the 20 s a busy API server took", renew/2)
 	}
 	for _, args := range [][]string{controllerManagerArgs(map[string]string{}, "/x"), schedulerArgs(map[string]string{})} {
-		if !slices.Contains(args, "--leader-elect-renew-deadline="+leaderElection.renew) {
-			t.Errorf("%s: no renew deadline of %s in %v", args[0], leaderElection.renew, args)
+		if !slices.Contains(args, "--leader-elect-renew-deadline="+renew.String()) {
+			t.Errorf("%s: no renew deadline of %s in %v", args[0], renew, args)
 		}
 	}
 }
