@@ -92,6 +92,14 @@ func (k kubectl) wait(ctx context.Context, timeout time.Duration, condition stri
 // until retries kubectl until ok accepts its output or timeout passes.
 func (k kubectl) until(t *testing.T, ctx context.Context, timeout time.Duration, what string, ok func(string) bool, args ...string) string {
 	t.Helper()
+	return k.untilExplained(t, ctx, timeout, what, ok, nil, args...)
+}
+
+// untilExplained is until whose failure also says what explain finds
+// (nil: nothing), gathered when the wait has failed: what the cluster
+// saw, for a failure that happens on CI only.
+func (k kubectl) untilExplained(t *testing.T, ctx context.Context, timeout time.Duration, what string, ok func(string) bool, explain func() string, args ...string) string {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var out string
 	var err error
@@ -101,8 +109,54 @@ func (k kubectl) until(t *testing.T, ctx context.Context, timeout time.Duration,
 		}
 		time.Sleep(time.Second)
 	}
-	t.Fatalf("%s: not within %v (last output %q, %v)", what, timeout, out, err)
+	why := ""
+	if explain != nil {
+		why = "\n" + explain()
+	}
+	t.Fatalf("%s: not within %v (last output %q, %v)%s", what, timeout, out, err, why)
 	return ""
+}
+
+// explainPod is what the cluster and the node say about a pod that does
+// not become ready, a line each (a CI report keeps a failed test's last
+// lines): its last events, and the last lines of the node's kubelet and
+// containerd logs that name it (its sandbox and containers are what a
+// restarted node has to tear down and create again).
+func explainPod(ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *ClusterNode, pod string) string {
+	var lines []string
+	events, err := k.try(ctx, "get", "events", "--field-selector", "involvedObject.name="+pod, "--sort-by=.lastTimestamp",
+		"-o", "custom-columns=LAST:.lastTimestamp,REASON:.reason,COUNT:.count,MESSAGE:.message", "--no-headers")
+	if err != nil {
+		events = err.Error()
+	}
+	for _, l := range lastLines(events, 3) {
+		lines = append(lines, "event: "+l)
+	}
+	for _, r := range []string{"kubelet", "containerd"} {
+		logs, err := ctl.output(ctx, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker."+r, n.ID())
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("%s log of %s: %v", r, n.Name, err))
+			continue
+		}
+		var named []string
+		for _, l := range strings.Split(logs, "\n") {
+			// The kubelet's pod="default/b", containerd's
+			// PodSandboxMetadata{Name:b,…}.
+			if strings.Contains(l, `"default/`+pod+`"`) || strings.Contains(l, "{Name:"+pod+",") {
+				named = append(named, l)
+			}
+		}
+		for _, l := range lastLines(strings.Join(named, "\n"), 3) {
+			lines = append(lines, r+": "+l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) []string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[max(0, len(lines)-n):]
 }
 
 // apply is kubectl apply -f - with manifest, tried again for up to
@@ -349,14 +403,15 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// must have restarted (after a node lost its pods).
 	reachB := func(when string, restarts int) (ip string) {
 		t.Helper()
-		k.until(t, ctx, 10*time.Minute, "pod b ready "+when, func(out string) bool {
+		k.untilExplained(t, ctx, 10*time.Minute, "pod b ready "+when, func(out string) bool {
 			f := strings.Fields(out)
 			if len(f) != 2 {
 				return false
 			}
 			n, err := strconv.Atoi(f[1])
 			return err == nil && f[0] == "true" && n >= restarts
-		}, "get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
+		}, func() string { return explainPod(ctx, c, ctl, k, second, "b") },
+			"get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
 		ip = strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
 		k.until(t, ctx, 3*time.Minute, "pod a reaches pod b "+when, func(out string) bool { return strings.Contains(out, "hello from b") },
 			"exec", "a", "--", "/testpod", "get", "http://"+ip+":8080/")
