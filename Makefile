@@ -274,8 +274,11 @@ RACE_PKGS = $$(go list ./roleserver/... | grep -v -e '/localvolumes$$' -e '/netp
 # is built (cgo, its tags), so their dependencies are the build's cache
 # entries; under -race, client-go and the API types would compile again.
 KUBE_TEST_PKGS := ./roleserver/kubernetes/localvolumes ./roleserver/kubernetes/netpol
+# -p 4: these packages' tests mostly wait (etcd elections, the API
+# server's start, retry timers), so four at a time fill the cores that go
+# test's default of GOMAXPROCS (2) leaves idle.
 race: $(BIN)/kube
-	go test -count=1 -race $(RACE_PKGS)
+	go test -count=1 -race -p 4 $(RACE_PKGS)
 	go test -trimpath -count=1 -tags $(KUBE_TAGS) $(KUBE_TEST_PKGS)
 
 repro: image
