@@ -131,27 +131,35 @@ $(STAMP)/kubectl: $(GO_MOD) $(call missing,$(BIN)/kubectl)
 # The upstream end-to-end suite (package conformance, build tag
 # conformance), ginkgo (its parallel runner) and the programs of the
 # conformance images (image/conformance.go), from the same go.mod as the
-# nodes' kube binary; not part of make test. With the kube build's tags
+# nodes' kube binary. With the kube build's tags
 # and -trimpath, most packages come from its cache (~2 min each on this
 # machine when kube is built). agnhost and nnp are upstream's test image
 # programs; e2etools is ours (conformance/toolbox); busybox is built from
 # its upstream release (scripts/busybox says why not Debian's binary); the
 # porter's certificate and the kitten and nautilus images' files are
 # copied from the Kubernetes module.
+#
+# make test builds them too, for the VM tests' conformance smoke
+# (vmtest/smoke_test.go), each after the kube binary (order-only: they
+# share most of its packages, which two builds at once would both
+# compile on a cold cache).
 CONFORMANCE_BIN := $(BIN)/conformance
 CONFORMANCE_INPUTS := $(CONFORMANCE_BIN)/agnhost $(CONFORMANCE_BIN)/nnp $(CONFORMANCE_BIN)/e2etools $(CONFORMANCE_BIN)/busybox $(CONFORMANCE_BIN)/localhost.crt
+export PLINTH_E2E_TEST := $(abspath $(BIN)/e2e.test)
+export PLINTH_GINKGO := $(abspath $(BIN)/ginkgo)
+export PLINTH_CONFORMANCE_BIN := $(abspath $(CONFORMANCE_BIN))
 e2e: $(BIN)/e2e.test $(BIN)/ginkgo $(CONFORMANCE_INPUTS)
-$(BIN)/e2e.test: $(wildcard conformance/*_test.go) $(GO_MOD)
+$(BIN)/e2e.test: $(wildcard conformance/*_test.go) $(GO_MOD) | $(STAMP)/kube
 	@echo "go test -c: e2e.test $(KUBE_VERSION)"
 	@nice -n 19 go test -c -trimpath -tags conformance,$(KUBE_TAGS) -ldflags "-s -w $(KUBE_VERSION_LDFLAGS)" -o $@ ./conformance
 $(BIN)/ginkgo: $(GO_MOD)
 	@$(NOCGO) scripts/gobuild $@ github.com/onsi/ginkgo/v2/ginkgo -ldflags "-s -w"
-$(CONFORMANCE_BIN)/agnhost: $(GO_MOD)
+$(CONFORMANCE_BIN)/agnhost: $(GO_MOD) | $(STAMP)/kube
 	@echo "gobuild: agnhost $(KUBE_VERSION) (static)"
 	@$(NOCGO) nice -n 19 scripts/gobuild $@ k8s.io/kubernetes/test/images/agnhost -ldflags "-s -w"
 $(CONFORMANCE_BIN)/nnp: $(GO_MOD)
 	@$(NOCGO) scripts/gobuild $@ k8s.io/kubernetes/test/images/nonewprivs -ldflags "-s -w"
-$(CONFORMANCE_BIN)/e2etools: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD)
+$(CONFORMANCE_BIN)/e2etools: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD) | $(STAMP)/kube
 	@echo "gobuild: e2etools (curl, nc, dig, getent, etcd, sample-apiserver)"
 	@nice -n 19 scripts/gobuild $@ ./conformance/toolbox -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
 $(CONFORMANCE_BIN)/busybox: scripts/busybox | deps
@@ -284,7 +292,7 @@ race: $(BIN)/kube
 repro: image
 	scripts/repro $(BOARD) $(BIN) $(CACHE) $(IMAGE) $(VERSION) $(OUT)/repro $(RELEASE_KEY) $(RELEASE)
 
-vmtest: image image-generic image-next
+vmtest: image image-generic image-next e2e
 	@# -parallel: the tests' own pool starts the longest first (vmtest/doc.go).
 	$(NOCGO) go test -trimpath -count=1 -timeout 70m -parallel 100 -v ./vmtest/ 2>&1 | scripts/testsummary vmtest
 
@@ -318,7 +326,7 @@ fuzz:
 # Each stage prints how long it took, so a CI log shows where the time
 # went.
 test:
-	@$(MAKE) --no-print-directory -j2 --output-sync=line kube-bins unit fuzz && echo "make test: builds, unit tests and fuzz took $${SECONDS}s"
+	@$(MAKE) --no-print-directory -j2 --output-sync=line kube-bins unit fuzz e2e && echo "make test: builds, unit tests and fuzz took $${SECONDS}s"
 	@$(MAKE) --no-print-directory -j2 --output-sync=line race repro image-generic image-next && echo "make test: race tests, repro and the images took $${SECONDS}s"
 	@$(MAKE) --no-print-directory vmtest && echo "make test: VM tests took $${SECONDS}s"
 	@echo "make test: all passed"

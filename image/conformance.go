@@ -247,3 +247,22 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 	}
 	return out, nil
 }
+
+// ConformanceOCIImages are the conformance images by reference, for
+// what serves them from a registry instead of carrying them in a node
+// image: the VM test's conformance smoke, whose cluster's policy makes
+// the harness's registry the mirror of their registries, as an offline
+// cluster's owner would.
+func ConformanceOCIImages(in ConformanceInputs, testpod []byte, arch string) (map[string]v1.Image, error) {
+	images, err := conformanceImages(in, testpod, arch)
+	if err != nil {
+		return nil, err
+	}
+	byRef := make(map[string]v1.Image, len(images))
+	for _, c := range images {
+		if byRef[c.Ref], err = buildOCIImage(c); err != nil {
+			return nil, err
+		}
+	}
+	return byRef, nil
+}

@@ -319,6 +319,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	defer cancel()
 	dir := TestDir(t)
 	reg, digest := startPullRegistry(t)
+	pushConformanceImages(t, reg)
 	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Registry: reg, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
@@ -362,6 +363,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		nodePortService, selfTestJob, mover}, slices.Concat(pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID()), netpolWorkloads(second.ID()), metricsWorkloads(second.ID()))...) {
 		k.apply(t, ctx, m)
 	}
+	// The conformance smoke runs beside the checks below, until the
+	// second node loses its role (smoke_test.go).
+	smokeDone := startSmoke(t, ctx, dir, k.kubeconfig, k.bin)
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 	// The node's status names each component's process with its CPU
 	// time and memory (NodeManagement.Status, from the node's /proc).
@@ -388,14 +392,8 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	attackNode(t, ctx, k)
 	checkMetrics(t, ctx, k, first.ID(), second.ID())
-	auditAndRevoke(t, ctx, c, ctl, k, first, web)
-	k.run(t, ctx, "delete", "pod", web, "--wait=false")
-	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
-		f := strings.Fields(out)
-		return len(f) == 2 && f[0] != web && f[1] == "Running"
-	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
 
-	t.Log("deployment: rolled out, logs, exec, replaced; pods a and b on the two nodes, Service b on NodePort")
+	t.Log("deployment: rolled out, logs, exec; pods a and b on the two nodes, Service b on NodePort")
 	if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +448,17 @@ func TestKubernetesTwoNodes(t *testing.T) {
 
 	// Role changes: without KubernetesWorker the second node's kubelet
 	// stops and the node goes NotReady; with the role back, Ready.
-	t.Log("NodePort answers from the host; removing the second node's KubernetesWorker role")
+	smokeDone()
+	// After the smoke: its client holds the owner's certificate, which
+	// the revocation ends.
+	auditAndRevoke(t, ctx, c, ctl, k, first, web)
+	k.run(t, ctx, "delete", "pod", web, "--wait=false")
+	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] != web && f[1] == "Running"
+	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
+
+	t.Log("NodePort answers from the host, the smoke passed, the owner's certificates revoked, a deleted pod replaced; removing the second node's KubernetesWorker role")
 	ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
 	// The node says so itself, at once: not the node lifecycle
 	// controller's Unknown after its grace period.

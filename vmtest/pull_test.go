@@ -85,6 +85,8 @@ func setPullPolicy(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl,
 	}
 	for _, args := range [][]string{
 		{"-registry", "registry.invalid", "-mirror", "https://" + reg.MirrorHost(), "-registry-ca", ca},
+		// The conformance smoke's images (smoke_test.go).
+		{"-registry", "registry.k8s.io", "-mirror", "https://" + reg.MirrorHost(), "-registry-ca", ca},
 		{"-registry", reg.AuthHost(), "-registry-ca", ca, "-registry-username", reg.Username, "-registry-password-file", right},
 		{"-registry", reg.OtherAuthHost(), "-registry-ca", ca, "-registry-username", reg.Username, "-registry-password-file", wrong},
 	} {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"plinth.dev/plinth/internal/testutil/e2especs"
 )
 
 // e2eFlags are the suite's flags for a Plinth cluster: the local
@@ -27,11 +29,11 @@ func (c *runCmd) dryRun(ctx context.Context, focus, skip string) ([]string, erro
 	defer os.Remove(progress)
 	cmd := exec.CommandContext(ctx, c.e2e, "--ginkgo.dry-run", "--ginkgo.focus="+focus, "--ginkgo.skip="+skip,
 		"--provider=local", "--kubeconfig=/dev/null")
-	cmd.Env = append(os.Environ(), "PLINTH_CONFORMANCE_PROGRESS="+progress)
+	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+progress)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("e2e.test dry run: %v\n%s", err, tail(out, 20))
 	}
-	specs, err := readProgress(progress)
+	specs, err := e2especs.ReadProgress(progress)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -59,7 +61,7 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), "--timeout=" + c.timeout.String(),
 		"--focus=" + focus, "--skip=" + skip, "--poll-progress-after=10m", c.e2e, "--"}
 	cmd := exec.Command(c.ginkgo, append(args, c.e2eFlags(kubeconfig)...)...)
-	cmd.Env = append(os.Environ(), "PLINTH_CONFORMANCE_PROGRESS="+r.path)
+	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+r.path)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/internal/testutil/e2especs"
 	"plinth.dev/plinth/vmtest"
 )
 
@@ -102,20 +103,11 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 		}
 	}
 	if c.names != "" {
-		b, err := os.ReadFile(c.names)
+		names, err := e2especs.ReadNames(c.names)
 		if err != nil {
 			return false, err
 		}
-		var names []string
-		for _, l := range strings.Split(string(b), "\n") {
-			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-				names = append(names, l)
-			}
-		}
-		if len(names) == 0 {
-			return false, fmt.Errorf("%s names no spec", c.names)
-		}
-		c.focus, c.skip = namesFocus(names), ""
+		c.focus, c.skip = e2especs.NamesFocus(names), ""
 	}
 	for _, re := range []string{c.focus, c.skip} {
 		if _, err := regexp.Compile(re); err != nil {
@@ -186,7 +178,7 @@ func (c *runCmd) runRounds(ctx context.Context, kubeconfig string, rounds []roun
 			focus, skip := r.focus, r.skip
 			if attempt > 1 {
 				// The specs an attempt did not finish, by name.
-				focus, skip = namesFocus(left), ""
+				focus, skip = e2especs.NamesFocus(left), ""
 			}
 			log := filepath.Join(c.out, fmt.Sprintf("e2e-%s-%d.log", r.name, attempt))
 			fmt.Printf("conformance: %s, attempt %d: %d specs, %d at a time (log %s)\n", r.name, attempt, len(left), r.procs, log)
@@ -264,17 +256,4 @@ func (c *runCmd) waitNodes(ctx context.Context, kubeconfig string) error {
 		case <-time.After(5 * time.Second):
 		}
 	}
-}
-
-// namesFocus is a focus matching exactly the named specs. ginkgo
-// matches a focus against the suite's description, a space and the
-// spec's full name ("Kubernetes e2e suite [sig-node] Pods …"), so a name
-// is anchored at the end and after a space; every name begins with its
-// "[sig-…]", so none is another's tail.
-func namesFocus(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = regexp.QuoteMeta(n)
-	}
-	return " (" + strings.Join(q, "|") + ")$"
 }

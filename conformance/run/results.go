@@ -1,58 +1,22 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"plinth.dev/plinth/internal/testutil/e2especs"
 )
-
-// spec is one progress line (conformance/progress_test.go).
-type spec struct {
-	State   string  `json:"state"`
-	Seconds float64 `json:"seconds"`
-	Name    string  `json:"name"`
-	Failure string  `json:"failure"`
-}
-
-// passed and skipped are ginkgo's states; every other one (failed,
-// panicked, interrupted, timedout, aborted) is a failure.
-func (s spec) outcome() string {
-	switch s.State {
-	case "passed", "skipped":
-		return s.State
-	}
-	return "failed"
-}
-
-func readProgress(path string) ([]spec, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var specs []spec
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var s spec
-		if json.Unmarshal(sc.Bytes(), &s) == nil && s.Name != "" {
-			specs = append(specs, s)
-		}
-	}
-	return specs, sc.Err()
-}
 
 // results are the finished specs of a run, from its progress file.
 type results struct {
 	path        string
-	specs       []spec         // the latest outcome of each name, in order of finishing
-	seen        int            // lines of path read
-	interrupted map[string]int // times each name was interrupted
+	specs       []e2especs.Spec // the latest outcome of each name, in order of finishing
+	seen        int             // lines of path read
+	interrupted map[string]int  // times each name was interrupted
 }
 
 // maxInterrupts is how often a spec is interrupted before it counts as
@@ -71,7 +35,7 @@ func (r *results) count() int { return len(r.specs) }
 // "[n/planned] outcome time name" (n counted from the round's start);
 // it returns how many there were.
 func (r *results) poll(planned, roundStart int) int {
-	all, err := readProgress(r.path)
+	all, err := e2especs.ReadProgress(r.path)
 	if err != nil || len(all) <= r.seen {
 		return 0
 	}
@@ -79,13 +43,13 @@ func (r *results) poll(planned, roundStart int) int {
 	r.seen = len(all)
 	for _, s := range fresh {
 		// A spec run again (a later round) replaces its earlier outcome.
-		r.specs = slices.DeleteFunc(r.specs, func(o spec) bool { return o.Name == s.Name })
+		r.specs = slices.DeleteFunc(r.specs, func(o e2especs.Spec) bool { return o.Name == s.Name })
 		r.specs = append(r.specs, s)
 		if s.State == "interrupted" {
 			r.interrupted[s.Name]++
 		}
-		fmt.Printf("[%d/%d] %-7s %6.1fs %s\n", len(r.specs)-roundStart, planned, s.outcome(), s.Seconds, s.Name)
-		if s.Failure != "" && s.outcome() == "failed" {
+		fmt.Printf("[%d/%d] %-7s %6.1fs %s\n", len(r.specs)-roundStart, planned, s.Outcome(), s.Seconds, s.Name)
+		if s.Failure != "" && s.Outcome() == "failed" {
 			fmt.Printf("          %s\n", s.Failure)
 		}
 	}
@@ -95,18 +59,18 @@ func (r *results) poll(planned, roundStart int) int {
 // missing are the names to run again: never finished, or interrupted
 // fewer than maxInterrupts times.
 func (r *results) missing(names []string) []string {
-	return r.without(names, func(s spec) bool {
+	return r.without(names, func(s e2especs.Spec) bool {
 		return s.State != "interrupted" || r.interrupted[s.Name] >= maxInterrupts
 	})
 }
 
 // unfinished are the names no spec finished under.
 func (r *results) unfinished(names []string) []string {
-	return r.without(names, func(spec) bool { return true })
+	return r.without(names, func(e2especs.Spec) bool { return true })
 }
 
 // without are names but those with an outcome that counts.
-func (r *results) without(names []string, counts func(spec) bool) []string {
+func (r *results) without(names []string, counts func(e2especs.Spec) bool) []string {
 	done := map[string]bool{}
 	for _, s := range r.specs {
 		if counts(s) {
@@ -130,7 +94,7 @@ func (r *results) summary(w io.Writer, file string, wall time.Duration, planned 
 	var b strings.Builder
 	n := map[string]int{}
 	for _, s := range r.specs {
-		n[s.outcome()]++
+		n[s.Outcome()]++
 	}
 	notRun := r.unfinished(planned)
 	fmt.Fprintf(&b, "conformance: %d passed, %d failed, %d skipped, %d not run in %v\n", n["passed"], n["failed"], n["skipped"], len(notRun), wall.Round(time.Second))
@@ -138,7 +102,7 @@ func (r *results) summary(w io.Writer, file string, wall time.Duration, planned 
 		fmt.Fprintf(&b, "  NOT RUN %s\n", name)
 	}
 	for _, s := range r.specs {
-		if s.outcome() == "failed" {
+		if s.Outcome() == "failed" {
 			fmt.Fprintf(&b, "  FAIL %s\n       %s: %s\n", s.Name, s.State, s.Failure)
 		}
 	}

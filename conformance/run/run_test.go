@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"plinth.dev/plinth/internal/testutil/e2especs"
 )
 
 // fakeGinkgoEnv makes the test binary a fake ginkgo (fakeGinkgo): its
@@ -45,7 +47,7 @@ func fakeGinkgo(specs string, args []string) int {
 		return 2
 	}
 	report := func(name, state, failure string) {
-		b, _ := json.Marshal(spec{State: state, Seconds: 0.1, Name: name, Failure: failure})
+		b, _ := json.Marshal(e2especs.Spec{State: state, Seconds: 0.1, Name: name, Failure: failure})
 		out.Write(append(b, '\n'))
 	}
 	sig := make(chan os.Signal, 1)
@@ -151,7 +153,7 @@ func TestRoundsGinkgoDead(t *testing.T) {
 // space, the spec's full name.
 func TestNamesFocus(t *testing.T) {
 	names := []string{"[sig-node] Pods should be (re)started [Conformance]", "[sig-apps] Job works"}
-	re := regexp.MustCompile(namesFocus(names))
+	re := regexp.MustCompile(e2especs.NamesFocus(names))
 	const suite = suiteDescription + " "
 	for _, n := range names {
 		if !re.MatchString(suite + n) {

@@ -1,0 +1,92 @@
+// Package e2especs reads what the upstream end-to-end suite (e2e.test,
+// package conformance) reports of a run, for the two that run it: the
+// conformance runner (conformance/run, `make conformance`) and the VM
+// test's conformance smoke (vmtest, `make test`).
+//
+//	NAMES file ──ReadNames──► names ──NamesFocus──► ginkgo --focus
+//	e2e.test ──PLINTH_CONFORMANCE_PROGRESS──► progress.jsonl ──ReadProgress──► []Spec
+package e2especs
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+)
+
+// ProgressEnv names the file every e2e.test process appends a JSON line
+// to per finished spec (conformance/progress_test.go).
+const ProgressEnv = "PLINTH_CONFORMANCE_PROGRESS"
+
+// Spec is one progress line.
+type Spec struct {
+	State   string  `json:"state"`
+	Seconds float64 `json:"seconds"`
+	Name    string  `json:"name"`
+	Failure string  `json:"failure"`
+}
+
+// Outcome is "passed", "skipped" (ginkgo's states) or "failed": every
+// other state (failed, panicked, interrupted, timedout, aborted) is a
+// failure.
+func (s Spec) Outcome() string {
+	switch s.State {
+	case "passed", "skipped":
+		return s.State
+	}
+	return "failed"
+}
+
+// ReadProgress reads a progress file; lines that are not a spec's (a
+// partial last line) are left out.
+func ReadProgress(path string) ([]Spec, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var specs []Spec
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var s Spec
+		if json.Unmarshal(sc.Bytes(), &s) == nil && s.Name != "" {
+			specs = append(specs, s)
+		}
+	}
+	return specs, sc.Err()
+}
+
+// ReadNames reads a NAMES file: one spec's full name per line (as the
+// progress lines print them); lines beginning with # are comments.
+func ReadNames(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			names = append(names, l)
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s names no spec", path)
+	}
+	return names, nil
+}
+
+// NamesFocus is a focus matching exactly the named specs. ginkgo
+// matches a focus against the suite's description, a space and the
+// spec's full name ("Kubernetes e2e suite [sig-node] Pods …"), so a name
+// is anchored at the end and after a space; every name begins with its
+// "[sig-…]", so none is another's tail.
+func NamesFocus(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = regexp.QuoteMeta(n)
+	}
+	return " (" + strings.Join(q, "|") + ")$"
+}
