@@ -417,3 +417,24 @@ func (p plinthctl) runJSON(t *testing.T, v *[]*clusterpb.Node, args ...string) {
 		*v = append(*v, n)
 	}
 }
+
+// builtPath is the path of what make built for the tests: env's value,
+// else rel under the repository's out/ (FromEnv).
+func builtPath(t *testing.T, env, rel string) string {
+	t.Helper()
+	p, err := FromEnv(env, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// testpodProgram is the test image's program (make builds it).
+func testpodProgram(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(builtPath(t, "PLINTH_TESTPOD", "bin/testpod"))
+	if err != nil {
+		t.Fatalf("the test image's program: %v (make builds it)", err)
+	}
+	return b
+}

@@ -46,15 +46,7 @@ func startPullRegistry(t *testing.T) (*Registry, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	bin, err := FromEnv("PLINTH_TESTPOD", "bin/testpod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testpod, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatalf("the test image's program: %v (make builds it)", err)
-	}
-	img, err := image.TestPodImage(testpod, runtime.GOARCH)
+	img, err := image.TestPodImage(testpodProgram(t), runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
 	}

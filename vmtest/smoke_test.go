@@ -42,19 +42,8 @@ const smokeTimeout = 15 * time.Minute
 // each to reg under its reference's repository and tag.
 func pushConformanceImages(t *testing.T, reg *Registry) {
 	t.Helper()
-	dir, err := FromEnv("PLINTH_CONFORMANCE_BIN", "bin/conformance")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := FromEnv("PLINTH_TESTPOD", "bin/testpod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testpod, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := image.ConformanceOCIImages(image.ConformanceInputs{Dir: dir}, testpod, runtime.GOARCH)
+	dir := builtPath(t, "PLINTH_CONFORMANCE_BIN", "bin/conformance")
+	images, err := image.ConformanceOCIImages(image.ConformanceInputs{Dir: dir}, testpodProgram(t), runtime.GOARCH)
 	if err != nil {
 		t.Fatalf("%v (make e2e builds them)", err)
 	}
@@ -74,14 +63,7 @@ func pushConformanceImages(t *testing.T, reg *Registry) {
 // the test unless every named spec passed.
 func startSmoke(t *testing.T, ctx context.Context, dir, kubeconfig, kubectl string) (wait func()) {
 	t.Helper()
-	e2e, err := FromEnv("PLINTH_E2E_TEST", "bin/e2e.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ginkgo, err := FromEnv("PLINTH_GINKGO", "bin/ginkgo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	e2e, ginkgo := builtPath(t, "PLINTH_E2E_TEST", "bin/e2e.test"), builtPath(t, "PLINTH_GINKGO", "bin/ginkgo")
 	names, err := e2especs.ReadNames(filepath.Join("..", "conformance", "smoke.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +77,9 @@ func startSmoke(t *testing.T, ctx context.Context, dir, kubeconfig, kubectl stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(ginkgo, "run", "--no-color", "--procs=3", "--timeout="+smokeTimeout.String(),
-		"--focus="+e2especs.NamesFocus(names), e2e, "--",
-		"--provider=local", "--kubeconfig="+kubeconfig, "--kubectl-path="+kubectl, "--report-dir="+out,
-		"--dump-logs-on-failure=false", "--disable-log-dump")
+	args := []string{"run", "--no-color", "--procs=3", "--timeout=" + smokeTimeout.String(),
+		"--focus=" + e2especs.NamesFocus(names), e2e, "--"}
+	cmd := exec.Command(ginkgo, append(args, e2especs.SuiteFlags(kubeconfig, kubectl, out)...)...)
 	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+progress)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: ginkgo's parallel processes end with it.

@@ -348,10 +348,7 @@ func imageCopy(t *testing.T, img *Image, dir string, sig []byte) string {
 // makes is signed with it too.
 func devReleaseKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
-	file, err := FromEnv("PLINTH_RELEASE_KEY", "release.key")
-	if err != nil {
-		t.Fatal(err)
-	}
+	file := builtPath(t, "PLINTH_RELEASE_KEY", "release.key")
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatalf("%v (make image makes the development release key)", err)

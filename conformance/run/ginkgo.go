@@ -14,14 +14,6 @@ import (
 	"plinth.dev/plinth/internal/testutil/e2especs"
 )
 
-// e2eFlags are the suite's flags for a Plinth cluster: the local
-// provider (no cloud), the project's kubectl, the report in out, no log
-// dump (it would ssh into nodes, which have no shell).
-func (c *runCmd) e2eFlags(kubeconfig string) []string {
-	return []string{"--provider=local", "--kubeconfig=" + kubeconfig, "--kubectl-path=" + c.kubectl,
-		"--report-dir=" + c.out, "--dump-logs-on-failure=false", "--disable-log-dump"}
-}
-
 // dryRun lists the specs focus and skip select, without a cluster.
 func (c *runCmd) dryRun(ctx context.Context, focus, skip string) ([]string, error) {
 	progress := filepath.Join(c.out, "dry-run.jsonl")
@@ -60,7 +52,7 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	defer lf.Close()
 	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), "--timeout=" + c.timeout.String(),
 		"--focus=" + focus, "--skip=" + skip, "--poll-progress-after=10m", c.e2e, "--"}
-	cmd := exec.Command(c.ginkgo, append(args, c.e2eFlags(kubeconfig)...)...)
+	cmd := exec.Command(c.ginkgo, append(args, e2especs.SuiteFlags(kubeconfig, c.kubectl, c.out)...)...)
 	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+r.path)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,8 +1,10 @@
-// Package e2especs reads what the upstream end-to-end suite (e2e.test,
-// package conformance) reports of a run, for the two that run it: the
-// conformance runner (conformance/run, `make conformance`) and the VM
-// test's conformance smoke (vmtest, `make test`).
+// Package e2especs is what the two that run the upstream end-to-end
+// suite (e2e.test, package conformance) share: the conformance runner
+// (conformance/run, `make conformance`) and the VM test's conformance
+// smoke (vmtest, `make test`). The suite's flags for a Plinth cluster,
+// the specs to run by name, and what it reports of a run:
 //
+//	SuiteFlags ──► e2e.test -- …
 //	NAMES file ──ReadNames──► names ──NamesFocus──► ginkgo --focus
 //	e2e.test ──PLINTH_CONFORMANCE_PROGRESS──► progress.jsonl ──ReadProgress──► []Spec
 package e2especs
@@ -19,6 +21,14 @@ import (
 // ProgressEnv names the file every e2e.test process appends a JSON line
 // to per finished spec (conformance/progress_test.go).
 const ProgressEnv = "PLINTH_CONFORMANCE_PROGRESS"
+
+// SuiteFlags are the suite's flags for a Plinth cluster: the local
+// provider (no cloud), the project's kubectl, the report in reportDir, no
+// log dump (it would ssh into nodes, which have no shell).
+func SuiteFlags(kubeconfig, kubectl, reportDir string) []string {
+	return []string{"--provider=local", "--kubeconfig=" + kubeconfig, "--kubectl-path=" + kubectl,
+		"--report-dir=" + reportDir, "--dump-logs-on-failure=false", "--disable-log-dump"}
+}
 
 // Spec is one progress line.
 type Spec struct {
