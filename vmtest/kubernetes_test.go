@@ -133,24 +133,33 @@ func explainPod(ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *Cl
 		lines = append(lines, "event: "+l)
 	}
 	for _, r := range []string{"kubelet", "containerd"} {
-		logs, err := ctl.output(ctx, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker."+r, n.ID())
-		if err != nil {
-			lines = append(lines, fmt.Sprintf("%s log of %s: %v", r, n.Name, err))
-			continue
-		}
-		var named []string
-		for _, l := range strings.Split(logs, "\n") {
-			// The kubelet's pod="default/b", containerd's
-			// PodSandboxMetadata{Name:b,…}.
-			if strings.Contains(l, `"default/`+pod+`"`) || strings.Contains(l, "{Name:"+pod+",") {
-				named = append(named, l)
-			}
-		}
-		for _, l := range lastLines(strings.Join(named, "\n"), 3) {
-			lines = append(lines, r+": "+l)
-		}
+		// The kubelet's pod="default/b", containerd's
+		// PodSandboxMetadata{Name:b,…}.
+		lines = append(lines, logLines(ctx, c, ctl, n, "worker."+r, 3, `"default/`+pod+`"`, "{Name:"+pod+",")...)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// logLines is the last count lines of component's log on node n
+// (component under root.roleserver.kubernetes) that contain any of
+// words, each prefixed with the component's name; or why the log could
+// not be read.
+func logLines(ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, component string, count int, words ...string) []string {
+	name := component[strings.LastIndex(component, ".")+1:]
+	logs, err := ctl.output(ctx, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes."+component, n.ID())
+	if err != nil {
+		return []string{fmt.Sprintf("%s log of %s: %v", name, n.Name, err)}
+	}
+	var named []string
+	for _, l := range strings.Split(logs, "\n") {
+		if slices.ContainsFunc(words, func(w string) bool { return strings.Contains(l, w) }) {
+			named = append(named, name+": "+l)
+		}
+	}
+	if len(named) == 0 {
+		return nil
+	}
+	return lastLines(strings.Join(named, "\n"), count)
 }
 
 // lastLines is the last n lines of s.
@@ -391,7 +400,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		t.Errorf("the pod's process does not run under seccomp (want Seccomp: 2 in /proc/1/status):\n%s", out)
 	}
 	attackNode(t, ctx, k)
-	checkMetrics(t, ctx, k, first.ID(), second.ID())
+	checkMetrics(t, ctx, k, func() string {
+		return strings.Join(logLines(ctx, c, ctl, first, "controller.metrics-server", 4, "scrape", "Skipping", "rror"), "\n")
+	}, first.ID(), second.ID())
 
 	t.Log("deployment: rolled out, logs, exec; pods a and b on the two nodes, Service b on NodePort")
 	if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {

@@ -48,11 +48,12 @@ spec:
 // checkMetrics: kubectl top nodes names every node with its CPU and
 // memory, kubectl top pods the busy pod's, and the autoscaler, reading
 // the same API, scales the busy Deployment to two pods. The Deployment
-// goes after: its load would slow the rest of the test.
-func checkMetrics(t *testing.T, ctx context.Context, k kubectl, nodes ...string) {
+// goes after: its load would slow the rest of the test. A failure says
+// what explain finds (the metrics server's complaints).
+func checkMetrics(t *testing.T, ctx context.Context, k kubectl, explain func() string, nodes ...string) {
 	t.Helper()
 	usage := regexp.MustCompile(`^\d+m\s+\d+%\s+\d+Mi\s+\d+%$`)
-	k.until(t, ctx, 5*time.Minute, "kubectl top nodes names every node", func(out string) bool {
+	k.untilExplained(t, ctx, 5*time.Minute, "kubectl top nodes names every node", func(out string) bool {
 		for _, n := range nodes {
 			found := false
 			for _, line := range strings.Split(out, "\n") {
@@ -65,13 +66,13 @@ func checkMetrics(t *testing.T, ctx context.Context, k kubectl, nodes ...string)
 			}
 		}
 		return true
-	}, "top", "nodes")
-	k.until(t, ctx, 5*time.Minute, "kubectl top pods shows the busy pod using CPU", func(out string) bool {
+	}, explain, "top", "nodes")
+	k.untilExplained(t, ctx, 5*time.Minute, "kubectl top pods shows the busy pod using CPU", func(out string) bool {
 		return regexp.MustCompile(`(?m)^busy-\S+\s+[1-9]\d*m\s+\d+Mi\s*$`).MatchString(out)
-	}, "top", "pods", "-l", "app=busy")
-	out := k.until(t, ctx, 5*time.Minute, "the autoscaler scales the busy Deployment to 2", func(out string) bool {
+	}, explain, "top", "pods", "-l", "app=busy")
+	out := k.untilExplained(t, ctx, 5*time.Minute, "the autoscaler scales the busy Deployment to 2", func(out string) bool {
 		return strings.HasSuffix(out, " 2 2")
-	}, "get", "hpa", "busy", "-o", `jsonpath={.status.currentMetrics[0].resource.current.averageUtilization} {.status.desiredReplicas} {.status.currentReplicas}`)
+	}, explain, "get", "hpa", "busy", "-o", `jsonpath={.status.currentMetrics[0].resource.current.averageUtilization} {.status.desiredReplicas} {.status.currentReplicas}`)
 	t.Logf("the autoscaler: CPU at %s%% of the request, two pods", strings.Fields(out)[0])
 	if got := strings.TrimSpace(k.run(t, ctx, "get", "deployment", "busy", "-o", "jsonpath={.spec.replicas}")); got != "2" {
 		t.Errorf("the busy Deployment has %s replicas, want the autoscaler's 2", got)

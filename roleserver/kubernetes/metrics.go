@@ -57,6 +57,13 @@ const (
 // decision) come after about twice this.
 const metricResolution = 15 * time.Second
 
+// kubeletScrapeTimeout bounds each scrape of a kubelet (metrics-server's
+// default is 10 s, its most nine tenths of metricResolution). A node's
+// usage needs two scrapes in a row: one that fails starts it over, so
+// a loaded kubelet that answers in 11 s would be missing from kubectl
+// top for as long as it stays loaded.
+const kubeletScrapeTimeout = 13 * time.Second
+
 // metricsServerFiles are the metrics server's: the kubeconfig of its
 // client credential (the API servers and kubelets alike), its serving
 // certificate, and the CAs that check clients (the aggregators' front
@@ -96,6 +103,7 @@ func metricsServerArgs(f map[string]string) []string {
 		"--kubelet-preferred-address-types=InternalIP",
 		"--kubelet-use-node-status-port",
 		"--metric-resolution=" + metricResolution.String(),
+		"--kubelet-request-timeout=" + kubeletScrapeTimeout.String(),
 		"--profiling=false",
 		"--v=0",
 	}
