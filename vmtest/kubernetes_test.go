@@ -156,10 +156,7 @@ func logLines(ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, co
 			named = append(named, name+": "+l)
 		}
 	}
-	if len(named) == 0 {
-		return nil
-	}
-	return lastLines(strings.Join(named, "\n"), count)
+	return named[max(0, len(named)-count):]
 }
 
 // lastLines is the last n lines of s.
