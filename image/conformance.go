@@ -101,6 +101,13 @@ var busyboxApplets = strings.Fields(`[ [[ ar arch ash awk base64 basename bc blo
 	top touch tr traceroute true truncate tty umount uname uniq unlink unxz unzip uptime usleep uudecode
 	uuencode vi watch wc wget which whoami xargs xxd xz xzcat yes zcat`)
 
+// agnhostOSRelease is the stand-in agnhost's /etc/os-release: it names
+// the distribution upstream's image is built on, and says what it is.
+const agnhostOSRelease = `NAME="Alpine Linux"
+ID=alpine
+PRETTY_NAME="Alpine Linux (Plinth's offline stand-in for the upstream image: static busybox and agnhost)"
+`
+
 // conformanceFiles returns the archive as a system image file and the
 // images it carries.
 func conformanceFiles(in ConformanceInputs, testpod []byte, arch string) (sysFile, []ContainerImage, error) {
@@ -193,6 +200,10 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 		layerEntry{Path: "localhost.crt", Mode: 0o644, Data: files["localhost.crt"]},
 		layerEntry{Path: "localhost.key", Mode: 0o644, Data: files["localhost.key"]},
 		layerEntry{Path: "uploads", Dir: true},
+		// Upstream's agnhost (and so kitten and nautilus, built on it)
+		// is Alpine-based; the ImageVolume spec reads the kitten image's
+		// os-release through an image volume and looks for the name.
+		layerEntry{Path: "etc/os-release", Mode: 0o644, Data: []byte(agnhostOSRelease)},
 	)
 	html := []byte("<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>\n" +
 		"<body><h1>Welcome to nginx!</h1><p>(busybox httpd, standing in for nginx offline)</p></body></html>\n")

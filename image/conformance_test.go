@@ -57,6 +57,30 @@ func flatten(t *testing.T, img v1.Image) map[string]*tar.Header {
 	}
 }
 
+// fileIn is the content of the regular file at path in img (nil: none).
+func fileIn(t *testing.T, img v1.Image, path string) []byte {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == path && h.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+}
+
 func TestConformanceImages(t *testing.T) {
 	in, content := standInConformance(t)
 	testpod := tinyELF(elf.EM_X86_64, "", "testpod")
@@ -119,6 +143,13 @@ func TestConformanceImages(t *testing.T) {
 	}
 	if h := flatten(t, byRef[e2eImages+"kitten:1.8"])["kitten.jpg"]; h == nil || h.Size != int64(len(content["kitten/kitten.jpg"])) {
 		t.Errorf("kitten image: kitten.jpg is %+v", h)
+	}
+	// The ImageVolume spec mounts the kitten image and reads both.
+	if b := fileIn(t, byRef[e2eImages+"kitten:1.8"], "etc/os-release"); !strings.Contains(string(b), "Alpine Linux") {
+		t.Errorf("kitten image: /etc/os-release is %q, the ImageVolume spec looks for Alpine Linux", b)
+	}
+	if b := fileIn(t, byRef[e2eImages+"kitten:1.8"], "data.json"); !bytes.Equal(b, content["kitten/data.json"]) {
+		t.Errorf("kitten image: data.json is %q", b)
 	}
 	for ref, want := range map[string]struct {
 		entrypoint, cmd []string
