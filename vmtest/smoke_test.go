@@ -124,8 +124,15 @@ func startSmoke(t *testing.T, ctx context.Context, dir, kubeconfig, kubectl stri
 		t.Logf("conformance smoke: %d of %d specs passed in %v", passed, len(names), time.Since(start).Round(time.Second))
 		if len(failed) > 0 || runErr != nil {
 			b, _ := os.ReadFile(logPath)
-			t.Errorf("conformance smoke: ginkgo: %v; %d failed:\n%s\nthe log's tail:\n%s", runErr, len(failed),
-				strings.Join(failed, "\n"), strings.Join(lastLines(string(b), 15), "\n"))
+			var events []string // the failed specs' namespaces' events (e2especs.SuiteFlags)
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, " - event for ") {
+					events = append(events, strings.TrimSpace(l))
+				}
+			}
+			t.Errorf("conformance smoke: ginkgo: %v; %d failed:\n%s\ntheir events:\n%s\nthe log's tail:\n%s", runErr, len(failed),
+				strings.Join(failed, "\n"), strings.Join(events[max(0, len(events)-30):], "\n"),
+				strings.Join(lastLines(string(b), 15), "\n"))
 		}
 	}
 }

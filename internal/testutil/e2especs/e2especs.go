@@ -24,10 +24,12 @@ const ProgressEnv = "PLINTH_CONFORMANCE_PROGRESS"
 
 // SuiteFlags are the suite's flags for a Plinth cluster: the local
 // provider (no cloud), the project's kubectl, the report in reportDir, no
-// log dump (it would ssh into nodes, which have no shell).
+// log dump (it would ssh into nodes, which have no shell), and of the
+// framework's dump after a failed spec only the events of its namespace
+// (lines "At … - event for POD: …"), not every node's description.
 func SuiteFlags(kubeconfig, kubectl, reportDir string) []string {
 	return []string{"--provider=local", "--kubeconfig=" + kubeconfig, "--kubectl-path=" + kubectl,
-		"--report-dir=" + reportDir, "--dump-logs-on-failure=false", "--disable-log-dump"}
+		"--report-dir=" + reportDir, "--max-nodes-to-gather-from=0", "--disable-log-dump"}
 }
 
 // Spec is one progress line.
