@@ -37,48 +37,48 @@ func standInConformance(t *testing.T) (ConformanceInputs, map[string][]byte) {
 	return ConformanceInputs{Dir: dir}, content
 }
 
-// flatten reads an image's file system as containerd unpacks it: every
-// layer in order (no whiteouts are written).
-func flatten(t *testing.T, img v1.Image) map[string]*tar.Header {
+// walk calls fn for every entry of an image's file system as containerd
+// unpacks it: every layer in order (no whiteouts are written); the
+// reader is the entry's content.
+func walk(t *testing.T, img v1.Image, fn func(h *tar.Header, r io.Reader)) {
 	t.Helper()
-	fs := map[string]*tar.Header{}
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return fs
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs[strings.TrimSuffix(h.Name, "/")] = h
+		fn(h, tr)
 	}
+}
+
+// flatten is an image's file system's entries by path.
+func flatten(t *testing.T, img v1.Image) map[string]*tar.Header {
+	t.Helper()
+	fs := map[string]*tar.Header{}
+	walk(t, img, func(h *tar.Header, _ io.Reader) { fs[strings.TrimSuffix(h.Name, "/")] = h })
+	return fs
 }
 
 // fileIn is the content of the regular file at path in img (nil: none).
 func fileIn(t *testing.T, img v1.Image, path string) []byte {
 	t.Helper()
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	var out []byte
+	walk(t, img, func(h *tar.Header, r io.Reader) {
 		if h.Name == path && h.Typeflag == tar.TypeReg {
-			b, err := io.ReadAll(tr)
+			b, err := io.ReadAll(r)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return b
+			out = b
 		}
-	}
+	})
+	return out
 }
 
 func TestConformanceImages(t *testing.T) {
