@@ -103,6 +103,18 @@ func TestConsensusRolesAndFailover(t *testing.T) {
 			t.Errorf("GetCurrentLeader on %s = %v", m.name, r)
 		}
 	}
+	// The leader's new address reaches a stream already open on a
+	// follower (which waits on a watch of the leader's node record), and
+	// so does the old one again.
+	onB := c.leaderStream(b)
+	nextLeader(t, onB, 30*time.Second, func(r *clusterpb.GetCurrentLeaderResponse) bool { return r.Id == a.id })
+	for _, host := range []string{"127.0.0.2", "127.0.0.1"} {
+		_, err := clusterpb.NewCuratorClient(withCreds(t, a.addr(), a.creds)).UpdateNodeStatus(ctx, &clusterpb.UpdateNodeStatusRequest{
+			NodeId: a.id, Status: &clusterpb.NodeStatus{Addresses: []string{host}, Version: "test"}})
+		mustOK(t, "UpdateNodeStatus of the leader", err)
+		nextLeader(t, onB, 30*time.Second, func(r *clusterpb.GetCurrentLeaderResponse) bool { return r.Id == a.id && r.Host == host })
+	}
+
 	info, err := mg.GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
 	mustOK(t, "GetClusterInfo", err)
 	if n := len(info.Directory.GetNodes()); n != 3 {

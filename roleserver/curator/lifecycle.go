@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/event"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/rpc"
 )
@@ -546,54 +547,121 @@ func (s *Service) heartbeat(ctx context.Context, kv clientv3.KV, t *term, id str
 	return nil
 }
 
+// GetCurrentLeader answers with the leader as this curator sees it, and
+// again whenever the answer changes: another leader, or the leader's node
+// record (its address). Between answers it waits on the leader value and
+// on an etcd watch of the leader's record, and reads nothing: it used to
+// re-read the record every 5 s per stream, which under load was the
+// curator's most frequent slow etcd read left. A failed read (etcd
+// electing a leader) is retried after leaderRecheck; the stream ends
+// after leaderReadAttempts failures in a row.
 func (c curatorServer) GetCurrentLeader(req *clusterpb.GetCurrentLeaderRequest, srv clusterpb.Curator_GetCurrentLeaderServer) error {
 	ctx := srv.Context()
 	w := c.leader.Watch()
 	defer w.Close()
 	var last *clusterpb.GetCurrentLeaderResponse
-	var li *leaderInfo
-	for {
-		// Re-checked now and then even without a leader change, so that a
-		// leader's new address reaches followers of this stream.
-		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		next, err := w.Get(gctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err == nil:
-			li = next
-		}
-		if li == nil {
-			continue
-		}
-		resp, err := c.leaderResponse(ctx, li)
-		if err != nil {
-			return err
-		}
-		if last == nil || !proto.Equal(resp, last) {
-			if err := srv.Send(resp); err != nil {
-				return err
+	failed := 0
+	li, err := w.Get(ctx)
+	for err == nil {
+		wctx, cancel := context.WithCancel(ctx)
+		var record clientv3.WatchChan // nil without a leader: only a new one wakes
+		var recheck <-chan time.Time
+		if li != nil {
+			var resp *clusterpb.GetCurrentLeaderResponse
+			resp, record, err = c.leaderResponse(wctx, li)
+			switch {
+			case err != nil && ctx.Err() == nil && failed+1 < leaderReadAttempts:
+				failed++
+				err, recheck = nil, time.After(leaderRecheck)
+			case err == nil && (last == nil || !proto.Equal(resp, last)):
+				failed = 0
+				err = srv.Send(resp)
+				last = resp
+			case err == nil:
+				failed = 0
 			}
-			last = resp
 		}
+		if err == nil {
+			li, err = nextLeaderChange(wctx, w, li, record, recheck)
+		}
+		cancel()
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
-func (s *Service) leaderResponse(ctx context.Context, li *leaderInfo) (*clusterpb.GetCurrentLeaderResponse, error) {
+// How GetCurrentLeader retries: the pause before reading the leader's
+// record again after a failed read or watch, and how many reads in a row
+// may fail.
+const (
+	leaderRecheck      = 5 * time.Second
+	leaderReadAttempts = 4
+)
+
+// leaderResponse reads the leader's address from its node record and
+// watches the record from the revision read.
+func (s *Service) leaderResponse(ctx context.Context, li *leaderInfo) (*clusterpb.GetCurrentLeaderResponse, clientv3.WatchChan, error) {
 	kv, _, err := s.backend()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	got, err := kv.Get(ctx, nodeKey(li.ID))
+	if err != nil {
+		return nil, nil, etcdErr("reading leader's node", err)
 	}
 	resp := &clusterpb.GetCurrentLeaderResponse{Id: li.ID, Port: li.Port}
-	if n, _, err := getNode(ctx, kv, li.ID); err != nil {
-		return nil, etcdErr("reading leader's node", err)
-	} else if n != nil && len(n.GetStatus().GetAddresses()) > 0 {
-		resp.Host = n.Status.Addresses[0]
+	if len(got.Kvs) == 1 {
+		n, err := unmarshalNode(got.Kvs[0].Value)
+		if err != nil {
+			return nil, nil, err
+		}
+		if a := n.GetStatus().GetAddresses(); len(a) > 0 {
+			resp.Host = a[0]
+		}
 	}
 	if li.ID == s.nodeID {
 		_, err := s.leaderTerm()
 		resp.ThisIsLeader = err == nil
 	}
-	return resp, nil
+	return resp, kv.Watch(ctx, nodeKey(li.ID), clientv3.WithRev(got.Header.Revision+1)), nil
+}
+
+// nextLeaderChange waits until the leader value changes (and returns the
+// new one), or the current leader's record does or recheck fires (and
+// returns li again, to be read again). If the record's watch fails (etcd
+// unreachable, the revision compacted), li is read again after
+// leaderRecheck unless the leader changes first.
+func nextLeaderChange(ctx context.Context, w event.Watcher[*leaderInfo], li *leaderInfo, record clientv3.WatchChan, recheck <-chan time.Time) (*leaderInfo, error) {
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type next struct {
+		li  *leaderInfo
+		err error
+	}
+	ch := make(chan next, 1)
+	go func() {
+		li, err := w.Get(gctx)
+		ch <- next{li, err}
+	}()
+wait:
+	for {
+		select {
+		case n := <-ch:
+			return n.li, n.err
+		case <-recheck:
+			break wait
+		case wr, ok := <-record:
+			if ok && wr.Err() == nil {
+				break wait
+			}
+			record, recheck = nil, time.After(leaderRecheck)
+		}
+	}
+	cancel()
+	if n := <-ch; n.err == nil {
+		return n.li, nil // a new leader came at the same time
+	}
+	return li, ctx.Err()
 }
