@@ -83,6 +83,18 @@ func (k kubectl) run(t *testing.T, ctx context.Context, args ...string) string {
 	return out
 }
 
+// remove deletes one object and waits up to timeout until it is gone
+// or replaced by a new one of the same name (a StatefulSet's pod). A
+// plain kubectl delete waits within its 60 s request timeout, which a
+// pod's graceful stop and volume teardown can pass on a loaded TCG node.
+func (k kubectl) remove(t *testing.T, ctx context.Context, timeout time.Duration, kind, name string) {
+	t.Helper()
+	uid := k.run(t, ctx, "get", kind, name, "-o", "jsonpath={.metadata.uid}")
+	k.run(t, ctx, "delete", kind, name, "--wait=false")
+	k.until(t, ctx, timeout, kind+" "+name+" ("+uid+") is deleted", func(out string) bool { return out != uid },
+		"get", kind, name, "--ignore-not-found", "-o", "jsonpath={.metadata.uid}")
+}
+
 // wait is kubectl wait --for=condition for what, up to timeout.
 func (k kubectl) wait(ctx context.Context, timeout time.Duration, condition string, what ...string) (string, error) {
 	args := append([]string{"wait", "--for=condition=" + condition, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds()))}, what...)

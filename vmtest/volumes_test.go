@@ -108,13 +108,13 @@ func checkVolumes(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 	}
 	k.run(t, ctx, "exec", "db-0", "--", "/testpod", "fill", "/data/fill", "0")
 	// The StatefulSet's next pod has the file.
-	k.run(t, ctx, "delete", "pod", "db-0")
+	k.remove(t, ctx, 5*time.Minute, "pod", "db-0")
 	readKept(t, ctx, k, "after the pod's delete")
 
 	// A deleted claim's volume goes, with its data.
 	pv := strings.TrimSpace(k.run(t, ctx, "get", "pvc", "scratch", "-o", "jsonpath={.spec.volumeName}"))
-	k.run(t, ctx, "delete", "pod", "scratch")
-	k.run(t, ctx, "delete", "pvc", "scratch")
+	k.remove(t, ctx, 5*time.Minute, "pod", "scratch")
+	k.remove(t, ctx, 5*time.Minute, "pvc", "scratch")
 	k.until(t, ctx, 5*time.Minute, "the deleted claim's volume "+pv+" is deleted", func(out string) bool { return !strings.Contains(out, pv) },
 		"get", "pv", "-o", "name")
 	logs := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.volumes", worker.ID())
