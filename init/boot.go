@@ -121,8 +121,12 @@ func (b *boot) steps() []step {
 		{"A/B update state", b.startUpdates},
 		{"map and mount the system image (dm-verity)", b.openSystemImage},
 		{"switch root into the system image", b.switchRoot},
-		{"verify the whole system image in the background", b.verifySystemImage},
+		// cgroup2 before the background read: moving the core and
+		// enabling the controllers happen before that reader has I/O in
+		// flight (both vCPUs once locked up in init's threads in the
+		// kernel right after it started, where this step came next).
 		{"cgroup2", setupCgroups},
+		{"verify the whole system image in the background", b.verifySystemImage},
 		// What this node is for. Without valid parameters it waits:
 		// nothing below may touch the disk on a guess.
 		{"read node parameters", b.readParameters},
