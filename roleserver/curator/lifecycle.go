@@ -573,12 +573,12 @@ func (c curatorServer) GetCurrentLeader(req *clusterpb.GetCurrentLeaderRequest, 
 			case err != nil && ctx.Err() == nil && failed+1 < leaderReadAttempts:
 				failed++
 				err, recheck = nil, time.After(leaderRecheck)
-			case err == nil && (last == nil || !proto.Equal(resp, last)):
-				failed = 0
-				err = srv.Send(resp)
-				last = resp
 			case err == nil:
 				failed = 0
+				if last == nil || !proto.Equal(resp, last) {
+					err = srv.Send(resp)
+					last = resp
+				}
 			}
 		}
 		if err == nil {
