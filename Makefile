@@ -134,7 +134,7 @@ $(STAMP)/kubectl: $(GO_MOD) $(call missing,$(BIN)/kubectl)
 # nodes' kube binary. With the kube build's tags
 # and -trimpath, most packages come from its cache (~2 min each on this
 # machine when kube is built). agnhost and nnp are upstream's test image
-# programs; e2etools is ours (conformance/toolbox); busybox is built from
+# programs; e2etools and e2eservers are ours (conformance/toolbox); busybox is built from
 # its upstream release (scripts/busybox says why not Debian's binary); the
 # porter's certificate and the kitten and nautilus images' files are
 # copied from the Kubernetes module.
@@ -144,7 +144,7 @@ $(STAMP)/kubectl: $(GO_MOD) $(call missing,$(BIN)/kubectl)
 # share most of its packages, which two builds at once would both
 # compile on a cold cache).
 CONFORMANCE_BIN := $(BIN)/conformance
-CONFORMANCE_INPUTS := $(CONFORMANCE_BIN)/agnhost $(CONFORMANCE_BIN)/nnp $(CONFORMANCE_BIN)/e2etools $(CONFORMANCE_BIN)/busybox $(CONFORMANCE_BIN)/localhost.crt
+CONFORMANCE_INPUTS := $(CONFORMANCE_BIN)/agnhost $(CONFORMANCE_BIN)/nnp $(CONFORMANCE_BIN)/e2etools $(CONFORMANCE_BIN)/e2eservers $(CONFORMANCE_BIN)/busybox $(CONFORMANCE_BIN)/localhost.crt
 export PLINTH_E2E_TEST := $(abspath $(BIN)/e2e.test)
 export PLINTH_GINKGO := $(abspath $(BIN)/ginkgo)
 export PLINTH_CONFORMANCE_BIN := $(abspath $(CONFORMANCE_BIN))
@@ -159,9 +159,12 @@ $(CONFORMANCE_BIN)/agnhost: $(GO_MOD) | $(STAMP)/kube
 	@$(NOCGO) nice -n 19 scripts/gobuild $@ k8s.io/kubernetes/test/images/agnhost -ldflags "-s -w"
 $(CONFORMANCE_BIN)/nnp: $(GO_MOD)
 	@$(NOCGO) scripts/gobuild $@ k8s.io/kubernetes/test/images/nonewprivs -ldflags "-s -w"
-$(CONFORMANCE_BIN)/e2etools: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD) | $(STAMP)/kube
-	@echo "gobuild: e2etools (curl, nc, dig, getent, etcd, sample-apiserver)"
-	@nice -n 19 scripts/gobuild $@ ./conformance/toolbox -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
+$(CONFORMANCE_BIN)/e2etools: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD)
+	@echo "gobuild: e2etools (curl, nc, dig, getent)"
+	@$(NOCGO) scripts/gobuild $@ ./conformance/toolbox -ldflags "-s -w"
+$(CONFORMANCE_BIN)/e2eservers: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD) | $(STAMP)/kube
+	@echo "gobuild: e2eservers (etcd, sample-apiserver)"
+	@nice -n 19 scripts/gobuild $@ ./conformance/toolbox -tags servers,$(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
 $(CONFORMANCE_BIN)/busybox: scripts/busybox | deps
 	@scripts/busybox $@ $(CACHE)
 $(CONFORMANCE_BIN)/localhost.crt: $(GO_MOD)

@@ -23,8 +23,10 @@ import (
 //	           source package, static), its applets in /bin (sh is its
 //	           ash), /etc/passwd and /etc/group (user 1000 and group
 //	           50000, as upstream's agnhost has them), /tmp
-//	tools      e2etools (conformance/toolbox): curl, nc, dig, getent in
-//	           /usr/bin, etcd in /usr/local/bin, /sample-apiserver
+//	tools      e2etools (conformance/toolbox, ~7 MB): curl, nc, dig,
+//	           getent in /usr/bin
+//	servers    e2eservers (conformance/toolbox with tag servers, ~90 MB):
+//	           etcd in /usr/local/bin, /sample-apiserver
 //	agnhost    agnhost at the nodes' Kubernetes version, /agnhost-2, the
 //	           porter's localhost.crt and .key, /uploads
 //
@@ -37,14 +39,17 @@ import (
 //	e2e-test-images/kitten, nautilus agnhost's + jpg, data.json /agnhost test-webserver
 //	e2e-test-images/nonewprivs       busybox + setuid nnp       nnp
 //	e2e-test-images/nonroot          busybox, user 1234         sh
-//	etcd                             busybox tools              /usr/local/bin/etcd
-//	e2e-test-images/sample-apiserver busybox tools              /sample-apiserver
+//	etcd                             busybox tools servers      /usr/local/bin/etcd
+//	e2e-test-images/sample-apiserver busybox tools servers      /sample-apiserver
 //
 // Why substitutes: the nodes have no registry to pull from, and what the
 // tests exec in these containers is a handful of tools (a shell, cat,
 // nc, curl, dig, getent, mv, …), which a static busybox and a small Go
 // program give without a distribution. Only `make conformance` asks for
-// them: a normal image stays as small as it was.
+// them: a normal image stays as small as it was. The servers are a
+// program of their own so that the images most specs pull (agnhost and
+// the DNS one) do not carry etcd and an API server: under TCG a node
+// spends most of a pull hashing, unpacking and writing the layers.
 
 // ConformanceArchive is the archive's file name in layout.ImagesDir, and
 // beside the built image (OutDir), which the conformance runner serves
@@ -54,7 +59,7 @@ const ConformanceArchive = "conformance.tar"
 // ConformanceInputs are the files the conformance images are made of.
 type ConformanceInputs struct {
 	// Dir holds what make builds into out/bin/conformance: agnhost,
-	// e2etools, nnp and busybox (static executables), localhost.crt and
+	// e2etools, e2eservers, nnp and busybox (static executables), localhost.crt and
 	// localhost.key (agnhost's porter), kitten/ and nautilus/ (their
 	// images' kitten.jpg or nautilus.jpg and data.json).
 	Dir string
@@ -82,8 +87,8 @@ var ConformanceImages = []struct{ Ref, From string }{
 	{e2eImages + "nautilus:1.8", "the agnhost image with upstream's nautilus.jpg and data.json"},
 	{e2eImages + "nonewprivs:1.4", "busybox, upstream's nnp setuid root"},
 	{e2eImages + "nonroot:1.5", "busybox, user 1234"},
-	{coreImages + "etcd:3.7.0-0", "e2etools' etcd (this module's etcd server) as /usr/local/bin/etcd"},
-	{e2eImages + "sample-apiserver:1.29.2", "e2etools' sample-apiserver (k8s.io/sample-apiserver at the nodes' version)"},
+	{coreImages + "etcd:3.7.0-0", "e2eservers' etcd (this module's etcd server) as /usr/local/bin/etcd"},
+	{e2eImages + "sample-apiserver:1.29.2", "e2eservers' sample-apiserver (k8s.io/sample-apiserver at the nodes' version)"},
 }
 
 // busyboxApplets are the applets of busybox linked into /bin, sh among
@@ -150,7 +155,7 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 	for _, f := range []struct {
 		name string
 		exec bool
-	}{{"agnhost", true}, {"e2etools", true}, {"nnp", true}, {"busybox", true}, {"localhost.crt", false}, {"localhost.key", false},
+	}{{"agnhost", true}, {"e2etools", true}, {"e2eservers", true}, {"nnp", true}, {"busybox", true}, {"localhost.crt", false}, {"localhost.key", false},
 		{"kitten/kitten.jpg", false}, {"kitten/data.json", false}, {"nautilus/nautilus.jpg", false}, {"nautilus/data.json", false}} {
 		b, err := read(f.name, f.exec)
 		if err != nil {
@@ -191,8 +196,11 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 		layerEntry{Path: "usr/bin/nc", Link: "e2etools"},
 		layerEntry{Path: "usr/bin/dig", Link: "e2etools"},
 		layerEntry{Path: "usr/bin/getent", Link: "e2etools"},
-		layerEntry{Path: "usr/local/bin/etcd", Link: "../../bin/e2etools"},
-		layerEntry{Path: "sample-apiserver", Link: "usr/bin/e2etools"},
+	)
+	servers := layer(
+		layerEntry{Path: "usr/bin/e2eservers", Data: files["e2eservers"]},
+		layerEntry{Path: "usr/local/bin/etcd", Link: "../../bin/e2eservers"},
+		layerEntry{Path: "sample-apiserver", Link: "usr/bin/e2eservers"},
 	)
 	agnhost := layer(
 		layerEntry{Path: "agnhost", Data: files["agnhost"]},
@@ -241,8 +249,8 @@ func conformanceImages(in ConformanceInputs, testpod []byte, arch string) ([]con
 		e2eImages + "nautilus:1.8":            {Layers: []v1.Layer{bb, tools, agnhost, nautilus}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}},
 		e2eImages + "nonewprivs:1.4":          {Layers: []v1.Layer{bb, nnp}, Cmd: []string{"nnp"}},
 		e2eImages + "nonroot:1.5":             {Layers: []v1.Layer{bb}, Cmd: sh, User: "1234"},
-		coreImages + "etcd:3.7.0-0":           {Layers: []v1.Layer{bb, tools}, Cmd: []string{"/usr/local/bin/etcd"}},
-		e2eImages + "sample-apiserver:1.29.2": {Layers: []v1.Layer{bb, tools}, Entrypoint: []string{"/sample-apiserver"}},
+		coreImages + "etcd:3.7.0-0":           {Layers: []v1.Layer{bb, tools, servers}, Cmd: []string{"/usr/local/bin/etcd"}},
+		e2eImages + "sample-apiserver:1.29.2": {Layers: []v1.Layer{bb, tools, servers}, Entrypoint: []string{"/sample-apiserver"}},
 	}
 	var out []containerImage
 	for _, c := range ConformanceImages {

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ func standInConformance(t *testing.T) (ConformanceInputs, map[string][]byte) {
 	t.Helper()
 	dir := t.TempDir()
 	content := map[string][]byte{}
-	for _, n := range []string{"agnhost", "e2etools", "nnp", "localhost.crt", "localhost.key",
+	for _, n := range []string{"agnhost", "e2etools", "e2eservers", "nnp", "localhost.crt", "localhost.key",
 		"kitten/kitten.jpg", "kitten/data.json", "nautilus/nautilus.jpg", "nautilus/data.json", "busybox"} {
 		b := []byte("data of " + n)
 		if !strings.Contains(n, ".") {
@@ -129,6 +130,9 @@ func TestConformanceImages(t *testing.T) {
 			t.Errorf("agnhost image: %s is %+v, want %d bytes", p, h, len(want))
 		}
 	}
+	if h := agnhost["usr/bin/e2eservers"]; h != nil {
+		t.Errorf("agnhost image: carries e2eservers (%+v), which only the etcd and sample API server images run", h)
+	}
 	if h := agnhost["bin/nc"]; h != nil {
 		t.Errorf("agnhost image: /bin/nc is %+v: busybox's nc would shadow e2etools' for a command named by path", h)
 	}
@@ -138,8 +142,14 @@ func TestConformanceImages(t *testing.T) {
 	if h := flatten(t, byRef[e2eImages+"nonewprivs:1.4"])["usr/local/bin/nnp"]; h == nil || h.Mode != 0o4755 {
 		t.Errorf("nonewprivs image: nnp is %+v, want setuid root", h)
 	}
-	if h := flatten(t, byRef[coreImages+"etcd:3.7.0-0"])["usr/local/bin/etcd"]; h == nil || h.Linkname != "../../bin/e2etools" {
-		t.Errorf("etcd image: /usr/local/bin/etcd is %+v", h)
+	for ref, p := range map[string]string{coreImages + "etcd:3.7.0-0": "usr/local/bin/etcd", e2eImages + "sample-apiserver:1.29.2": "sample-apiserver"} {
+		fs := flatten(t, byRef[ref])
+		if h := fs[p]; h == nil || path.Join(path.Dir(p), h.Linkname) != "usr/bin/e2eservers" {
+			t.Errorf("%s: /%s is %+v, want a link to /usr/bin/e2eservers", ref, p, h)
+		}
+		if h := fs["usr/bin/e2eservers"]; h == nil || h.Size != int64(len(content["e2eservers"])) {
+			t.Errorf("%s: /usr/bin/e2eservers is %+v", ref, h)
+		}
 	}
 	if h := flatten(t, byRef[e2eImages+"kitten:1.8"])["kitten.jpg"]; h == nil || h.Size != int64(len(content["kitten/kitten.jpg"])) {
 		t.Errorf("kitten image: kitten.jpg is %+v", h)
@@ -182,8 +192,8 @@ func TestConformanceImages(t *testing.T) {
 			blobs[d.String()] = true
 		}
 	}
-	if len(blobs) != 8 {
-		t.Errorf("%d distinct layers, want 8 (busybox, tools, agnhost, nginx, kitten, nautilus, nnp, pause)", len(blobs))
+	if len(blobs) != 9 {
+		t.Errorf("%d distinct layers, want 9 (busybox, tools, servers, agnhost, nginx, kitten, nautilus, nnp, pause)", len(blobs))
 	}
 
 	// The same inputs give the same archive.
@@ -196,7 +206,8 @@ func TestConformanceImages(t *testing.T) {
 func TestConformanceImagesRefused(t *testing.T) {
 	testpod := tinyELF(elf.EM_X86_64, "", "testpod")
 	for name, change := range map[string]func(t *testing.T, in *ConformanceInputs){
-		"agnhost missing": func(t *testing.T, in *ConformanceInputs) { os.Remove(filepath.Join(in.Dir, "agnhost")) },
+		"agnhost missing":    func(t *testing.T, in *ConformanceInputs) { os.Remove(filepath.Join(in.Dir, "agnhost")) },
+		"e2eservers missing": func(t *testing.T, in *ConformanceInputs) { os.Remove(filepath.Join(in.Dir, "e2eservers")) },
 		"e2etools dynamic": func(t *testing.T, in *ConformanceInputs) {
 			os.WriteFile(filepath.Join(in.Dir, "e2etools"), tinyELF(elf.EM_X86_64, "/lib64/ld-linux-x86-64.so.2", "x"), 0o755)
 		},

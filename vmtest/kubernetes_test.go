@@ -83,16 +83,24 @@ func (k kubectl) run(t *testing.T, ctx context.Context, args ...string) string {
 	return out
 }
 
-// remove deletes one object and waits up to timeout until it is gone
-// or replaced by a new one of the same name (a StatefulSet's pod). A
-// plain kubectl delete waits within its 60 s request timeout, which a
-// pod's graceful stop and volume teardown can pass on a loaded TCG node.
-func (k kubectl) remove(t *testing.T, ctx context.Context, timeout time.Duration, kind, name string) {
+// remove deletes objects (kind/name) at once and waits up to timeout
+// until each is gone or replaced by a new one of the same name (a
+// StatefulSet's pod). A plain kubectl delete waits within its 60 s
+// request timeout, which a pod's graceful stop and volume teardown can
+// pass on a loaded TCG node; and one after another, their stops' waits
+// would add up.
+func (k kubectl) remove(t *testing.T, ctx context.Context, timeout time.Duration, objects ...string) {
 	t.Helper()
-	uid := k.run(t, ctx, "get", kind, name, "-o", "jsonpath={.metadata.uid}")
-	k.run(t, ctx, "delete", kind, name, "--wait=false")
-	k.until(t, ctx, timeout, kind+" "+name+" ("+uid+") is deleted", func(out string) bool { return out != uid },
-		"get", kind, name, "--ignore-not-found", "-o", "jsonpath={.metadata.uid}")
+	uids := make([]string, len(objects))
+	for i, o := range objects {
+		uids[i] = k.run(t, ctx, "get", o, "-o", "jsonpath={.metadata.uid}")
+	}
+	k.run(t, ctx, append([]string{"delete", "--wait=false"}, objects...)...)
+	for i, o := range objects {
+		kind, name, _ := strings.Cut(o, "/")
+		k.until(t, ctx, timeout, o+" ("+uids[i]+") is deleted", func(out string) bool { return out != uids[i] },
+			"get", kind, name, "--ignore-not-found", "-o", "jsonpath={.metadata.uid}")
+	}
 }
 
 // wait is kubectl wait --for=condition for what, up to timeout.
@@ -447,9 +455,15 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	logs, err := k.try(ctx, selfTestLogs...)
 	t.Logf("self-test job complete; its pods' logs (%v):\n%s", err, logs)
-	checkPulls(t, ctx, k, reg)
-	checkVolumes(t, ctx, c, ctl, k, second)
-	checkNetworkPolicy(t, ctx, k)
+	// The next checks wait on pods and controllers of their own, much of
+	// it latency (a pod's stop, a volume's release): side by side.
+	if !t.Run("checks", func(t *testing.T) {
+		t.Run("pulls", func(t *testing.T) { t.Parallel(); checkPulls(t, ctx, k, reg) })
+		t.Run("volumes", func(t *testing.T) { t.Parallel(); checkVolumes(t, ctx, c, ctl, k, second) })
+		t.Run("networkpolicy", func(t *testing.T) { t.Parallel(); checkNetworkPolicy(t, ctx, k) })
+	}) {
+		t.FailNow()
+	}
 
 	// NodePort from the host, through the harness's forward to the first
 	// node (the pod is on the second: kube-proxy forwards it there).
@@ -501,6 +515,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	if err := c.KillNode(second); err != nil {
 		t.Fatal(err)
 	}
+	checkPulledAfterReboot := pulledAfterReboot(t, ctx, k, reg, second.ID())
 	if err := c.StartNode(ctx, second); err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +527,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		!strings.Contains(out, "pinned") || strings.Contains(out, "imported "+layout.PauseImage) {
 		t.Errorf("the images after the worker's reboot were not taken from its store, pinned:\n%s", out)
 	}
-	pulledAfterReboot(t, ctx, k, reg, second.ID())
+	checkPulledAfterReboot()
 	readKept(t, ctx, k, "after the worker's power cut")
 
 	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")

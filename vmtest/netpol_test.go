@@ -105,7 +105,9 @@ func checkNetworkPolicy(t *testing.T, ctx context.Context, k kubectl) {
 	}
 	expect := func(when string, closed ...string) {
 		t.Helper()
-		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(2 * time.Second) {
+		start := time.Now()
+		deadline := start.Add(3 * time.Minute)
+		for tries := 1; ; tries++ {
 			// All at once: a closed one takes its whole timeout.
 			var mu sync.Mutex
 			var wg sync.WaitGroup
@@ -121,11 +123,13 @@ func checkNetworkPolicy(t *testing.T, ctx context.Context, k kubectl) {
 			}
 			wg.Wait()
 			if len(wrong) == 0 {
+				t.Logf("network policy: %s: as expected after %v (%d tries)", when, time.Since(start).Round(time.Second), tries)
 				return
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: connections %v are not as they should be (closed: only %v)", when, wrong, closed)
 			}
+			time.Sleep(2 * time.Second)
 		}
 	}
 	expect("without a policy")

@@ -148,26 +148,32 @@ func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry) {
 	k.run(t, ctx, "delete", "pod", "pull-tag", "pull-digest", "pull-refused", "--wait=false")
 }
 
-// pulledAfterReboot stops the registry and checks, on the worker after
-// its power cut, that the image it pulled before (pull-tag's) still
-// starts from its store, while a pod that must pull waits in back-off
-// saying why.
-func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *Registry, worker string) {
+// pulledAfterReboot stops the registry and creates, for the worker
+// while its power is off, a pod of the image it pulled before
+// (pull-tag's) and one that must pull it again. The returned check
+// waits, once the worker is back, for the first to run from the node's
+// store and the second to wait in back-off saying why. Created before
+// the boot, both start with the worker's other pods instead of after
+// them.
+func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *Registry, worker string) (check func()) {
 	t.Helper()
 	reg.Close()
 	k.apply(t, ctx, imagePod("pulled-before", worker, mirroredRef, "IfNotPresent"))
 	k.apply(t, ctx, imagePod("pull-down", worker, mirroredRef, "Always"))
-	if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/pulled-before"); err != nil {
-		t.Fatalf("the image pulled before the reboot does not start with the registry down: %v\n%s\n%s", err, out,
-			k.run(t, ctx, "describe", "pod", "pulled-before"))
+	return func() {
+		t.Helper()
+		if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/pulled-before"); err != nil {
+			t.Fatalf("the image pulled before the reboot does not start with the registry down: %v\n%s\n%s", err, out,
+				k.run(t, ctx, "describe", "pod", "pulled-before"))
+		}
+		k.until(t, ctx, 10*time.Minute, "pod pull-down waits in back-off, saying why", func(out string) bool {
+			reason, msg, _ := strings.Cut(out, "|")
+			return (reason == "ErrImagePull" || reason == "ImagePullBackOff") && strings.Contains(msg, mirroredRef)
+		}, "get", "pod", "pull-down", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}`)
+		t.Logf("registry down: the image pulled before the reboot starts; a pull waits: %s",
+			k.run(t, ctx, "get", "pod", "pull-down", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.message}`))
+		k.run(t, ctx, "delete", "pod", "pulled-before", "pull-down", "--wait=false")
 	}
-	k.until(t, ctx, 10*time.Minute, "pod pull-down waits in back-off, saying why", func(out string) bool {
-		reason, msg, _ := strings.Cut(out, "|")
-		return (reason == "ErrImagePull" || reason == "ImagePullBackOff") && strings.Contains(msg, mirroredRef)
-	}, "get", "pod", "pull-down", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}`)
-	t.Logf("registry down: the image pulled before the reboot starts; a pull waits: %s",
-		k.run(t, ctx, "get", "pod", "pull-down", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.message}`))
-	k.run(t, ctx, "delete", "pod", "pulled-before", "pull-down", "--wait=false")
 }
 
 // checkUserImages runs, on node n updated to next, a pod of each user

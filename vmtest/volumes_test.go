@@ -107,14 +107,11 @@ func checkVolumes(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 		t.Fatal(err)
 	}
 	k.run(t, ctx, "exec", "db-0", "--", "/testpod", "fill", "/data/fill", "0")
-	// The StatefulSet's next pod has the file.
-	k.remove(t, ctx, 5*time.Minute, "pod", "db-0")
-	readKept(t, ctx, k, "after the pod's delete")
-
-	// A deleted claim's volume goes, with its data.
+	// The StatefulSet's next pod has the file; a deleted claim's volume
+	// goes, with its data.
 	pv := strings.TrimSpace(k.run(t, ctx, "get", "pvc", "scratch", "-o", "jsonpath={.spec.volumeName}"))
-	k.remove(t, ctx, 5*time.Minute, "pod", "scratch")
-	k.remove(t, ctx, 5*time.Minute, "pvc", "scratch")
+	k.remove(t, ctx, 5*time.Minute, "pod/db-0", "pod/scratch", "pvc/scratch")
+	readKept(t, ctx, k, "after the pod's delete")
 	k.until(t, ctx, 5*time.Minute, "the deleted claim's volume "+pv+" is deleted", func(out string) bool { return !strings.Contains(out, pv) },
 		"get", "pv", "-o", "name")
 	logs := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.volumes", worker.ID())

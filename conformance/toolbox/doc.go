@@ -15,6 +15,10 @@
 // curl, nc, dig and getent are package tools (tested by make unit);
 // etcd and the sample API server, whole programs linked in from their
 // modules, are this command's own, so those tests need not compile them.
+// They are built in with tag servers only, as a second program,
+// e2eservers (~90 MB; e2etools without them is ~7 MB): the images most
+// specs pull carry e2etools, and only the etcd and sample API server
+// images carry e2eservers (image/conformance.go).
 //
 // The tool is the name the binary runs as (a link named curl), or the
 // first argument when it runs as e2etools (e2etools curl -s URL).
@@ -48,13 +52,14 @@
 //     --advertise-client-urls URL, and the wardle server's flags), the
 //     programs themselves linked in from their modules.
 //
-// Build (cgo stays on, with the Kubernetes build's tags, so the Go build
-// cache's Kubernetes packages are reused; the static link is the kube
-// binary's):
+// Build (e2eservers: cgo stays on, with the Kubernetes build's tags, so
+// the Go build cache's Kubernetes packages are reused; the static link is
+// the kube binary's):
 //
-//	go build -trimpath -tags selinux,notest,grpcnotrace \
+//	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o e2etools ./conformance/toolbox
+//	go build -trimpath -tags servers,selinux,notest,grpcnotrace \
 //	    -ldflags '-s -w -linkmode external -extldflags -static' \
-//	    -o e2etools ./conformance/toolbox
+//	    -o e2eservers ./conformance/toolbox
 //
 // Host names are resolved by Go's own resolver (netdns=go), which reads
 // /etc/hosts, /etc/nsswitch.conf and /etc/resolv.conf like glibc and so

@@ -1,3 +1,5 @@
+//go:build servers
+
 package main
 
 import (
@@ -6,6 +8,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 )
+
+func init() { servers["etcd"] = etcdMain }
 
 // etcdMain is etcd's own main, for the etcd container of the aggregator
 // test's sample API server deployment (/usr/local/bin/etcd

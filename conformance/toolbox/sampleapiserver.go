@@ -1,3 +1,5 @@
+//go:build servers
+
 package main
 
 import (
@@ -8,6 +10,8 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/sample-apiserver/pkg/cmd/server"
 )
+
+func init() { servers["sample-apiserver"] = sampleAPIServerMain }
 
 // sampleAPIServerMain is k8s.io/sample-apiserver's main.go (the wardle
 // server the aggregator conformance test deploys), with its arguments
