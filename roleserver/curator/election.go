@@ -34,7 +34,7 @@ type term struct {
 	ctx   context.Context
 	rev   int64 // CreateRevision of /leader
 	since time.Time
-	kv    clientv3.KV
+	kv    client.Namespaced
 }
 
 func (t *term) cmps() []clientv3.Cmp {

@@ -23,24 +23,13 @@ func (s *Service) heartbeatWriteInterval() time.Duration {
 	return min(HeartbeatInterval, s.cfg.HeartbeatTimeout/3)
 }
 
-// health fills in a node's health and last heartbeat. stored is the
-// heartbeat time in etcd (0: none), since when the current leader was
-// elected (zero: no leader known).
-func (s *Service) health(n *clusterpb.Node, stored int64, since time.Time, now time.Time) {
+// health fills in a node's health and last heartbeat. hb is its last
+// heartbeat (Unix nanoseconds, 0: none), since when the current leader
+// was elected (zero: no leader known).
+func (s *Service) health(n *clusterpb.Node, hb int64, since time.Time, now time.Time) {
 	n.Health, n.LastHeartbeatUnixNanos = clusterpb.NodeHealth_NODE_HEALTH_UNSPECIFIED, 0
 	if n.State != clusterpb.NodeState_NODE_STATE_UP {
 		return // only members heartbeat
-	}
-	hb := stored
-	s.mu.Lock()
-	leading := s.term != nil
-	s.mu.Unlock()
-	if leading {
-		s.hbMu.Lock()
-		if h := s.hb[n.Id]; h != nil && h.seen.UnixNano() > hb {
-			hb = h.seen.UnixNano()
-		}
-		s.hbMu.Unlock()
 	}
 	if since.IsZero() {
 		n.Health = clusterpb.NodeHealth_NODE_HEALTH_UNKNOWN
@@ -74,25 +63,60 @@ func (s *Service) leaderSince() time.Time {
 	return time.Time{}
 }
 
+// heartbeats is what health is computed from: the nodes' last
+// heartbeats (Unix nanoseconds, by node ID) and since when the leader
+// leads.
+type heartbeats struct {
+	last  map[string]int64
+	since time.Time
+}
+
+// heartbeats reads the last heartbeats of the nodes (of all of them if
+// ids is empty). The leading curator received every heartbeat of its
+// term itself and reads nothing from etcd: every Watch asks again each
+// healthTick, and a linearizable range read per watch per tick was the
+// consensus' most frequent slow read under load. Any other curator reads
+// what the leader wrote.
+func (s *Service) heartbeats(ctx context.Context, kv clientv3.KV, ids ...string) (heartbeats, error) {
+	s.mu.Lock()
+	t := s.term
+	s.mu.Unlock()
+	if t != nil {
+		h := heartbeats{last: map[string]int64{}, since: t.since}
+		s.hbMu.Lock()
+		for id, st := range s.hb {
+			h.last[id] = st.seen.UnixNano()
+		}
+		s.hbMu.Unlock()
+		return h, nil
+	}
+	h := heartbeats{since: s.leaderSince()}
+	if len(ids) != 1 {
+		var err error
+		h.last, err = storedHeartbeats(ctx, kv)
+		return h, err
+	}
+	v, _, err := getValue(ctx, kv, heartbeatKey(ids[0]))
+	if err != nil {
+		return h, etcdErr("reading heartbeat", err)
+	}
+	h.last = map[string]int64{ids[0]: parseNanos(v)}
+	return h, nil
+}
+
 // withHealth fills in health for a list of nodes.
-func (s *Service) withHealth(ctx context.Context, kv clientv3.KV, nodes []*clusterpb.Node) error {
-	hbs, err := storedHeartbeats(ctx, kv)
+func (s *Service) withHealth(ctx context.Context, kv clientv3.KV, nodes ...*clusterpb.Node) error {
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.Id
+	}
+	h, err := s.heartbeats(ctx, kv, ids...)
 	if err != nil {
 		return err
 	}
-	since, now := s.leaderSince(), time.Now()
+	now := time.Now()
 	for _, n := range nodes {
-		s.health(n, hbs[n.Id], since, now)
+		s.health(n, h.last[n.Id], h.since, now)
 	}
-	return nil
-}
-
-// withHealthOne fills in health for one node.
-func (s *Service) withHealthOne(ctx context.Context, kv clientv3.KV, n *clusterpb.Node) error {
-	v, _, err := getValue(ctx, kv, heartbeatKey(n.Id))
-	if err != nil {
-		return etcdErr("reading heartbeat", err)
-	}
-	s.health(n, parseNanos(v), s.leaderSince(), time.Now())
 	return nil
 }

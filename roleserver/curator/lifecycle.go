@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -415,6 +416,9 @@ func (c curatorServer) UpdateNodeStatus(ctx context.Context, req *clusterpb.Upda
 	_, err = updateNode(ctx, kv, t, p.NodeID, func(n *clusterpb.Node) ([]clientv3.Op, error) {
 		if n == nil || n.State != clusterpb.NodeState_NODE_STATE_UP {
 			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not UP", p.NodeID)
+		}
+		if proto.Equal(n.Status, req.Status) && (len(observed) == 0 || slices.Equal(n.ObservedAddresses, observed)) {
+			return nil, errNoChange // the periodic resend of an unchanged status writes nothing
 		}
 		n.Status = req.Status
 		if len(observed) > 0 {

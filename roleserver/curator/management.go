@@ -114,7 +114,7 @@ func (m managementServer) GetNodes(req *clusterpb.GetNodesRequest, srv clusterpb
 	if err != nil {
 		return err
 	}
-	if err := m.withHealth(ctx, kv, nodes); err != nil {
+	if err := m.withHealth(ctx, kv, nodes...); err != nil {
 		return err
 	}
 	withMembership(ctx, st, nodes)

@@ -77,13 +77,16 @@ func (s *Service) runMembers(ctx context.Context) error {
 }
 
 // addPendingMembers works through the pending members until the term
-// ends.
+// ends. While none is pending it lists nothing: it waits for a node
+// record to change (an etcd watch from the revision it listed at) or a
+// wake; while one is, it tries again every memberAddInterval (etcd admits
+// a learner only when the previous one caught up).
 func (s *Service) addPendingMembers(t *term, log *slog.Logger) {
 	tick := time.NewTicker(memberAddInterval)
 	defer tick.Stop()
 	var lastErr string
 	for {
-		err := s.addNextPending(t, log)
+		idle, rev, err := s.addNextPending(t, log)
 		if t.ctx.Err() != nil {
 			return
 		}
@@ -91,32 +94,56 @@ func (s *Service) addPendingMembers(t *term, log *slog.Logger) {
 			log.Warn("adding a pending consensus member failed, retrying", "err", err)
 		}
 		lastErr = fmt.Sprint(err)
+		var changed clientv3.WatchChan
+		ctx, cancel := context.WithCancel(t.ctx)
+		if idle {
+			changed = t.kv.Watch(ctx, prefixNodes, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+			tick.Stop()
+		} else {
+			tick.Reset(memberAddInterval)
+		}
 		select {
 		case <-t.ctx.Done():
-			return
 		case <-tick.C:
+		case wr, ok := <-changed:
+			if !ok || wr.Err() != nil { // the watch failed: list again after a pause
+				tick.Reset(memberAddInterval)
+				select {
+				case <-t.ctx.Done():
+				case <-tick.C:
+				}
+			}
 		case <-s.membersWake:
 		}
+		cancel()
 	}
 }
 
-// addNextPending adds one pending member if etcd admits one now.
-func (s *Service) addNextPending(t *term, log *slog.Logger) error {
+// addNextPending adds one pending member if etcd admits one now. idle:
+// no node was pending in the records read at revision rev.
+func (s *Service) addNextPending(t *term, log *slog.Logger) (idle bool, rev int64, err error) {
 	ctx := t.ctx
 	kv, st, err := s.backend()
 	if err != nil {
-		return err
+		return false, 0, err
 	}
-	nodes, _, err := listNodes(ctx, kv)
+	nodes, rev, err := listNodes(ctx, kv)
 	if err != nil {
-		return err
+		return false, 0, err
 	}
 	pending := slices.DeleteFunc(nodes, func(n *clusterpb.Node) bool {
 		return !n.GetConsensusMemberPending() || n.GetState() != clusterpb.NodeState_NODE_STATE_UP
 	})
 	if len(pending) == 0 {
-		return nil
+		return true, rev, nil
 	}
+	return false, rev, s.addOnePending(t, log, kv, st, pending)
+}
+
+// addOnePending adds the next of the pending nodes to etcd and records
+// its consensus role.
+func (s *Service) addOnePending(t *term, log *slog.Logger, kv clientv3.KV, st *consensus.Status, pending []*clusterpb.Node) error {
+	ctx := t.ctx
 	next, wait, err := nextToAdd(ctx, st, pending)
 	if err != nil || wait {
 		return err

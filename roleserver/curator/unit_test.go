@@ -44,13 +44,20 @@ func TestHealth(t *testing.T) {
 		}
 	}
 
-	// The leader's own (not yet written) heartbeats count.
-	s.term = &term{ctx: context.Background()}
+	// The leader's own heartbeats (written or not) count, and it reads
+	// none from etcd (kv is nil: a read would panic).
+	s.term = &term{ctx: context.Background(), since: ago(10 * time.Second)}
 	s.hb["n"] = &heartbeatState{seen: ago(100 * time.Millisecond)}
 	n := &clusterpb.Node{Id: "n", State: up}
-	s.health(n, ago(5*time.Second).UnixNano(), ago(10*time.Second), now)
+	stale := &clusterpb.Node{Id: "m", State: up}
+	if err := s.withHealth(context.Background(), nil, n, stale); err != nil {
+		t.Fatal(err)
+	}
 	if n.Health != clusterpb.NodeHealth_NODE_HEALTH_HEALTHY || n.LastHeartbeatUnixNanos != s.hb["n"].seen.UnixNano() {
 		t.Errorf("leader's in-memory heartbeat ignored: %v %d", n.Health, n.LastHeartbeatUnixNanos)
+	}
+	if stale.Health != clusterpb.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT {
+		t.Errorf("a node that sent the leader nothing this term is %v, want a heartbeat timeout", stale.Health)
 	}
 	if got := s.heartbeatWriteInterval(); got > HeartbeatInterval || got <= 0 {
 		t.Errorf("heartbeat write interval %v", got)

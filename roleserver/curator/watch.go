@@ -107,7 +107,7 @@ func (w *nodeWatch) replay(ctx context.Context) (int64, map[string]*clusterpb.No
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := w.c.withHealth(ctx, w.kv, ev.Nodes); err != nil {
+	if err := w.c.withHealth(ctx, w.kv, ev.Nodes...); err != nil {
 		return 0, nil, w.ended(err)
 	}
 	sent := map[string]*clusterpb.Node{}
@@ -204,7 +204,7 @@ func (w *nodeWatch) healthChanges(ctx context.Context, sent map[string]*clusterp
 	for _, n := range sent {
 		nodes = append(nodes, proto.Clone(n).(*clusterpb.Node))
 	}
-	if err := w.c.withHealth(ctx, w.kv, nodes); err != nil {
+	if err := w.c.withHealth(ctx, w.kv, nodes...); err != nil {
 		return nil, w.ended(err)
 	}
 	ev := &clusterpb.WatchEvent{}
@@ -235,7 +235,7 @@ func (w *nodeWatch) changes(ctx context.Context, events []*clientv3.Event) (*clu
 			ev.Tombstones = append(ev.Tombstones, &clusterpb.NodeTombstone{NodeId: id})
 			continue
 		}
-		if err := w.c.withHealthOne(ctx, w.kv, n); err != nil {
+		if err := w.c.withHealth(ctx, w.kv, n); err != nil {
 			return nil, w.ended(err)
 		}
 		ev.Nodes = append(ev.Nodes, n)
