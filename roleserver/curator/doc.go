@@ -57,7 +57,11 @@
 // HeartbeatTimeout of the last one, UNKNOWN while the leader is younger
 // than the timeout and has not heard from the node, else
 // HEARTBEAT_TIMEOUT. Heartbeats are written to etcd at most once per
-// HeartbeatInterval per node so that every member computes the same.
+// HeartbeatInterval per node so that every member computes the same;
+// the leader itself computes health from the heartbeats it received in
+// its term and reads none (watches check health every few seconds).
+// Its member loop lists the nodes only when a node record changed (an
+// etcd watch) or while a member is pending.
 //
 // Trust: a curator serves with a curator certificate it issues itself
 // for its node key at start (recorded under /certs/), which is what
