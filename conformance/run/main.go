@@ -44,6 +44,20 @@ const (
 	serialFocus  = `\[Serial\].*\[Conformance\]|\[Conformance\].*\[Serial\]`
 )
 
+// conformanceMemoryMiB is each launched node's memory, twice the QEMU
+// board's 2 GiB. The suite fills nodes with pods (the garbage
+// collector's serial specs ask for 100, half of them on the controller),
+// and pods cost their node memory outside their own cgroups too (their
+// containerd shims: 100 pods on one node, 0.8 GiB in the pods' cgroups
+// and 1.9 GiB in the node's system cgroup). Measured 2026-12-04: 100
+// idle pods on two 2 GiB nodes left the controller 337 MiB available,
+// its Kubernetes programs' pages were evicted and read again, the
+// controller manager and the scheduler lost their leases, and the
+// replication controller reported its 100 pods after 493 s; on two 4 GiB
+// nodes after 168 s (the controller's working set 1.7 GiB, no lease lost
+// by the controller manager).
+const conformanceMemoryMiB = 4096
+
 type runCmd struct {
 	image, out, e2e, ginkgo, kubectl, plinthctl string
 	focus, skip                                 string
@@ -54,6 +68,7 @@ type runCmd struct {
 	kubeconfig                                  string
 	names                                       string // file of spec names, one per line
 	nodes                                       int
+	memoryMiB                                   int // each node's memory
 }
 
 func main() {
@@ -74,6 +89,7 @@ func main() {
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "run against this running cluster instead of launching one")
 	flag.StringVar(&c.names, "names", "", "run the specs named in `FILE`, one full name per line (as the progress lines and summary print them; lines beginning with # are comments), instead of -focus and -skip")
 	flag.IntVar(&c.nodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
+	flag.IntVar(&c.memoryMiB, "memory", conformanceMemoryMiB, "each launched node's memory in MiB")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "conformance: unexpected arguments %q\n", flag.Args())
@@ -200,6 +216,9 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 	if err != nil {
 		return nil, "", fmt.Errorf("%w (make conformance builds the image with -conformance-images)", err)
 	}
+	if c.memoryMiB > 0 {
+		img.Board.QEMU.MemoryMiB = c.memoryMiB
+	}
 	dir := filepath.Join(c.out, "cluster")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, "", err
@@ -208,7 +227,7 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 	if err != nil {
 		return nil, "", err
 	}
-	fmt.Printf("conformance: launching %d nodes from %s (minutes under TCG)\n", c.nodes, c.image)
+	fmt.Printf("conformance: launching %d nodes of %d MiB from %s (minutes under TCG)\n", c.nodes, img.Board.QEMU.MemoryMiB, c.image)
 	cl, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: dir, Progress: os.Stdout,
 		DiskSizeBytes: 8 << 30, Kubernetes: true, Registry: reg})
 	if err != nil {
