@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -45,6 +46,10 @@ type Command struct {
 	// User, if set, is the user and groups the process runs as (an
 	// unprivileged user of its own: nil runs it as the core's, root).
 	User *syscall.Credential
+	// Cgroup, if set, is the cgroup v2 directory the process starts in
+	// (clone3 into it: the process and everything it starts are in it
+	// from their first instruction); empty: the core's.
+	Cgroup string
 	// Ready, if set, is polled (every 250 ms) after the start; the
 	// runnable signals healthy once it returns nil. Without it the
 	// runnable is healthy as soon as the process started.
@@ -70,6 +75,14 @@ func RunCommand(ctx context.Context, c Command) error {
 	// Own process group, so the whole tree can be signalled; and killed
 	// if the core dies without stopping it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: c.User}
+	if c.Cgroup != "" {
+		dir, err := os.Open(c.Cgroup)
+		if err != nil {
+			return fmt.Errorf("starting %s: its cgroup: %w", c.Path, err)
+		}
+		defer dir.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(dir.Fd())
+	}
 	// ctx's end sends SIGTERM; exec kills after the grace period.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = o.Grace

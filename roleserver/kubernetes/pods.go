@@ -16,6 +16,10 @@ import (
 // root "/", a cgroup per QoS class below it).
 const podCgroup = "/sys/fs/cgroup/kubepods"
 
+// runtimeCgroup is where containerd (with its shims) and the kubelet run
+// (init makes it, at a lower CPU weight than the core's).
+const runtimeCgroup = "/sys/fs/cgroup/runtime"
+
 // StopPods ends what the node's pods left running once the worker has
 // stopped: every process in the pods' cgroups (cgroup.kill) and the
 // containerd shims, which outlive containerd on purpose. A node without

@@ -223,6 +223,13 @@ func followRegistries(root *localstorage.EphemeralDirectory, policy event.Value[
 	}
 }
 
+// kubeletCommand runs the kubelet with args in the runtime's cgroup.
+func kubeletCommand(args []string) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		return supervisor.RunCommand(ctx, supervisor.Command{Path: layout.KubeBinary, Args: args, Cgroup: runtimeCgroup})
+	}
+}
+
 // kubeletWithRegistries runs the kubelet (args: kubeletArgs) with the
 // credential provider for the policy's registries with credentials, if
 // any, and restarts it when that set changes. Without a policy (tests)
@@ -230,7 +237,7 @@ func followRegistries(root *localstorage.EphemeralDirectory, policy event.Value[
 func kubeletWithRegistries(root *localstorage.EphemeralDirectory, policy event.Value[*clusterpb.ClusterConfiguration], args []string) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		if policy == nil {
-			return command("", args, nil)(ctx)
+			return kubeletCommand(args)(ctx)
 		}
 		w := policy.Watch()
 		defer w.Close()
@@ -273,7 +280,7 @@ func kubeletWithRegistries(root *localstorage.EphemeralDirectory, policy event.V
 				}
 			}
 		}()
-		err = command("", args, nil)(kctx)
+		err = kubeletCommand(args)(kctx)
 		select {
 		case now := <-changed:
 			supervisor.Logger(ctx).Info("restarting the kubelet: the registries with credentials changed", "were", strings.Join(hosts, " "), "now", strings.Join(now, " "))

@@ -227,7 +227,7 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 		{"containerd", func(ctx context.Context) error {
 			return supervisor.RunCommand(ctx, supervisor.Command{
 				Path: layout.ContainerdBinary, Args: []string{"--config", w.Root.Ephemeral.Containerd.Config.Path()},
-				Ready: containerdUp,
+				Ready: containerdUp, Cgroup: runtimeCgroup,
 			})
 		}},
 		{"images", afterContainerd(func(ctx context.Context) error {
