@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/internal/testutil/cgrouptest"
 	"plinth.dev/plinth/platform/logtree"
 )
 
@@ -116,4 +118,71 @@ func TestRunCommandUserAndStdoutStream(t *testing.T) {
 	}
 	cancel()
 	s.Wait()
+}
+
+// TestRunCommandCgroup: a Command with a Cgroup starts in that cgroup
+// (the process itself reads it from /proc/self/cgroup), and one naming
+// a cgroup that does not exist is an error of the runnable, not a
+// process started in the core's.
+func TestRunCommandCgroup(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("needs root (make unit runs as root) to make a cgroup")
+	}
+	_, dir, err := cgrouptest.Child(t, "plinth-supervisor")
+	if err != nil {
+		t.Fatalf("a cgroup for the process: %v", err)
+	}
+	want, err := cgrouptest.Of("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = path.Join(want, filepath.Base(dir))
+	lt := logtree.New(1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 2)
+	s := New(ctx, lt, func(ctx context.Context) error {
+		for name, cg := range map[string]string{"in": dir, "missing": filepath.Join(dir, "missing")} {
+			if err := Run(ctx, name, func(ctx context.Context) error {
+				err := RunCommand(ctx, Command{Path: "/bin/cat", Args: []string{"/proc/self/cgroup"}, Cgroup: cg})
+				done <- err
+				Signal(ctx, SignalDone)
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		Signal(ctx, SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, Options{})
+	var errs []error
+	for range 2 {
+		errs = append(errs, <-done)
+	}
+	cancel()
+	s.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			if !strings.Contains(err.Error(), "its cgroup") {
+				t.Errorf("a missing cgroup: %v", err)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d of the two runs failed, want one (the missing cgroup): %v", failed, errs)
+	}
+	// (A host may mount cgroup v1 hierarchies beside v2: only v2's
+	// line, 0::, is the one the Command chose.)
+	got := ""
+	for _, e := range lt.Read("root.in"+logtree.ProcessOutputSuffix, 0) {
+		if v2, ok := strings.CutPrefix(e.Message, "0::"); ok {
+			got = v2
+		}
+	}
+	if got != want {
+		t.Errorf("the process's cgroup (v2): %q, want %q", got, want)
+	}
 }

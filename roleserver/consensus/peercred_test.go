@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/internal/testutil/cgrouptest"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/supervisor"
 )
@@ -165,7 +166,7 @@ func TestPeerCgroupRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lis.Close()
-	cgroup, err := childCgroup(t)
+	cgroup, _, err := cgrouptest.Child(t, "plinth-peercred")
 	if err != nil {
 		t.Logf("no cgroup for the peer (%v): the listener reads the peer's from a stand-in", err)
 		lis.(*peerUIDListener).cgroup = func(pid string) ([]byte, error) {
@@ -198,51 +199,6 @@ func TestPeerCgroupRefused(t *testing.T) {
 			t.Errorf("the same peer in the core's cgroup: connection %s, want open", got)
 		}
 	}
-}
-
-// childCgroup makes a cgroup (v2) below this process's, removed at the
-// test's end, and returns it open, for a process to be cloned into.
-func childCgroup(t *testing.T) (*os.File, error) {
-	t.Helper()
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	mount := ""
-	for _, l := range strings.Split(string(mounts), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && strings.Contains(l, " - cgroup2 ") {
-			mount = f[4]
-		}
-	}
-	self, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, err
-	}
-	own, ok := "", false
-	for _, l := range strings.Split(string(self), "\n") {
-		if p, found := strings.CutPrefix(l, "0::"); found {
-			own, ok = p, true
-		}
-	}
-	if mount == "" || !ok {
-		return nil, errors.New("no cgroup2")
-	}
-	dir := filepath.Join(mount, own, fmt.Sprintf("plinth-peercred-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		os.Remove(dir)
-		return nil, err
-	}
-	t.Cleanup(func() {
-		f.Close()
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("removing the test's cgroup: %v", err)
-		}
-	})
-	return f, nil
 }
 
 // dialFrom runs TestPeerCgroupHelper, in cgroup if not nil, against the
