@@ -316,7 +316,7 @@ func (c *Controller) user(uid uint32) *syscall.Credential {
 
 // command is a runnable running the kube binary as the component of uid.
 func (c *Controller) command(uid uint32, args []string, ready func(context.Context) error) supervisor.Runnable {
-	return commandAs(c.KubeBinary, c.user(uid), args, ready)
+	return kubeCommand(supervisor.Command{Path: c.KubeBinary, User: c.user(uid), Args: args, Ready: ready})
 }
 
 // kube is the kube binary's path.
@@ -365,20 +365,13 @@ func servedOnce(check func(context.Context) error) (served <-chan struct{}, read
 	}
 }
 
-// command is a runnable running the kube binary (default
-// layout.KubeBinary) with args.
-func command(kube string, args []string, ready func(context.Context) error) supervisor.Runnable {
-	return commandAs(kube, nil, args, ready)
-}
-
-// commandAs is command as user (nil: root).
-func commandAs(kube string, user *syscall.Credential, args []string, ready func(context.Context) error) supervisor.Runnable {
-	if kube == "" {
-		kube = layout.KubeBinary
+// kubeCommand is a runnable running the kube binary (cmd.Path, default
+// layout.KubeBinary) as cmd says.
+func kubeCommand(cmd supervisor.Command) supervisor.Runnable {
+	if cmd.Path == "" {
+		cmd.Path = layout.KubeBinary
 	}
-	return func(ctx context.Context) error {
-		return supervisor.RunCommand(ctx, supervisor.Command{Path: kube, Args: args, User: user, Ready: ready})
-	}
+	return func(ctx context.Context) error { return supervisor.RunCommand(ctx, cmd) }
 }
 
 // apiReady checks an API server's /readyz (open to anonymous callers by

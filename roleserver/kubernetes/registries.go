@@ -223,13 +223,6 @@ func followRegistries(root *localstorage.EphemeralDirectory, policy event.Value[
 	}
 }
 
-// kubeletCommand runs the kubelet with args in the runtime's cgroup.
-func kubeletCommand(args []string) supervisor.Runnable {
-	return func(ctx context.Context) error {
-		return supervisor.RunCommand(ctx, supervisor.Command{Path: layout.KubeBinary, Args: args, Cgroup: runtimeCgroup})
-	}
-}
-
 // kubeletWithRegistries runs the kubelet (args: kubeletArgs) with the
 // credential provider for the policy's registries with credentials, if
 // any, and restarts it when that set changes. Without a policy (tests)
@@ -237,7 +230,7 @@ func kubeletCommand(args []string) supervisor.Runnable {
 func kubeletWithRegistries(root *localstorage.EphemeralDirectory, policy event.Value[*clusterpb.ClusterConfiguration], args []string) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		if policy == nil {
-			return kubeletCommand(args)(ctx)
+			return kubeCommand(supervisor.Command{Args: args, Cgroup: runtimeCgroup})(ctx)
 		}
 		w := policy.Watch()
 		defer w.Close()
@@ -280,7 +273,7 @@ func kubeletWithRegistries(root *localstorage.EphemeralDirectory, policy event.V
 				}
 			}
 		}()
-		err = kubeletCommand(args)(kctx)
+		err = kubeCommand(supervisor.Command{Args: args, Cgroup: runtimeCgroup})(kctx)
 		select {
 		case now := <-changed:
 			supervisor.Logger(ctx).Info("restarting the kubelet: the registries with credentials changed", "were", strings.Join(hosts, " "), "now", strings.Join(now, " "))

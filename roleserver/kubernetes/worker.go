@@ -222,8 +222,8 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 		optional = append(optional, named{"registries", followRegistries(&w.Root.Ephemeral, w.Policy)})
 	}
 	if certs.LocalVolumes != nil {
-		optional = append(optional, named{"volumes", afterAPI(command("", []string{"local-volumes", "-kubeconfig", paths[fileVolumesKubeconfig],
-			"-node", w.NodeID, "-dir", w.Root.Data.Kubernetes.LocalVolumes.Path()}, nil))})
+		optional = append(optional, named{"volumes", afterAPI(kubeCommand(supervisor.Command{Args: []string{"local-volumes", "-kubeconfig", paths[fileVolumesKubeconfig],
+			"-node", w.NodeID, "-dir", w.Root.Data.Kubernetes.LocalVolumes.Path()}}))})
 	}
 	return append(optional, []named{
 		{"apiproxy", proxy.run},
@@ -244,11 +244,11 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 		})},
 		{"kubelet", afterAPI(afterContainerd(kubeletWithRegistries(&w.Root.Ephemeral, w.Policy, kubeletArgs(paths[fileKubeletConfig],
 			paths[fileKubeletKubeconfig], kubeletDir, w.NodeID, nodeIP(w.Address, certs.KubeletServer)))))},
-		{"proxy", afterAPI(command("", []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}, nil))},
-		{"netd", afterAPI(command("", netdArgs(paths[fileProxyKubeconfig], w.NodeID, w.Root.Ephemeral.Kubernetes.CNI.Path(),
-			filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam"), certs.PodCIDR), nil))},
-		{"dns", afterAPI(command("", []string{"dns", "-conf", paths[fileCorefile]}, nil))},
-		{"netpol", afterAPI(command("", []string{"network-policies", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID}, nil))},
+		{"proxy", afterAPI(kubeCommand(supervisor.Command{Args: []string{"proxy", "--config=" + paths[fileProxyConfig], "--v=0"}}))},
+		{"netd", afterAPI(kubeCommand(supervisor.Command{Args: netdArgs(paths[fileProxyKubeconfig], w.NodeID, w.Root.Ephemeral.Kubernetes.CNI.Path(),
+			filepath.Join(w.Root.Ephemeral.Kubernetes.Path(), "ipam"), certs.PodCIDR)}))},
+		{"dns", afterAPI(kubeCommand(supervisor.Command{Args: []string{"dns", "-conf", paths[fileCorefile]}}))},
+		{"netpol", afterAPI(kubeCommand(supervisor.Command{Args: []string{"network-policies", "-kubeconfig", paths[fileProxyKubeconfig], "-node", w.NodeID}}))},
 	}...)
 }
 
