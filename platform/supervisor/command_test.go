@@ -80,6 +80,43 @@ func TestRunCommand(t *testing.T) {
 	}
 }
 
+// runOnce runs each command once, as a child runnable of root named by
+// its key, and returns the log tree and each command's error.
+func runOnce(t *testing.T, cmds map[string]Command) (*logtree.Tree, map[string]error) {
+	t.Helper()
+	lt := logtree.New(1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		name string
+		err  error
+	}
+	done := make(chan result, len(cmds))
+	s := New(ctx, lt, func(ctx context.Context) error {
+		for name, cmd := range cmds {
+			if err := Run(ctx, name, func(ctx context.Context) error {
+				err := RunCommand(ctx, cmd)
+				done <- result{name, err}
+				Signal(ctx, SignalDone)
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		Signal(ctx, SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, Options{})
+	errs := map[string]error{}
+	for range cmds {
+		r := <-done
+		errs[r.name] = r.err
+	}
+	cancel()
+	s.Wait()
+	return lt, errs
+}
+
 // TestRunCommandUserAndStdoutStream: a process runs as the user it is
 // given, and its standard output can go to a stream of its own (the API
 // server's audit log) while its standard error stays in the runnable's
@@ -88,25 +125,9 @@ func TestRunCommandUserAndStdoutStream(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("needs root (make unit runs as root) to start a process as another user")
 	}
-	lt := logtree.New(1000)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	s := New(ctx, lt, func(ctx context.Context) error {
-		if err := Run(ctx, "proc", func(ctx context.Context) error {
-			err := RunCommand(ctx, Command{Path: "/bin/sh", Args: []string{"-c", `echo uid=$(id -u) gid=$(id -g); echo to-stderr >&2`},
-				User: &syscall.Credential{Uid: 10001, Gid: 10001, Groups: []uint32{}}, Stdout: "audit", StdoutEntries: 10})
-			done <- err
-			Signal(ctx, SignalDone)
-			return err
-		}); err != nil {
-			return err
-		}
-		Signal(ctx, SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}, Options{})
-	if err := <-done; err != nil {
+	lt, errs := runOnce(t, map[string]Command{"proc": {Path: "/bin/sh", Args: []string{"-c", `echo uid=$(id -u) gid=$(id -g); echo to-stderr >&2`},
+		User: &syscall.Credential{Uid: 10001, Gid: 10001, Groups: []uint32{}}, Stdout: "audit", StdoutEntries: 10}})
+	if err := errs["proc"]; err != nil {
 		t.Fatal(err)
 	}
 	out, audit := lt.Read("root.proc"+logtree.ProcessOutputSuffix, 0), lt.Read("root.proc.audit", 0)
@@ -116,8 +137,6 @@ func TestRunCommandUserAndStdoutStream(t *testing.T) {
 	if len(out) != 1 || out[0].Message != "to-stderr" {
 		t.Errorf("the process output: %v", out)
 	}
-	cancel()
-	s.Wait()
 }
 
 // TestRunCommandCgroup: a Command with a Cgroup starts in that cgroup
@@ -137,42 +156,15 @@ func TestRunCommandCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = path.Join(want, filepath.Base(dir))
-	lt := logtree.New(1000)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 2)
-	s := New(ctx, lt, func(ctx context.Context) error {
-		for name, cg := range map[string]string{"in": dir, "missing": filepath.Join(dir, "missing")} {
-			if err := Run(ctx, name, func(ctx context.Context) error {
-				err := RunCommand(ctx, Command{Path: "/bin/cat", Args: []string{"/proc/self/cgroup"}, Cgroup: cg})
-				done <- err
-				Signal(ctx, SignalDone)
-				return err
-			}); err != nil {
-				return err
-			}
-		}
-		Signal(ctx, SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}, Options{})
-	var errs []error
-	for range 2 {
-		errs = append(errs, <-done)
+	cat := func(cg string) Command {
+		return Command{Path: "/bin/cat", Args: []string{"/proc/self/cgroup"}, Cgroup: cg}
 	}
-	cancel()
-	s.Wait()
-	failed := 0
-	for _, err := range errs {
-		if err != nil {
-			failed++
-			if !strings.Contains(err.Error(), "its cgroup") {
-				t.Errorf("a missing cgroup: %v", err)
-			}
-		}
+	lt, errs := runOnce(t, map[string]Command{"in": cat(dir), "missing": cat(filepath.Join(dir, "missing"))})
+	if err := errs["in"]; err != nil {
+		t.Errorf("in an existing cgroup: %v", err)
 	}
-	if failed != 1 {
-		t.Errorf("%d of the two runs failed, want one (the missing cgroup): %v", failed, errs)
+	if err := errs["missing"]; err == nil || !strings.Contains(err.Error(), "its cgroup") {
+		t.Errorf("a missing cgroup: %v", err)
 	}
 	// (A host may mount cgroup v1 hierarchies beside v2: only v2's
 	// line, 0::, is the one the Command chose.)
