@@ -17,9 +17,6 @@
 //	testpod selftest            dns kubernetes.default.svc.cluster.local + api
 //	testpod get URL             HTTP GET, print the body (exit 0 only on HTTP 200)
 //	testpod spin                keep one CPU busy until SIGTERM/SIGINT (load for an autoscaler)
-//	testpod hog MIB             take memory 16 MiB at a time, every page touched, printing
-//	                            the total after each step, up to MIB (a pod that takes all
-//	                            the memory it can: its last line is what it got)
 //
 // Why one program for everything: one small binary (no shell, no libc)
 // keeps the images tiny and reproducible, and every behaviour a test
@@ -62,7 +59,6 @@ var commands = map[string]command{
 	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
 	"selftest": {"selftest", selftestCmd},
 	"get":      {"get [-timeout 10s] URL", getCmd},
-	"hog":      {"hog MIB", hogCmd},
 	"spin": {"spin", func(_ []string, _, _ io.Writer) int {
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
@@ -134,32 +130,6 @@ func writeCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return writeFile(args[0], strings.NewReader(args[1]), stdout, stderr)
-}
-
-// hogStepMiB is what hog takes at a time.
-const hogStepMiB = 16
-
-func hogCmd(args []string, stdout, stderr io.Writer) int {
-	var most int
-	err := errors.New("no size")
-	if len(args) == 1 {
-		most, err = strconv.Atoi(args[0])
-	}
-	if err != nil || most < hogStepMiB {
-		fmt.Fprintf(stderr, "usage: testpod hog MIB (at least %d)\n", hogStepMiB)
-		return 2
-	}
-	var kept [][]byte
-	for total := hogStepMiB; total <= most; total += hogStepMiB {
-		b := make([]byte, hogStepMiB<<20)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 1
-		}
-		kept = append(kept, b)
-		fmt.Fprintf(stdout, "took %d MiB\n", total)
-	}
-	fmt.Fprintf(stdout, "done: %d MiB of the %d asked for\n", len(kept)*hogStepMiB, most)
-	return 0
 }
 
 func fillCmd(args []string, stdout, stderr io.Writer) int {

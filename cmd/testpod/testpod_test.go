@@ -214,20 +214,3 @@ func TestSpin(t *testing.T) {
 		t.Fatal("spin still running after the signal")
 	}
 }
-
-// TestHog takes what it is asked for, saying so after every step, and
-// refuses a size it cannot take one step of.
-func TestHog(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := run([]string{"hog", "40"}, &out, &errOut); code != 0 {
-		t.Fatalf("hog 40: %d %s", code, errOut.String())
-	}
-	if want := "took 16 MiB\ntook 32 MiB\ndone: 32 MiB of the 40 asked for\n"; out.String() != want {
-		t.Errorf("hog 40 said %q, want %q", out.String(), want)
-	}
-	for _, bad := range [][]string{{"hog"}, {"hog", "x"}, {"hog", "8"}, {"hog", "16", "32"}} {
-		if code := run(bad, &out, &errOut); code != 2 {
-			t.Errorf("%v: exit %d, want 2", bad, code)
-		}
-	}
-}
