@@ -88,7 +88,6 @@ func TestRunFirstMinutes(t *testing.T) {
 	if out := k.run(t, ctx, "exec", "first", "--", "/testpod", "print", "hello from make run"); !strings.Contains(out, "hello from make run") {
 		t.Fatalf("kubectl exec in the pod: %q", out)
 	}
-	checkReserved(t, ctx, k, id)
 
 	// Ctrl-C: the node powers off and run ends cleanly.
 	run.interrupt(t, 3*time.Minute)
@@ -312,38 +311,4 @@ func freePorts(t *testing.T, n int) []int {
 		l.Close()
 	}
 	return out
-}
-
-// checkReserved: the kubelet keeps the node's own memory from pods. On
-// a controller that is at least the control plane's 768 MiB, the node
-// OS's 256 and the 100 MiB eviction threshold (the kubelet limits its
-// kubepods cgroup to capacity less the reservation); without one the
-// difference would be the eviction threshold alone.
-func checkReserved(t *testing.T, ctx context.Context, k kubectl, node string) {
-	t.Helper()
-	out := k.run(t, ctx, "get", "node", node, "-o", "jsonpath={.status.capacity.memory} {.status.allocatable.memory}")
-	f := strings.Fields(out)
-	if len(f) != 2 {
-		t.Fatalf("node %s memory capacity and allocatable: %q", node, out)
-	}
-	capacity, allocatable := kibibytes(t, f[0]), kibibytes(t, f[1])
-	if kept := (capacity - allocatable) >> 10; kept < 768+256+100 || allocatable <= 0 {
-		t.Errorf("node %s keeps %d MiB of its %d MiB from pods, want at least %d", node, kept, capacity>>10, 768+256+100)
-	}
-}
-
-// kibibytes is a memory quantity the kubelet reports ("2030992Ki").
-func kibibytes(t *testing.T, q string) int64 {
-	t.Helper()
-	for suffix, shift := range map[string]uint{"Ki": 0, "Mi": 10, "Gi": 20} {
-		if n, ok := strings.CutSuffix(q, suffix); ok {
-			v, err := strconv.ParseInt(n, 10, 64)
-			if err != nil {
-				t.Fatalf("memory quantity %q: %v", q, err)
-			}
-			return v << shift
-		}
-	}
-	t.Fatalf("memory quantity %q is not in Ki, Mi or Gi", q)
-	return 0
 }

@@ -73,8 +73,7 @@ func TestContainerdConfig(t *testing.T) {
 func TestKubeletConfig(t *testing.T) {
 	root := testRoot(t)
 	var c map[string]any
-	b := kubeletConfig(kubeletParams{root: root, clientCA: "/ca.pem", certFile: "/c.pem", keyFile: "/k.pem", resolvConf: "/run/resolv.conf",
-		reserved: reservation{MemoryMiB: 1280, CPUMilli: 300}})
+	b := kubeletConfig(kubeletParams{root: root, clientCA: "/ca.pem", certFile: "/c.pem", keyFile: "/k.pem", resolvConf: "/run/resolv.conf"})
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +93,6 @@ func TestKubeletConfig(t *testing.T) {
 	}
 	if dns, _ := c["clusterDNS"].([]any); len(dns) != 1 || dns[0] != layout.ClusterDNSIP {
 		t.Errorf("clusterDNS %v", c["clusterDNS"])
-	}
-	// The node's own memory is kept from pods: the kubelet limits
-	// kubepods to what is left (enforceNodeAllocatable "pods").
-	if r, _ := c["systemReserved"].(map[string]any); r["memory"] != "1280Mi" || r["cpu"] != "300m" {
-		t.Errorf("systemReserved %v", c["systemReserved"])
-	}
-	if e, _ := c["enforceNodeAllocatable"].([]any); len(e) != 1 || e[0] != "pods" {
-		t.Errorf("enforceNodeAllocatable %v", c["enforceNodeAllocatable"])
 	}
 	auth := c["authentication"].(map[string]any)
 	if auth["anonymous"].(map[string]any)["enabled"] != false || auth["x509"].(map[string]any)["clientCAFile"] != "/ca.pem" {

@@ -19,8 +19,6 @@ type kubeletParams struct {
 	// resolvConf is the node's resolver configuration (pods with
 	// dnsPolicy Default inherit it).
 	resolvConf string
-	// reserved is what pods may not have of the node (reserved.go).
-	reserved reservation
 }
 
 // kubeletConfig is the KubeletConfiguration (kubelet.config.k8s.io/
@@ -32,7 +30,6 @@ type kubeletParams struct {
 // every path the kubelet would write on the read-only system image moved
 // to /data or tmpfs; only the API server (client CA + webhook) may use the
 // kubelet's API; DNS is the node's own server on a link-local address;
-// the node's own memory and CPU kept from pods (reserved.go); disk
 // eviction thresholds low enough for small test disks.
 func kubeletConfig(p kubeletParams) []byte {
 	return mustJSON(map[string]any{
@@ -61,10 +58,9 @@ func kubeletConfig(p kubeletParams) []byte {
 			"webhook":   map[string]any{"enabled": true},
 			"x509":      map[string]any{"clientCAFile": p.clientCA},
 		},
-		"authorization":  map[string]any{"mode": "Webhook"},
-		"systemReserved": p.reserved.kubeletReserved(),
+		"authorization": map[string]any{"mode": "Webhook"},
 		"evictionHard": map[string]string{
-			"memory.available":  evictionMemoryAvailable,
+			"memory.available":  "64Mi",
 			"nodefs.available":  "3%",
 			"imagefs.available": "3%",
 		},

@@ -103,9 +103,6 @@ type Worker struct {
 	Address net.IP
 	// ResolvConf is the node's resolver configuration.
 	ResolvConf string
-	// ControlPlane: the node also runs the control plane (a controller),
-	// whose memory the kubelet keeps from pods (reserved.go).
-	ControlPlane bool
 	// APIServers are the controllers' API servers (host:port).
 	APIServers event.Value[[]string]
 	// Certify asks the curator for the worker's certificates.
@@ -373,10 +370,6 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 	if err != nil {
 		return nil, err
 	}
-	total, err := memTotalMiB("/proc/meminfo")
-	if err != nil {
-		return nil, err
-	}
 	ca := pki.CertificatePEM(c.CA)
 	server := fmt.Sprintf("https://127.0.0.1:%d", layout.KubernetesAPIProxyPort)
 	dir := w.Root.Ephemeral.Kubernetes.Worker.Path()
@@ -387,8 +380,7 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 		fileKubeletKubeconfig: kubeconfig(server, "", ca, pki.CertificatePEM(c.KubeletClient), kubeletClientKey),
 		fileProxyKubeconfig:   kubeconfig(server, "", ca, pki.CertificatePEM(c.Proxy), proxyKey),
 		fileKubeletConfig: kubeletConfig(kubeletParams{root: w.Root, clientCA: filepath.Join(dir, fileWorkerCA),
-			certFile: filepath.Join(dir, fileKubeletCert), keyFile: filepath.Join(dir, fileKubeletKey), resolvConf: w.ResolvConf,
-			reserved: reserve(total, w.ControlPlane)}),
+			certFile: filepath.Join(dir, fileKubeletCert), keyFile: filepath.Join(dir, fileKubeletKey), resolvConf: w.ResolvConf}),
 		fileProxyConfig: proxyConfig(filepath.Join(dir, fileProxyKubeconfig), w.NodeID),
 		fileCorefile:    corefile(filepath.Join(dir, fileProxyKubeconfig), w.ResolvConf),
 	}
