@@ -17,7 +17,7 @@ import (
 const podCgroup = "/sys/fs/cgroup/kubepods"
 
 // runtimeCgroup is where containerd (with its shims) and the kubelet run
-// (init makes it, at a lower CPU weight than the core's).
+// (init makes it, at a CPU weight below the core's and above the pods').
 const runtimeCgroup = "/sys/fs/cgroup/runtime"
 
 // StopPods ends what the node's pods left running once the worker has
