@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -50,6 +51,7 @@ type Registry struct {
 	proxy   func(addr string) string
 	servers []*http.Server
 	store   http.Handler
+	reqLog  atomic.Pointer[log.Logger] // LogRequests
 }
 
 // registryGuests are the registry's addresses on a switch network: after
@@ -90,7 +92,7 @@ func StartRegistry(subnet netip.Prefix, proxy func(addr string) string) (*Regist
 	for _, h := range []struct {
 		addr *string
 		h    http.Handler
-	}{{&r.Anonymous, store}, {&r.Auth, r.basicAuth(store)}} {
+	}{{&r.Anonymous, r.logged(store)}, {&r.Auth, r.logged(r.basicAuth(store))}} {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			r.Close()
@@ -103,6 +105,48 @@ func StartRegistry(subnet netip.Prefix, proxy func(addr string) string) (*Regist
 		go srv.ServeTLS(l, "", "")
 	}
 	return r, nil
+}
+
+// LogRequests writes a line to w for every request the registry
+// answers on its listeners, once answered: when it came, the method and
+// path, the status, the bytes sent and how long sending took (a blob's
+// time is the time the puller took to take it in, less what the
+// sockets between buffer): where a slow pull spends its time.
+func (r *Registry) LogRequests(w io.Writer) {
+	r.reqLog.Store(log.New(w, "", 0))
+}
+
+func (r *Registry) logged(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		l := r.reqLog.Load()
+		if l == nil {
+			h.ServeHTTP(w, req)
+			return
+		}
+		start := time.Now()
+		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(cw, req)
+		l.Printf("%s %s %s %d %d bytes in %v", start.Format("15:04:05.000"), req.Method, req.URL.Path, cw.status, cw.n,
+			time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// countingWriter counts what a handler writes, and its status.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (c *countingWriter) WriteHeader(status int) {
+	c.status = status
+	c.ResponseWriter.WriteHeader(status)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // basicAuth refuses requests without the registry's credentials the way
