@@ -345,6 +345,12 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	defer cancel()
 	dir := TestDir(t)
 	reg, digest := startPullRegistry(t)
+	regLog, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer regLog.Close()
+	reg.LogRequests(regLog)
 	pushConformanceImages(t, reg)
 	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Registry: reg, Progress: logWriter{t}})
 	if err != nil {
@@ -372,6 +378,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	if out := runPrinted(t, ctx, "", c.OwnerCommands(string(ctl), k.bin)); !strings.Contains(out, first.ID()) || !strings.Contains(out, second.ID()) {
 		t.Fatalf("the commands plinthctl launch prints do not list both nodes:\n%s", out)
 	}
+	// The API server answers: each node pulls the smoke's images once
+	// Ready, before the workloads below keep the control plane busy.
+	prepullSmokeImages(t, ctx, k)
 	ready := func(n *ClusterNode, want bool, timeout time.Duration) {
 		t.Helper()
 		k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },
@@ -379,6 +388,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	ready(first, true, 15*time.Minute)
 	ready(second, true, 15*time.Minute)
+	pullStart := time.Now()
+	smokeImagesPulled(t, ctx, k, 2)
+	t.Logf("the smoke's images pulled on both nodes (%v after both were Ready)", time.Since(pullStart).Round(time.Second))
 	next := nextImage(t)
 	staged := stageUpdate(t, ctx, c, ctl, second, next)
 	// Every workload the checks below use is applied now, at once: under
@@ -391,7 +403,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	// The conformance smoke runs beside the checks below, until the
 	// second node loses its role (smoke_test.go).
-	smokeDone := startSmoke(t, ctx, dir, k.kubeconfig, k.bin)
+	smokeDone := startSmoke(t, ctx, dir, k)
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 	// The node's status names each component's process with its CPU
 	// time and memory (NodeManagement.Status, from the node's /proc).

@@ -26,13 +26,22 @@ import (
 // with its own checks, so it costs no boot of its own:
 //
 //	pushConformanceImages ──► the harness's registry (registry.k8s.io's mirror in the policy)
+//	prepullSmokeImages (once the API server answers): DaemonSet of smokeImages ──► each node pulls them when Ready
+//	smokeImagesPulled: its pods run on both nodes (before the test's workloads); DaemonSet deleted
 //	startSmoke: ginkgo run --procs 3 e2e.test ──► OUT/vmtest/TestKubernetesTwoNodes/smoke/
 //	  …the test's own checks…
 //	wait: every named spec passed (progress.jsonl), or the failures and the log's tail
 //
 // The images are the ones `make conformance` carries in its image
 // (image.ConformanceImages), served by the registry instead: the nodes
-// pull them as they would from an offline cluster's mirror.
+// pull them as they would from an offline cluster's mirror. They are
+// pulled before the specs run, as upstream's --prepull-images does (whose
+// list names images no conformance spec uses, which the registry does not
+// serve), and before the test's workloads: under TCG a pull on the
+// controller, whose container runtime got a fifth of the CPU beside a
+// busy control plane (init's cgroups; a third now), took over four
+// minutes once the workloads were applied, and failed a spec that waits
+// five for its pod.
 
 // smokeTimeout bounds the smoke's ginkgo run.
 const smokeTimeout = 15 * time.Minute
@@ -58,10 +67,65 @@ func pushConformanceImages(t *testing.T, reg *Registry) {
 	}
 }
 
-// startSmoke starts the smoke against the cluster of kubeconfig, its
-// report in dir/smoke. The returned wait waits for it to end and fails
-// the test unless every named spec passed.
-func startSmoke(t *testing.T, ctx context.Context, dir, kubeconfig, kubectl string) (wait func()) {
+// smokeImages are the conformance images the smoke's specs run (the
+// harness registry's log, registry.log, shows what the nodes pull).
+var smokeImages = []string{
+	"registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+	"registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+	"registry.k8s.io/e2e-test-images/nginx:1.27.0-2",
+}
+
+// smokePrepullNamespace holds the DaemonSet that pulls smokeImages.
+const smokePrepullNamespace = "smoke-images"
+
+// prepullSmokeImages applies a DaemonSet whose pods run every image of
+// smokeImages (each image has busybox's sleep), so that each node pulls
+// them as soon as it is Ready; smokeImagesPulled waits for them.
+func prepullSmokeImages(t *testing.T, ctx context.Context, k kubectl) {
+	t.Helper()
+	var containers strings.Builder
+	for i, img := range smokeImages {
+		fmt.Fprintf(&containers, "      - {name: c%d, image: %q, command: [sleep, \"86400\"]}\n", i, img)
+	}
+	k.apply(t, ctx, `apiVersion: v1
+kind: Namespace
+metadata: {name: `+smokePrepullNamespace+`}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: images, namespace: `+smokePrepullNamespace+`}
+spec:
+  selector: {matchLabels: {app: smoke-images}}
+  template:
+    metadata: {labels: {app: smoke-images}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+`+containers.String())
+}
+
+// smokeImagesPulled waits until the DaemonSet of prepullSmokeImages runs
+// a pod on each of nodes nodes, then deletes it (the images stay).
+func smokeImagesPulled(t *testing.T, ctx context.Context, k kubectl, nodes int) {
+	t.Helper()
+	k.untilExplained(t, ctx, smokePrepullTimeout, fmt.Sprintf("the smoke's images on all %d nodes", nodes),
+		func(out string) bool { return strings.TrimSpace(out) == fmt.Sprint(nodes) },
+		func() string {
+			pods, _ := k.try(ctx, "get", "pods", "-n", smokePrepullNamespace, "-o", "wide")
+			events, _ := k.try(ctx, "get", "events", "-n", smokePrepullNamespace)
+			return pods + "\n" + events
+		},
+		"get", "daemonset", "-n", smokePrepullNamespace, "images", "-o", "jsonpath={.status.numberAvailable}")
+	k.run(t, ctx, "delete", "namespace", smokePrepullNamespace, "--wait=false")
+}
+
+// smokePrepullTimeout bounds the wait for the smoke's images.
+const smokePrepullTimeout = 10 * time.Minute
+
+// startSmoke starts the smoke against the cluster of k, its report in
+// dir/smoke. The returned wait waits for it to end and fails the test
+// unless every named spec passed.
+func startSmoke(t *testing.T, ctx context.Context, dir string, k kubectl) (wait func()) {
 	t.Helper()
 	e2e, ginkgo := builtPath(t, "PLINTH_E2E_TEST", "bin/e2e.test"), builtPath(t, "PLINTH_GINKGO", "bin/ginkgo")
 	names, err := e2especs.ReadNames(filepath.Join("..", "conformance", "smoke.txt"))
@@ -79,7 +143,7 @@ func startSmoke(t *testing.T, ctx context.Context, dir, kubeconfig, kubectl stri
 	}
 	args := []string{"run", "--no-color", "--procs=3", "--timeout=" + smokeTimeout.String(),
 		"--focus=" + e2especs.NamesFocus(names), e2e, "--"}
-	cmd := exec.Command(ginkgo, append(args, e2especs.SuiteFlags(kubeconfig, kubectl, out)...)...)
+	cmd := exec.Command(ginkgo, append(args, e2especs.SuiteFlags(k.kubeconfig, k.bin, out)...)...)
 	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+progress)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: ginkgo's parallel processes end with it.
