@@ -11,9 +11,10 @@ import (
 )
 
 // metricsWorkloads are the metrics check's: on the worker, a Deployment
-// of one pod keeping a CPU busy (limited to 100m, asking for 10m), and
-// a HorizontalPodAutoscaler keeping its pods at half the CPU they ask
-// for, up to two.
+// of one pod keeping a CPU busy (limited to 20m, asking for 10m: twice
+// what it asks, four times the autoscaler's target, and little of a TCG
+// host's CPU, which the two nodes share), and a HorizontalPodAutoscaler
+// keeping its pods at half the CPU they ask for, up to two.
 func metricsWorkloads(worker string) []string {
 	return []string{`apiVersion: apps/v1
 kind: Deployment
@@ -30,7 +31,7 @@ spec:
         image: ` + layout.TestImage + `
         imagePullPolicy: Never
         args: [spin]
-        resources: {requests: {cpu: 10m}, limits: {cpu: 100m}}
+        resources: {requests: {cpu: 10m}, limits: {cpu: 20m}}
 ---
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
