@@ -62,6 +62,13 @@ func TestContainerdConfig(t *testing.T) {
 	if cni["conf_dir"] != "/ephemeral/kubernetes/cni" || cni["use_internal_loopback"] != true {
 		t.Errorf("CNI config: %v", cni)
 	}
+	// containerd parses it with time.ParseDuration (a TOML integer is
+	// refused); its default is a second.
+	if p, ok := rt["stats_collect_period"].(string); !ok {
+		t.Errorf("stats_collect_period: %v, want a duration string", rt["stats_collect_period"])
+	} else if d, err := time.ParseDuration(p); err != nil || d < 10*time.Second {
+		t.Errorf("stats_collect_period %q: %v, want at least 10s", p, err)
+	}
 	runc := rt["containerd"].(map[string]any)["runtimes"].(map[string]any)["runc"].(map[string]any)
 	if opts := runc["options"].(map[string]any); opts["BinaryName"] != layout.RuncBinary || opts["SystemdCgroup"] != false {
 		t.Errorf("runc options: %v", runc)
