@@ -471,10 +471,6 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	if out := k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/1/status"); !regexp.MustCompile(`(?m)^Seccomp:\s+2$`).MatchString(out) {
 		t.Errorf("the pod's process does not run under seccomp (want Seccomp: 2 in /proc/1/status):\n%s", out)
 	}
-	attackNode(t, ctx, k)
-	checkMetrics(t, ctx, k, func() string {
-		return strings.Join(logLines(ctx, c, ctl, first, "controller.metrics-server", 4, "scrape", "Skipping", "rror"), "\n")
-	}, first.ID(), second.ID())
 
 	t.Log("deployment: rolled out, logs, exec; pods a and b on the two nodes, Service b on NodePort")
 	if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {
@@ -511,8 +507,17 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	logs, err := k.try(ctx, selfTestLogs...)
 	t.Logf("self-test job complete; its pods' logs (%v):\n%s", err, logs)
 	// The next checks wait on pods and controllers of their own, much of
-	// it latency (a pod's stop, a volume's release): side by side.
+	// it latency (a pod's stop, a volume's release, the autoscaler's
+	// scrapes and decisions, a new namespace's service account): side by
+	// side.
 	if !t.Run("checks", func(t *testing.T) {
+		t.Run("attack", func(t *testing.T) { t.Parallel(); attackNode(t, ctx, k) })
+		t.Run("metrics", func(t *testing.T) {
+			t.Parallel()
+			checkMetrics(t, ctx, k, func() string {
+				return strings.Join(logLines(ctx, c, ctl, first, "controller.metrics-server", 4, "scrape", "Skipping", "rror"), "\n")
+			}, first.ID(), second.ID())
+		})
 		t.Run("pulls", func(t *testing.T) { t.Parallel(); checkPulls(t, ctx, k, reg) })
 		t.Run("volumes", func(t *testing.T) { t.Parallel(); checkVolumes(t, ctx, c, ctl, k, second) })
 		t.Run("networkpolicy", func(t *testing.T) { t.Parallel(); checkNetworkPolicy(t, ctx, k) })
