@@ -195,13 +195,11 @@ func lastLines(s string, n int) []string {
 
 // apply is kubectl apply -f - with manifest, tried again for up to
 // applyTimeout: on a saturated machine an API server can answer one of
-// apply's requests (the OpenAPI documents it validates with) too late,
-// and applying again is what its user would do.
+// apply's requests too late, and applying again is what its user would
+// do.
 func (k kubectl) apply(t *testing.T, ctx context.Context, manifest string) {
 	t.Helper()
-	if out, err := k.retried(t, ctx, manifest, func(_ string, err error) bool { return err == nil }, "apply", "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
-	}
+	k.applyAtOnce(t, ctx, []string{manifest})
 }
 
 // applyAtOnce applies each group of manifests (joined, one kubectl
