@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -119,7 +120,7 @@ func (m managementServer) updateConfiguration(ctx context.Context, change func(*
 // controller node (the Kubernetes control plane) follows the policy with
 // it.
 func WatchConfiguration(ctx context.Context, kv client.Namespaced, set func(*clusterpb.ClusterConfiguration)) error {
-	raw, rev, err := getValue(ctx, kv, keyConfiguration)
+	raw, _, rev, err := getValueAt(ctx, kv, keyConfiguration)
 	if err != nil {
 		return etcdErr("reading the cluster configuration", err)
 	}
@@ -128,23 +129,15 @@ func WatchConfiguration(ctx context.Context, kv client.Namespaced, set func(*clu
 		return internalErr("corrupt cluster configuration", err)
 	}
 	set(cfg)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var opts []clientv3.OpOption
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev+1))
-	}
-	for wr := range kv.Watch(ctx, keyConfiguration, opts...) {
-		if err := wr.Err(); err != nil {
-			return etcdErr("watching the cluster configuration", err)
-		}
-		for _, ev := range wr.Events {
-			cfg := &clusterpb.ClusterConfiguration{}
-			if ev.Type != clientv3.EventTypePut || proto.Unmarshal(ev.Kv.Value, cfg) != nil {
-				continue
-			}
+	err = client.FollowKey(ctx, kv, kv, keyConfiguration, rev, raw != nil, func(v *mvccpb.KeyValue) error {
+		cfg := &clusterpb.ClusterConfiguration{}
+		if v != nil && proto.Unmarshal(v.Value, cfg) == nil {
 			set(cfg)
 		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return etcdErr("watching the cluster configuration", err)
 	}
 	return ctx.Err()
 }

@@ -78,3 +78,47 @@ func TestWatchClusterPolicy(t *testing.T) {
 	}
 	wantCode(t, "WatchClusterPolicy without a certificate", err, codes.Unauthenticated)
 }
+
+// TestWatchClusterPolicyAfterCompaction: once the compactor passed the
+// revision the policy was last written at (minutes after it was set),
+// a new WatchClusterPolicy gets the policy and the next change, not an
+// error. Before, the watch started from that old revision and failed
+// with Unavailable for ever: on a TCG cluster a worker rebooted after an
+// update retried 270 times in two minutes, dropping its curator
+// connection each time, and was late to become healthy.
+func TestWatchClusterPolicyAfterCompaction(t *testing.T) {
+	f := newSingle(t)
+	a, ctx := f.a, f.ctx
+	b, _ := f.worker("b")
+	mg := f.mgmt(a)
+	regs := []*clusterpb.ImageRegistry{{Host: "registry.example.com", Mirrors: []string{"https://10.0.0.7:5000"}}}
+	mustOK(t, "UpdateClusterPolicy", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
+		Kubernetes: &clusterpb.KubernetesPolicy{ImageRegistries: regs}})))
+	kv, err := a.running(time.Minute).CuratorClient()
+	mustOK(t, "CuratorClient", err)
+	defer kv.Close()
+	var rev int64
+	for i := range 3 {
+		resp, err := kv.Put(ctx, "/test/other", itoa(i))
+		mustOK(t, "Put", err)
+		rev = resp.Header.Revision
+	}
+	mustOK(t, "Compact", second(kv.Compact(ctx, rev)))
+
+	wctx, cancel := ctxTimeoutCancel(t, time.Minute)
+	defer cancel()
+	w, err := clusterpb.NewCuratorClient(withCreds(t, a.addr(), b.creds)).WatchClusterPolicy(wctx, &clusterpb.WatchClusterPolicyRequest{})
+	mustOK(t, "WatchClusterPolicy", err)
+	first, err := w.Recv()
+	mustOK(t, "first policy", err)
+	if got := first.GetConfiguration().GetKubernetes().GetImageRegistries(); len(got) != 1 {
+		t.Fatalf("first policy after the compaction: %v", first)
+	}
+	mustOK(t, "UpdateClusterPolicy", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
+		Kubernetes: &clusterpb.KubernetesPolicy{}})))
+	ev, err := w.Recv()
+	mustOK(t, "the policy changed after the compaction", err)
+	if got := ev.GetConfiguration().GetKubernetes().GetImageRegistries(); len(got) != 0 {
+		t.Errorf("registries on the watch: %v, want none", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -98,18 +99,24 @@ func contains(list []string, s string) bool {
 
 // loadCRL reads the cluster CRL and its ModRevision (nil, 0: none yet).
 func loadCRL(ctx context.Context, kv clientv3.KV, ca *x509.Certificate) (*pki.CRL, int64, error) {
-	v, rev, err := getValue(ctx, kv, keyCRL)
+	crl, rev, _, err := loadCRLAt(ctx, kv, ca)
+	return crl, rev, err
+}
+
+// loadCRLAt is loadCRL that also returns the store's revision as of the
+// read, where a watch of the CRL starts (see getValueAt).
+func loadCRLAt(ctx context.Context, kv clientv3.KV, ca *x509.Certificate) (crl *pki.CRL, modRev, storeRev int64, err error) {
+	v, modRev, storeRev, err := getValueAt(ctx, kv, keyCRL)
 	if err != nil {
-		return nil, 0, etcdErr("reading the cluster CRL", err)
+		return nil, 0, 0, etcdErr("reading the cluster CRL", err)
 	}
 	if v == nil {
-		return nil, 0, nil
+		return nil, 0, storeRev, nil
 	}
-	crl, err := pki.ParseCRL(v, ca)
-	if err != nil {
-		return nil, 0, internalErr("cluster CRL in etcd", err)
+	if crl, err = pki.ParseCRL(v, ca); err != nil {
+		return nil, 0, 0, internalErr("cluster CRL in etcd", err)
 	}
-	return crl, rev, nil
+	return crl, modRev, storeRev, nil
 }
 
 // revoke adds the recorded certificates of node id (of the given kinds,
@@ -189,7 +196,7 @@ func (s *Service) followCRL(ctx context.Context, kv client.Namespaced, trust *id
 }
 
 func (s *Service) followCRLOnce(ctx context.Context, kv client.Namespaced, trust *identity.Trust, log *slog.Logger) error {
-	crl, rev, err := loadCRL(ctx, kv, trust.CA)
+	crl, _, rev, err := loadCRLAt(ctx, kv, trust.CA)
 	if err != nil {
 		return err
 	}
@@ -211,22 +218,17 @@ func (s *Service) followCRLOnce(ctx context.Context, kv client.Namespaced, trust
 		return nil
 	}
 	s.installCRL(crl, trust, log)
-	for wr := range kv.Watch(ctx, keyCRL, clientv3.WithRev(rev+1)) {
-		if err := wr.Err(); err != nil {
+	return client.FollowKey(ctx, kv, kv, keyCRL, rev, true, func(v *mvccpb.KeyValue) error {
+		if v == nil {
+			return nil
+		}
+		crl, err := pki.ParseCRL(v.Value, trust.CA)
+		if err != nil {
 			return err
 		}
-		for _, ev := range wr.Events {
-			if ev.Type != clientv3.EventTypePut {
-				continue
-			}
-			crl, err := pki.ParseCRL(ev.Kv.Value, trust.CA)
-			if err != nil {
-				return err
-			}
-			s.installCRL(crl, trust, log)
-		}
-	}
-	return ctx.Err()
+		s.installCRL(crl, trust, log)
+		return nil
+	})
 }
 
 // installCRL makes crl the one this curator checks and hands out.

@@ -51,16 +51,25 @@ func internalErr(what string, err error) error {
 }
 func isStatus(err error) bool { _, ok := status.FromError(err); return ok }
 
-// getValue reads one key; nil, 0 if it does not exist.
+// getValue reads one key; nil, 0 if it does not exist. The revision is
+// the key's ModRevision, for a compare-and-swap.
 func getValue(ctx context.Context, kv clientv3.KV, key string) ([]byte, int64, error) {
+	v, modRev, _, err := getValueAt(ctx, kv, key)
+	return v, modRev, err
+}
+
+// getValueAt is getValue that also returns the store's revision as of
+// the read: where a watch of the key starts (client.FollowKey), not its
+// ModRevision, which the compactor passes once the key is old.
+func getValueAt(ctx context.Context, kv clientv3.KV, key string) (v []byte, modRev, storeRev int64, err error) {
 	resp, err := kv.Get(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, 0, nil
+		return nil, 0, resp.Header.Revision, nil
 	}
-	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, resp.Header.Revision, nil
 }
 
 // getNode reads a node record; nil, 0 if there is none. The revision is

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"slices"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"plinth.dev/plinth/roleserver/consensus/client"
 )
 
 // Secrets are encrypted at rest inside etcd, not only by the disk: the
@@ -53,43 +56,52 @@ type SecretKey struct {
 // (ACTIVATE without a key added, RETIRE before ACTIVATE, ...).
 var ErrRotation = errors.New("kubernetes pki: secrets key rotation")
 
-// SecretsKeys loads the keys, making the first one on first use.
+// SecretsKeys loads the keys, making the first one on first use, and
+// returns the store's revision as of the read: WatchSecretsKeys from it
+// sees every later change.
 func (p *PKI) SecretsKeys(ctx context.Context) (*SecretsKeys, int64, error) {
+	k, _, rev, err := p.loadSecretsKeys(ctx)
+	return k, rev, err
+}
+
+// loadSecretsKeys is SecretsKeys that also returns the keys'
+// ModRevision, for a compare-and-swap.
+func (p *PKI) loadSecretsKeys(ctx context.Context) (k *SecretsKeys, modRev, storeRev int64, err error) {
 	for range 3 {
-		k, rev, err := p.secretsKeys(ctx)
+		k, modRev, storeRev, err := p.secretsKeys(ctx)
 		if err != nil || k != nil {
-			return k, rev, err
+			return k, modRev, storeRev, err
 		}
 		first, err := NewSecretsKeys()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		b, _ := json.Marshal(first)
 		resp, err := p.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keySecretsEncryption), "=", 0)).
 			Then(clientv3.OpPut(keySecretsEncryption, string(b))).Commit()
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: storing the secrets encryption key: %w", ErrStore, err)
+			return nil, 0, 0, fmt.Errorf("%w: storing the secrets encryption key: %w", ErrStore, err)
 		}
 		if resp.Succeeded {
-			return first, resp.Header.Revision, nil
+			return first, resp.Header.Revision, resp.Header.Revision, nil
 		}
 	}
-	return nil, 0, fmt.Errorf("%w: the secrets encryption keys kept disappearing", ErrCorrupt)
+	return nil, 0, 0, fmt.Errorf("%w: the secrets encryption keys kept disappearing", ErrCorrupt)
 }
 
-func (p *PKI) secretsKeys(ctx context.Context) (*SecretsKeys, int64, error) {
+func (p *PKI) secretsKeys(ctx context.Context) (k *SecretsKeys, modRev, storeRev int64, err error) {
 	resp, err := p.kv.Get(ctx, keySecretsEncryption)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: reading the secrets encryption keys: %w", ErrStore, err)
+		return nil, 0, 0, fmt.Errorf("%w: reading the secrets encryption keys: %w", ErrStore, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, 0, nil
+		return nil, 0, 0, nil
 	}
-	var k SecretsKeys
-	if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil || k.check() != nil {
-		return nil, 0, fmt.Errorf("%w: the secrets encryption keys: %v", ErrCorrupt, errors.Join(err, k.check()))
+	k = &SecretsKeys{}
+	if err := json.Unmarshal(resp.Kvs[0].Value, k); err != nil || k.check() != nil {
+		return nil, 0, 0, fmt.Errorf("%w: the secrets encryption keys: %v", ErrCorrupt, errors.Join(err, k.check()))
 	}
-	return &k, resp.Kvs[0].ModRevision, nil
+	return k, resp.Kvs[0].ModRevision, resp.Header.Revision, nil
 }
 
 // check: one write key, every key 32 bytes, names unique.
@@ -140,7 +152,7 @@ const (
 // harmless); one out of order is ErrRotation.
 func (p *PKI) RotateSecretsKeys(ctx context.Context, step string) (*SecretsKeys, error) {
 	for {
-		k, rev, err := p.SecretsKeys(ctx)
+		k, rev, _, err := p.loadSecretsKeys(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -224,19 +236,19 @@ func (p *PKI) SecretsLoaded(ctx context.Context) (map[string]uint64, error) {
 }
 
 // WatchSecretsKeys returns a channel closed once the keys change after
-// rev (the revision SecretsKeys returned), or the watch fails.
+// rev (the revision SecretsKeys returned), or the watch fails (not for
+// a compaction of rev: see client.FollowKey).
 func (p *PKI) WatchSecretsKeys(ctx context.Context, w clientv3.Watcher, rev int64) <-chan struct{} {
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)
-		for wr := range w.Watch(ctx, keySecretsEncryption, clientv3.WithRev(rev+1)) {
-			if wr.Err() != nil || len(wr.Events) > 0 {
-				return
-			}
-		}
+		client.FollowKey(ctx, p.kv, w, keySecretsEncryption, rev, true, func(*mvccpb.KeyValue) error { return errKeysChanged })
 	}()
 	return ch
 }
+
+// errKeysChanged ends WatchSecretsKeys' FollowKey at the first change.
+var errKeysChanged = errors.New("the secrets encryption keys changed")
 
 // EncryptionConfiguration is the API server's --encryption-provider-config
 // for k: Secrets written with the write key, read with any of the keys,

@@ -3,7 +3,11 @@ package pki
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/namespace"
 )
 
 // TestSecretsKeyRotation: the first key is made once; a rotation adds a
@@ -76,5 +80,51 @@ func TestSecretsKeyRotation(t *testing.T) {
 	}
 	if got, err := p.SecretsLoaded(ctx(t)); err != nil || len(got) != 1 || got["plinth-a"] != 5 {
 		t.Errorf("loaded generations: %v, %v", got, err)
+	}
+}
+
+// TestWatchSecretsKeysAcrossCompaction: a control plane that watches
+// its keys after the compactor passed the revision it read them at (a
+// slow start: the watch begins once its API server serves) is not told
+// they changed: before, the watch failed on the compacted revision, which
+// read as a change, and the control plane restarted and did it again.
+// A real change after that still ends the watch.
+func TestWatchSecretsKeysAcrossCompaction(t *testing.T) {
+	prefix := fmt.Sprintf("/test-%d/curator", prefixes.Add(1))
+	p := New(namespace.NewKV(etcdClient.KV, prefix))
+	w := namespace.NewWatcher(etcdClient.Watcher, prefix)
+	defer w.Close()
+	if _, _, err := p.SecretsKeys(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	_, rev, err := p.SecretsKeys(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Compacted up to past rev+1, where the watch starts.
+	var last int64
+	for range 3 {
+		resp, err := etcdClient.Put(ctx(t), prefix+"/other", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = resp.Header.Revision
+	}
+	if _, err := etcdClient.Compact(ctx(t), last); err != nil {
+		t.Fatal(err)
+	}
+	changed := p.WatchSecretsKeys(ctx(t), w, rev)
+	select {
+	case <-changed:
+		t.Fatal("the keys reported changed after a compaction, unchanged")
+	case <-time.After(time.Second):
+	}
+	if _, err := p.RotateSecretsKeys(ctx(t), RotateAdd); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a rotation after the compaction not reported")
 	}
 }
