@@ -1,7 +1,9 @@
 // Package client holds the namespaced etcd client handed out by the
-// consensus service. It lives in its own package so that consumers of a
-// namespace (the curator, the Kubernetes control plane) depend on a small
-// interface instead of on the consensus service and embedded etcd.
+// consensus service, and FollowKey, how its consumers follow one key
+// across the service's compactions. It lives in its own package so that
+// consumers of a namespace (the curator, the Kubernetes control plane)
+// depend on a small interface instead of on the consensus service and
+// embedded etcd.
 package client
 
 import (
