@@ -22,12 +22,7 @@ func TestWatchClusterPolicy(t *testing.T) {
 	f := newSingle(t)
 	a, ctx := f.a, f.ctx
 	b, _ := f.worker("b")
-	wctx, cancel := ctxTimeoutCancel(t, time.Minute)
-	defer cancel()
-	w, err := clusterpb.NewCuratorClient(withCreds(t, a.addr(), b.creds)).WatchClusterPolicy(wctx, &clusterpb.WatchClusterPolicyRequest{})
-	mustOK(t, "WatchClusterPolicy", err)
-	first, err := w.Recv()
-	mustOK(t, "first policy", err)
+	w, first := watchPolicy(t, a, b)
 	if first.GetConfiguration() == nil || len(first.GetConfiguration().GetKubernetes().GetImageRegistries()) != 0 {
 		t.Fatalf("first policy: %v", first)
 	}
@@ -105,12 +100,7 @@ func TestWatchClusterPolicyAfterCompaction(t *testing.T) {
 	}
 	mustOK(t, "Compact", second(kv.Compact(ctx, rev)))
 
-	wctx, cancel := ctxTimeoutCancel(t, time.Minute)
-	defer cancel()
-	w, err := clusterpb.NewCuratorClient(withCreds(t, a.addr(), b.creds)).WatchClusterPolicy(wctx, &clusterpb.WatchClusterPolicyRequest{})
-	mustOK(t, "WatchClusterPolicy", err)
-	first, err := w.Recv()
-	mustOK(t, "first policy", err)
+	w, first := watchPolicy(t, a, b)
 	if got := first.GetConfiguration().GetKubernetes().GetImageRegistries(); len(got) != 1 {
 		t.Fatalf("first policy after the compaction: %v", first)
 	}
@@ -121,4 +111,17 @@ func TestWatchClusterPolicyAfterCompaction(t *testing.T) {
 	if got := ev.GetConfiguration().GetKubernetes().GetImageRegistries(); len(got) != 0 {
 		t.Errorf("registries on the watch: %v, want none", got)
 	}
+}
+
+// watchPolicy opens node b's WatchClusterPolicy at a (for up to a
+// minute) and returns it with its first event, the current policy.
+func watchPolicy(t *testing.T, a, b *member) (clusterpb.Curator_WatchClusterPolicyClient, *clusterpb.WatchClusterPolicyEvent) {
+	t.Helper()
+	wctx, cancel := ctxTimeoutCancel(t, time.Minute)
+	t.Cleanup(cancel)
+	w, err := clusterpb.NewCuratorClient(withCreds(t, a.addr(), b.creds)).WatchClusterPolicy(wctx, &clusterpb.WatchClusterPolicyRequest{})
+	mustOK(t, "WatchClusterPolicy", err)
+	first, err := w.Recv()
+	mustOK(t, "first policy", err)
+	return w, first
 }

@@ -10,7 +10,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 
 	"plinth.dev/plinth/roleserver/consensus/client"
 	"plinth.dev/plinth/roleserver/internal/testutil"
@@ -20,23 +19,7 @@ import (
 var etcdClient *clientv3.Client
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "follow")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	e, err := testutil.StartEtcd(dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		fmt.Fprintln(os.Stderr, "starting etcd:", err)
-		os.Exit(1)
-	}
-	etcdClient = v3client.New(e.Server)
-	code := m.Run()
-	etcdClient.Close()
-	e.Close()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testutil.MainWithEtcd(m, func(c *clientv3.Client) { etcdClient = c }))
 }
 
 // errSeen ends a FollowKey once the test saw what it waited for.

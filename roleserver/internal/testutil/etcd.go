@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 )
 
 // StartEtcd starts a bare one-member etcd with its data in dir (no
@@ -45,4 +49,27 @@ func StartEtcd(dir string) (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcd not ready after a minute")
 	}
+}
+
+// MainWithEtcd is a TestMain for a package whose tests share one
+// StartEtcd member: it starts it in a temporary directory, hands use an
+// in-process client, runs the tests and removes it all. It returns the
+// exit code for os.Exit.
+func MainWithEtcd(m *testing.M, use func(*clientv3.Client)) int {
+	dir, err := os.MkdirTemp("", "etcd")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	e, err := StartEtcd(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting etcd:", err)
+		return 1
+	}
+	defer e.Close()
+	c := v3client.New(e.Server)
+	defer c.Close()
+	use(c)
+	return m.Run()
 }

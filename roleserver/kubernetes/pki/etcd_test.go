@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 
 	"plinth.dev/plinth/roleserver/internal/testutil"
 )
@@ -22,23 +21,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kpki")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	e, err := testutil.StartEtcd(dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		fmt.Fprintln(os.Stderr, "starting etcd:", err)
-		os.Exit(1)
-	}
-	etcdClient = v3client.New(e.Server)
-	code := m.Run()
-	etcdClient.Close()
-	e.Close()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testutil.MainWithEtcd(m, func(c *clientv3.Client) { etcdClient = c }))
 }
 
 // newKV is an empty etcd namespace, as the curator's is before anybody
