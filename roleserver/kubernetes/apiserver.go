@@ -225,8 +225,14 @@ const apiServerCompactionInterval = 365 * 24 * time.Hour
 // (namespaces without their default service account, a garbage
 // collector that rebuilds its graph). A renew deadline of 40 s needs two
 // answers slower than 20 s in a row. The price: a dead leader's successor
-// takes over after up to 60 s, and so does a restarted one.
-var leaderElection = struct{ lease, renew, retry time.Duration }{60 * time.Second, 40 * time.Second, 4 * time.Second}
+// takes over after up to 60 s, and so does a restarted one. The retry
+// period is how often the leader renews, and each renewal is a write
+// through the API server into etcd that every lease watcher is sent:
+// renewing every 10 s instead of 4 leaves the renew deadline room for
+// four tries and took an idle one-node cluster's host CPU under TCG from
+// 0.79 to 0.74 of a core (side by side, 2026-12-05); a successor notices
+// an expired lease up to 10 s later.
+var leaderElection = struct{ lease, renew, retry time.Duration }{60 * time.Second, 40 * time.Second, 10 * time.Second}
 
 // leaderElectionArgs are the controller manager's and scheduler's leader
 // election flags.
