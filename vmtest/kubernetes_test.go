@@ -586,8 +586,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	readKept(t, ctx, k, "after the worker's power cut")
 
 	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
-	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) })
-	checkUserImages(t, ctx, c, ctl, k, second, next)
+	userImages, userPods := userImagePods(t, next, second.ID())
+	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) }, userPods...)
+	checkUserImages(t, ctx, c, ctl, k, second, userImages)
 }
 
 // attackNode is what a user allowed to create pods tries first against
@@ -763,8 +764,9 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 // workloads, ran on n, which it preferred, and moves to other, which it
 // prefers from now on), it comes
 // back on the new version in slot b, its Kubernetes node Ready and
-// uncordoned: a new pod b is scheduled to it and answers (reachB).
-func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, next *Image, reachB func(when string)) {
+// uncordoned: a new pod b is scheduled to it and answers (reachB), applied
+// with the manifests after (pods the caller checks on the updated node).
+func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, next *Image, reachB func(when string), after ...string) {
 	t.Helper()
 	// Where the mover's running pods are.
 	moverNodes := []string{"get", "pods", "-l", "app=mover", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}"}
@@ -807,7 +809,7 @@ func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 		t.Errorf("pod b was not evicted by the drain: %q", got)
 	}
 	k.until(t, ctx, 5*time.Minute, "the mover pod runs on "+other.Name, func(out string) bool { return out == other.ID() }, moverNodes...)
-	k.apply(t, ctx, podOn("b", n.ID()))
+	k.applyAtOnce(t, ctx, append([]string{podOn("b", n.ID())}, after...))
 	reachB("after the update")
 }
 

@@ -3,10 +3,12 @@ package vmtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,30 +178,36 @@ func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *Regist
 	}
 }
 
-// checkUserImages runs, on node n updated to next, a pod of each user
-// image next carries (plinthctl build -oci-archive; make puts the
-// archive of internal/testutil/cmd/userimage in it) with imagePullPolicy
-// Never: the node imported them at its boot into next, and pinned them.
-func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *ClusterNode, next *Image) {
+// userImagePods are pods, on node, of each user image next carries
+// (plinthctl build -oci-archive; make puts the archive of
+// internal/testutil/cmd/userimage in it), with imagePullPolicy Never:
+// refs by pod name, and the manifests. Applied once the node runs next
+// (with the pods its update's check applies: they start side by side),
+// checkUserImages waits for them.
+func userImagePods(t *testing.T, next *Image, node string) (refs map[string]string, manifests []string) {
 	t.Helper()
-	var refs []string
+	refs = map[string]string{}
 	for _, img := range next.Manifest.ContainerImages {
 		if strings.HasPrefix(filepath.Base(img.Archive), "user-") {
-			refs = append(refs, img.Ref)
+			name := fmt.Sprintf("user-image-%d", len(refs))
+			refs[name] = img.Ref
+			manifests = append(manifests, imagePod(name, node, img.Ref, "Never"))
 		}
 	}
 	if len(refs) == 0 {
 		t.Fatalf("the next image carries no user image (make builds it with plinthctl build -oci-archive): %v", next.Manifest.ContainerImages)
 	}
-	var pods []string
-	for i, ref := range refs {
-		name := fmt.Sprintf("user-image-%d", i)
-		pods = append(pods, name)
-		k.apply(t, ctx, imagePod(name, n.ID(), ref, "Never"))
-	}
-	for i, p := range pods {
+	return refs, manifests
+}
+
+// checkUserImages checks that the pods of userImagePods (refs) run on
+// node n, updated to the image that carries their images: the node
+// imported them at its boot into it, and pinned them.
+func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *ClusterNode, refs map[string]string) {
+	t.Helper()
+	for _, p := range slices.Sorted(maps.Keys(refs)) {
 		if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/"+p); err != nil {
-			t.Errorf("pod %s of the user image %s (imagePullPolicy Never) not Ready: %v\n%s\n%s", p, refs[i], err, out, k.run(t, ctx, "describe", "pod", p))
+			t.Errorf("pod %s of the user image %s (imagePullPolicy Never) not Ready: %v\n%s\n%s", p, refs[p], err, out, k.run(t, ctx, "describe", "pod", p))
 		}
 	}
 	out := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.images", n.ID())
@@ -208,7 +216,7 @@ func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthct
 			t.Errorf("%s does not say it imported and pinned the user image %s:\n%s", n.Name, ref, out)
 		}
 	}
-	t.Logf("user images carried by the next image run on %s without a registry: %s", n.Name, strings.Join(refs, ", "))
+	t.Logf("user images carried by the next image run on %s without a registry: %s", n.Name, strings.Join(slices.Sorted(maps.Values(refs)), ", "))
 }
 
 // refuseMalformedRegistry sends the curator, as the owner, policies with
