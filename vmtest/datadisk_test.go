@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,21 +133,5 @@ func TestQEMUDiskArgs(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("disk arguments\n got %q\nwant %q", got, want)
-	}
-}
-
-// TestQEMUCmdlineUnderTCG: a -kernel boot under TCG runs the node's Go
-// programs with one P (tcgEnvironment); under KVM, its command line as
-// given.
-func TestQEMUCmdlineUnderTCG(t *testing.T) {
-	o := NodeOptions{Kernel: "/k", Cmdline: "console=ttyS0"}
-	for _, c := range []struct {
-		kvm  bool
-		want string
-	}{{false, "console=ttyS0 GOMAXPROCS=1"}, {true, "console=ttyS0"}} {
-		args := qemuArgs(o, "/s/qmp", "", c.kvm)
-		if i := slices.Index(args, "-append"); i < 0 || args[i+1] != c.want {
-			t.Errorf("kvm %v: %q, want -append %q", c.kvm, args, c.want)
-		}
 	}
 }

@@ -426,22 +426,6 @@ func shortTempDir() (string, error) {
 // a literal comma must be doubled.
 func qemuOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
-// tcgEnvironment ends a -kernel boot's command line under TCG. The kernel
-// hands arguments it does not know to /init as its environment, and every
-// Go program of the node inherits it (the role server, etcd, containerd,
-// the Kubernetes components; not the pods, whose environment is their
-// image's and their spec's). With one P, a Go program woken by a timer or
-// a packet no longer wakes a second thread to look for more work and put
-// it back to sleep (the scheduler's spinning: a third of an idle API
-// server's and kubelet's CPU samples under TCG, in futex and epoll
-// calls that an emulated CPU makes expensive); the node still runs its
-// programs on both vCPUs. Measured side by side on 2026-12-05, an idle
-// one-node Kubernetes cluster took 0.74 of a host core with it against
-// 0.85 without, and its API server's start 227 s of CPU against 275 s. A
-// node booted by its firmware (a UKI) keeps its own command line, and
-// KVM the Go default: this is the emulator's price, not the product's.
-const tcgEnvironment = "GOMAXPROCS=1"
-
 func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
 	args := []string{
 		"-machine", "q35",
@@ -474,11 +458,7 @@ func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
 		args = append(args, "-initrd", o.Initramfs)
 	}
 	if o.Cmdline != "" {
-		cmdline := o.Cmdline
-		if !kvm {
-			cmdline += " " + tcgEnvironment
-		}
-		args = append(args, "-append", cmdline)
+		args = append(args, "-append", o.Cmdline)
 	}
 	args = append(args, "-device", "virtio-rng-pci")
 	// -device (not -drive if=virtio, whose devices QEMU adds after every
