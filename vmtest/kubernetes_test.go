@@ -547,7 +547,8 @@ func TestKubernetesTwoNodes(t *testing.T) {
 
 	t.Log("NodePort answers from the host, the owner's certificates revoked, a deleted pod replaced; removing the second node's KubernetesWorker role")
 	// Role changes: without KubernetesWorker the second node's kubelet
-	// stops and the node goes NotReady; with the role back, Ready.
+	// stops and the node goes NotReady (the role comes back below,
+	// while its power is cut).
 	ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
 	// The node says so itself, at once: not the node lifecycle
 	// controller's Unknown after its grace period.
