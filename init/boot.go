@@ -115,6 +115,8 @@ type step struct {
 func (b *boot) steps() []step {
 	return []step{
 		{"early mounts", b.earlyMounts},
+		// Before the core starts anything: what it starts inherits it.
+		{"timer slack", b.setTimerSlack},
 		{"load early kernel modules", loadModules},
 		// Before the system image: a trial boot that fails from here on
 		// reboots into the previous slot.

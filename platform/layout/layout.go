@@ -110,6 +110,10 @@ const (
 	// it the system image is the initramfs's SystemImagePath (network
 	// boot, QEMU -kernel).
 	SlotArg = "plinth.slot"
+	// TimerSlackArg on the kernel command line is the timer slack (a Go
+	// duration) of the core and of every process it starts: a board's
+	// choice (the QEMU board's says why), the kernel's 50 µs without it.
+	TimerSlackArg = "plinth.timer_slack"
 	// ESPParameters is the node parameters file on the ESP.
 	ESPParameters = "plinth/parameters.pb"
 	// ESPBootFile is the firmware's default boot file on removable media
