@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -93,7 +94,7 @@ func RunCommand(ctx context.Context, c Command) error {
 		defer lines.Done()
 		logLines(outputLogger(ctx), pr)
 	}()
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		pw.Close()
 		lines.Wait()
 		return fmt.Errorf("starting %s: %w", c.Path, err)
@@ -207,3 +208,30 @@ func setPID(ctx context.Context, pid int) {
 		n.s.mu.Unlock()
 	}
 }
+
+// startChild starts cmd from spawnerThread. A child's Pdeathsig follows
+// the OS thread that forked it, not the process: the runtime ends the
+// thread of a goroutine that exits locked to it (runtime.LockOSThread, as
+// sysimage.Verify's paced reader does), and any child that thread had
+// forked for another goroutine would get SIGKILL with it. A worker's
+// kubelet died so, under TCG, the moment an update's check of the slot
+// it wrote ended (TestKubernetesTwoNodes, 2026-12-06).
+func startChild(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	spawnerThread() <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+// spawnerThread is a goroutine locked to its OS thread for good, which
+// runs the functions sent to it: every child is forked from this one
+// thread, which ends with the core only.
+var spawnerThread = sync.OnceValue(func() chan<- func() {
+	c := make(chan func())
+	go func() {
+		runtime.LockOSThread()
+		for f := range c {
+			f()
+		}
+	}()
+	return c
+})

@@ -2,10 +2,13 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,3 +181,48 @@ func TestRunCommandCgroup(t *testing.T) {
 		t.Errorf("the process's cgroup (v2): %q, want %q", got, want)
 	}
 }
+
+// TestChildOutlivesItsStartersThread: a child started with Pdeathsig
+// from a goroutine that then exits locked to its OS thread (the runtime
+// ends that thread) keeps running: startChild forks from a thread that
+// never ends. Forked from the goroutine's own thread, it would get
+// SIGKILL as the thread ends.
+func TestChildOutlivesItsStartersThread(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The runtime ends a locked goroutine's thread, except the main
+	// thread, which it only parks: a goroutine that lands there keeps it
+	// until the test ends, and the next one gets another thread.
+	release := make(chan struct{})
+	defer close(release)
+	for started := false; !started; {
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			if syscall.Gettid() == syscall.Getpid() {
+				errc <- errMainThread
+				<-release
+				return
+			}
+			errc <- startChild(cmd)
+		}()
+		switch err := <-errc; err {
+		case nil:
+			started = true
+		case errMainThread:
+		default:
+			t.Fatal(err)
+		}
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 || err != nil {
+			t.Fatalf("the child ended with the thread of the goroutine that started it: %v (signal %v), %v", ws, ws.Signal(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var errMainThread = errors.New("on the main thread")
