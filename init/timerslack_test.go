@@ -36,7 +36,7 @@ func TestTimerSlack(t *testing.T) {
 		k, v, _ := strings.Cut(a, "=")
 		args[k] = v
 	}
-	if d, ok, err := timerSlack(args); !ok || err != nil || d != 4*time.Millisecond {
-		t.Errorf("the QEMU board's command line %q: slack %v, %v, %v; want 4ms", b.KernelCmdline(), d, ok, err)
+	if d, ok, err := timerSlack(args); !ok || err != nil || d != 10*time.Millisecond {
+		t.Errorf("the QEMU board's command line %q: slack %v, %v, %v; want 10ms", b.KernelCmdline(), d, ok, err)
 	}
 }

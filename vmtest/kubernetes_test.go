@@ -469,13 +469,13 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	if out := k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/1/status"); !regexp.MustCompile(`(?m)^Seccomp:\s+2$`).MatchString(out) {
 		t.Errorf("the pod's process does not run under seccomp (want Seccomp: 2 in /proc/1/status):\n%s", out)
 	}
-	// Its processes have the board's timer slack (4 ms: board/qemu.go),
+	// Its processes have the board's timer slack (10 ms: board/qemu.go),
 	// which init gave the core and everything it started inherited; a
 	// process left with the kernel's 50000 ns would take its own timer
 	// interrupts. (This exec's own, read by itself: reading another's
 	// needs CAP_SYS_NICE.)
-	if out := strings.TrimSpace(k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/self/timerslack_ns")); out != "4000000" {
-		t.Errorf("a process in the pod has a timer slack of %q ns, want the QEMU board's 4000000", out)
+	if out := strings.TrimSpace(k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/self/timerslack_ns")); out != "10000000" {
+		t.Errorf("a process in the pod has a timer slack of %q ns, want the QEMU board's 10000000", out)
 	}
 
 	t.Log("deployment: rolled out, logs, exec; pods a and b on the two nodes, Service b on NodePort")
