@@ -39,15 +39,18 @@ func (c *runCmd) dryRun(ctx context.Context, focus, skip string) ([]string, erro
 	return names, nil
 }
 
-// ginkgoRun runs one round: ginkgo with procs processes over e2e.test,
-// its output into log, one line per finished spec on stdout. A round
-// that finishes no spec for c.stall is interrupted (SIGINT: ginkgo ends
-// the running specs as interrupted and writes its reports; SIGKILL after
-// c.grace). It returns how many specs finished (interrupted ones too).
-func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, procs int, log string, r *results, planned int) (finished int, err error) {
+// ginkgoRun runs one attempt: ginkgo with procs processes over e2e.test,
+// its output into log, one line per finished spec on stdout. An attempt
+// that finishes no spec for c.stall, or in which a node stops being
+// Ready (nodes.go), is interrupted (SIGINT: ginkgo ends the running
+// specs as interrupted and writes its reports; SIGKILL after c.grace),
+// the reason added to the interrupted specs' failures. It returns how
+// many specs finished (interrupted ones too) and whether a node was
+// lost.
+func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, procs int, log string, r *results, planned int) (finished int, nodeLost bool, err error) {
 	lf, err := os.Create(log)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer lf.Close()
 	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), "--timeout=" + c.timeout.String(),
@@ -56,13 +59,19 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+r.path)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r.reason = ""
+	watch := c.watchNodes(kubeconfig)
+	if c.nodeEvery > 0 {
+		watch.check(ctx) // the nodes as the attempt begins
+	}
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	interrupt := func(why string) {
-		fmt.Printf("conformance: %s: interrupting the round\n", why)
+		fmt.Printf("conformance: %s: interrupting the attempt\n", why)
+		r.reason = why
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 		go func() {
 			// ginkgo writes its reports on the first interrupt; a kill
@@ -80,7 +89,7 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 		select {
 		case err := <-done:
 			finished += r.poll(planned, roundStart)
-			return finished, err
+			return finished, nodeLost, err
 		case <-ctx.Done():
 			if !interrupted {
 				interrupted = true
@@ -91,9 +100,17 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 				finished += n
 				last = time.Now()
 			}
-			if !interrupted && time.Since(last) > c.stall {
+			if interrupted {
+				continue
+			}
+			if time.Since(last) > c.stall {
 				interrupted = true
 				interrupt(fmt.Sprintf("no spec finished for %v", c.stall.Round(time.Minute)))
+			} else if c.nodeEvery > 0 {
+				if why := watch.check(ctx); why != "" {
+					interrupted, nodeLost = true, true
+					interrupt(why)
+				}
 			}
 		}
 	}

@@ -7,7 +7,9 @@
 //	  -conformance-images) ──► cluster policy: the mirror ──► kubeconfig ──► nodes Ready
 //	ginkgo -procs N e2e.test -- --provider=local …   (round 1: the selection)
 //	   │  every finished spec: one progress line (conformance/progress_test.go)
-//	   │  no spec finished for -stall: interrupt; the next round runs the rest
+//	   │  no spec finished for -stall: interrupt; the next attempt runs the rest
+//	   │  a node stops being Ready (nodes.go): interrupt, the node named in the
+//	   │    running specs' failures; -node-wait for it, then the next attempt
 //	   ▼
 //	CONFORMANCE=serial: the [Serial] conformance specs, one at a time
 //	summary (passed / failed / skipped, each failure's first line) ──► OUT/summary.txt
@@ -27,7 +29,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"time"
 
@@ -66,14 +67,15 @@ type runCmd struct {
 	timeout, stall                              time.Duration
 	grace, pollEvery                            time.Duration // after an interrupt, the kill; progress polls
 	kubeconfig                                  string
-	names                                       string // file of spec names, one per line
-	nodes                                       int
-	memoryMiB                                   int // each node's memory
+	names                                       string        // file of spec names, one per line
+	clusterNodes                                int           // nodes to launch, and to wait for
+	memoryMiB                                   int           // each node's memory
+	nodeEvery, nodeWait                         time.Duration // looks at the nodes during an attempt; the wait for them after one interrupted for a node
 }
 
 func main() {
 	vmtest.MaybeProxy() // the registry's guest forwards run this program as their proxy
-	c := runCmd{grace: 3 * time.Minute, pollEvery: 5 * time.Second}
+	c := runCmd{grace: 3 * time.Minute, pollEvery: 5 * time.Second, nodeEvery: 30 * time.Second}
 	flag.StringVar(&c.image, "image", "out/image-conformance/qemu-x86_64", "node image built with plinthctl build -conformance-images")
 	flag.StringVar(&c.out, "out", "out/conformance", "directory for the cluster, logs, the JUnit report and the summary")
 	flag.StringVar(&c.e2e, "e2e", "out/bin/e2e.test", "the suite (make e2e)")
@@ -88,7 +90,8 @@ func main() {
 	flag.DurationVar(&c.stall, "stall", 25*time.Minute, "interrupt a round when no spec finished for this long (a hung spec); the next round runs the specs left")
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "run against this running cluster instead of launching one")
 	flag.StringVar(&c.names, "names", "", "run the specs named in `FILE`, one full name per line (as the progress lines and summary print them; lines beginning with # are comments), instead of -focus and -skip")
-	flag.IntVar(&c.nodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
+	flag.IntVar(&c.clusterNodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
+	flag.DurationVar(&c.nodeWait, "node-wait", 10*time.Minute, "after a node stopped being Ready during a round (its specs interrupted), wait this long for it before the round goes on")
 	flag.IntVar(&c.memoryMiB, "memory", conformanceMemoryMiB, "each launched node's memory in MiB")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -161,7 +164,7 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 		}
 		kubeconfig = kc
 	}
-	if err := c.waitNodes(ctx, kubeconfig); err != nil {
+	if err := c.waitNodes(ctx, kubeconfig, 15*time.Minute); err != nil {
 		return false, err
 	}
 
@@ -184,7 +187,9 @@ type round struct {
 
 // runRounds runs each round in attempts: the first runs the selection;
 // when an attempt ends with specs unfinished (ginkgo interrupted for a
-// stall, or dead), the next runs those by name. A spec interrupted twice
+// stall or a node lost, or dead), the next runs those by name, after an
+// attempt that lost a node once the nodes are Ready again (or
+// c.nodeWait has passed). A spec interrupted twice
 // stays failed (it hangs: results.missing), and an attempt that finishes
 // nothing ends the round, so a run always ends.
 func (c *runCmd) runRounds(ctx context.Context, kubeconfig string, rounds []round, results *results) {
@@ -198,11 +203,17 @@ func (c *runCmd) runRounds(ctx context.Context, kubeconfig string, rounds []roun
 			}
 			log := filepath.Join(c.out, fmt.Sprintf("e2e-%s-%d.log", r.name, attempt))
 			fmt.Printf("conformance: %s, attempt %d: %d specs, %d at a time (log %s)\n", r.name, attempt, len(left), r.procs, log)
-			finished, err := c.ginkgoRun(ctx, kubeconfig, focus, skip, r.procs, log, results, len(left))
+			finished, nodeLost, err := c.ginkgoRun(ctx, kubeconfig, focus, skip, r.procs, log, results, len(left))
 			left = results.missing(left)
 			if finished == 0 && len(left) > 0 {
 				fmt.Printf("conformance: %s: ginkgo: %v; no spec finished, %d left unrun\n", r.name, err, len(left))
 				break
+			}
+			if nodeLost && len(left) > 0 {
+				fmt.Printf("conformance: %s: waiting up to %v for every node to be Ready\n", r.name, c.nodeWait)
+				if err := c.waitNodes(ctx, kubeconfig, c.nodeWait); err != nil {
+					fmt.Printf("conformance: %s: %v; going on\n", r.name, err)
+				}
 			}
 		}
 	}
@@ -227,8 +238,8 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 	if err != nil {
 		return nil, "", err
 	}
-	fmt.Printf("conformance: launching %d nodes of %d MiB from %s (minutes under TCG)\n", c.nodes, img.Board.QEMU.MemoryMiB, c.image)
-	cl, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: dir, Progress: os.Stdout,
+	fmt.Printf("conformance: launching %d nodes of %d MiB from %s (minutes under TCG)\n", c.clusterNodes, img.Board.QEMU.MemoryMiB, c.image)
+	cl, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: c.clusterNodes, Image: img, Dir: dir, Progress: os.Stdout,
 		DiskSizeBytes: 8 << 30, Kubernetes: true, Registry: reg})
 	if err != nil {
 		reg.Close()
@@ -249,30 +260,4 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 		return stop, "", fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
 	}
 	return stop, kc, nil
-}
-
-// waitNodes waits until every node is Ready.
-func (c *runCmd) waitNodes(ctx context.Context, kubeconfig string) error {
-	deadline := time.Now().Add(15 * time.Minute)
-	for {
-		out, err := exec.CommandContext(ctx, c.kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-o",
-			`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`).CombinedOutput()
-		lines := strings.Fields(string(out))
-		ready := err == nil && len(lines) >= c.nodes
-		for _, l := range lines {
-			ready = ready && strings.HasSuffix(l, "=True")
-		}
-		if ready {
-			fmt.Printf("conformance: nodes ready: %s\n", strings.Join(lines, " "))
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nodes not ready after 15 minutes: %v %s", err, out)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Second):
-		}
-	}
 }

@@ -17,6 +17,8 @@ type results struct {
 	specs       []e2especs.Spec // the latest outcome of each name, in order of finishing
 	seen        int             // lines of path read
 	interrupted map[string]int  // times each name was interrupted
+	reason      string          // why the runner interrupted the current attempt ("" if it did not)
+	out         io.Writer       // the progress lines
 }
 
 // maxInterrupts is how often a spec is interrupted before it counts as
@@ -26,7 +28,7 @@ const maxInterrupts = 2
 
 func newResults(path string) *results {
 	os.Remove(path)
-	return &results{path: path, interrupted: map[string]int{}}
+	return &results{path: path, interrupted: map[string]int{}, out: os.Stdout}
 }
 
 func (r *results) count() int { return len(r.specs) }
@@ -44,13 +46,16 @@ func (r *results) poll(planned, roundStart int) int {
 	for _, s := range fresh {
 		// A spec run again (a later round) replaces its earlier outcome.
 		r.specs = slices.DeleteFunc(r.specs, func(o e2especs.Spec) bool { return o.Name == s.Name })
-		r.specs = append(r.specs, s)
 		if s.State == "interrupted" {
 			r.interrupted[s.Name]++
+			if r.reason != "" {
+				s.Failure += " (" + r.reason + ")"
+			}
 		}
-		fmt.Printf("[%d/%d] %-7s %6.1fs %s\n", len(r.specs)-roundStart, planned, s.Outcome(), s.Seconds, s.Name)
+		r.specs = append(r.specs, s)
+		fmt.Fprintf(r.out, "[%d/%d] %-7s %6.1fs %s\n", len(r.specs)-roundStart, planned, s.Outcome(), s.Seconds, s.Name)
 		if s.Failure != "" && s.Outcome() == "failed" {
-			fmt.Printf("          %s\n", s.Failure)
+			fmt.Fprintf(r.out, "          %s\n", s.Failure)
 		}
 	}
 	return len(fresh)

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,17 +25,55 @@ const fakeGinkgoEnv = "PLINTH_FAKE_GINKGO"
 // suiteDescription is upstream's (test/e2e RunE2ETests).
 const suiteDescription = "Kubernetes e2e suite"
 
+// fakeKubectlEnv makes the test binary a fake kubectl (fakeKubectl)
+// when its first argument is --kubeconfig: its value is a file holding
+// what `kubectl get nodes -o nodeColumns` prints.
+const fakeKubectlEnv = "PLINTH_FAKE_KUBECTL"
+
 func TestMain(m *testing.M) {
+	if nodes := os.Getenv(fakeKubectlEnv); nodes != "" && len(os.Args) > 1 && os.Args[1] == "--kubeconfig" {
+		os.Exit(fakeKubectl(nodes))
+	}
 	if specs := os.Getenv(fakeGinkgoEnv); specs != "" {
 		os.Exit(fakeGinkgo(specs, os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
 
+// fakeKubectl prints the nodes file.
+func fakeKubectl(nodes string) int {
+	b, err := os.ReadFile(nodes)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Stdout.Write(b)
+	return 0
+}
+
+// setNodes writes the fake kubectl's nodes file (whole, by a rename):
+// "name=status reason", space-separated.
+func setNodes(t *testing.T, file, nodes string) {
+	var b strings.Builder
+	for _, n := range strings.Fields(nodes) {
+		name, rest, _ := strings.Cut(n, "=")
+		status, reason, _ := strings.Cut(rest, ":")
+		fmt.Fprintf(&b, "%s\t%s\t%s\tmessage of %s\n", name, status, reason, reason)
+	}
+	// t.Error, not Fatal: the test calls it from a goroutine too.
+	if err := os.WriteFile(file+".new", []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+	} else if err := os.Rename(file+".new", file); err != nil {
+		t.Error(err)
+	}
+}
+
 // fakeGinkgo runs the specs its --focus selects, writing a progress line
 // for each as the suite's hook does. Behaviours: pass, fail; hang (until
 // SIGINT, then "interrupted", as ginkgo reports a spec it interrupts);
-// stubborn (ignores SIGINT, writes nothing: only SIGKILL ends it).
+// stubborn (ignores SIGINT, writes nothing: only SIGKILL ends it);
+// lost (the first time, hangs as hang does; then passes if every node
+// of the fake kubectl's file is Ready, and fails if not).
 func fakeGinkgo(specs string, args []string) int {
 	focus := regexp.MustCompile("")
 	for _, a := range args {
@@ -72,6 +111,21 @@ func fakeGinkgo(specs string, args []string) int {
 			return 1
 		case "stubborn":
 			select {}
+		case "lost":
+			marker := filepath.Join(filepath.Dir(out.Name()), "ran-"+name)
+			if _, err := os.Stat(marker); err != nil {
+				os.WriteFile(marker, nil, 0o644)
+				<-sig
+				report(name, "interrupted", "Interrupted by User")
+				return 1
+			}
+			if nodes, _ := os.ReadFile(os.Getenv(fakeKubectlEnv)); strings.Contains(string(nodes), "\tFalse\t") ||
+				strings.Contains(string(nodes), "\tUnknown\t") {
+				report(name, "failed", "a node is not Ready")
+				code = 1
+			} else {
+				report(name, "passed", "")
+			}
 		}
 	}
 	return code
@@ -164,5 +218,81 @@ func TestNamesFocus(t *testing.T) {
 		if re.MatchString(suite + n) {
 			t.Errorf("%q matched", n)
 		}
+	}
+}
+
+// TestRoundsNodeLost: a node that stops being Ready while a spec runs
+// (its power cut: the node lifecycle controller sets Ready Unknown)
+// ends the attempt at once, the running spec interrupted with the node
+// and its condition in its failure; the next attempt waits until the
+// node is Ready again and runs what was left, and the run passes.
+func TestRoundsNodeLost(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes")
+	setNodes(t, nodes, "n1=True:KubeletReady n2=True:KubeletReady")
+	t.Setenv(fakeGinkgoEnv, "a=pass,b=lost,c=pass")
+	t.Setenv(fakeKubectlEnv, nodes)
+	c := runCmd{ginkgo: exe, kubectl: exe, e2e: "e2e.test", out: dir, timeout: time.Hour,
+		stall: time.Minute, grace: time.Second, pollEvery: 20 * time.Millisecond,
+		nodeEvery: 60 * time.Millisecond, nodeWait: time.Minute, clusterNodes: 2}
+	r := newResults(filepath.Join(dir, "progress.jsonl"))
+	var out strings.Builder
+	r.out = &out
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	cut := make(chan error, 1)
+	go func() {
+		// Once b runs, n2 loses its power; it is back a moment after b
+		// was interrupted.
+		wait := func(what string, done func() bool) error {
+			for !done() {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%s: %w", what, ctx.Err())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return nil
+		}
+		if err := wait("b running", func() bool { _, err := os.Stat(filepath.Join(dir, "ran-b")); return err == nil }); err != nil {
+			cut <- err
+			return
+		}
+		setNodes(t, nodes, "n1=True:KubeletReady n2=Unknown:NodeStatusUnknown")
+		if err := wait("b interrupted", func() bool {
+			specs, _ := e2especs.ReadProgress(r.path)
+			return slices.ContainsFunc(specs, func(s e2especs.Spec) bool { return s.Name == "b" && s.State == "interrupted" })
+		}); err != nil {
+			cut <- err
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+		setNodes(t, nodes, "n1=True:KubeletReady n2=True:KubeletReady")
+		cut <- nil
+	}()
+	planned := []string{"a", "b", "c"}
+	c.runRounds(ctx, "kubeconfig", []round{{name: "selection", focus: " [a-c]$", procs: 1, planned: planned}}, r)
+	if err := <-cut; err != nil {
+		t.Fatal(err)
+	}
+
+	var sum strings.Builder
+	failed, err := r.summary(&sum, filepath.Join(dir, "summary.txt"), time.Second, planned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed || !strings.Contains(sum.String(), "3 passed, 0 failed, 0 skipped, 0 not run") {
+		t.Errorf("failed %v:\n%s\nprogress:\n%s", failed, sum.String(), out.String())
+	}
+	const lost = "Interrupted by User (node n2 Ready=Unknown NodeStatusUnknown: message of NodeStatusUnknown)"
+	if !strings.Contains(out.String(), "b\n          "+lost+"\n") {
+		t.Errorf("progress lacks b interrupted with %q:\n%s", lost, out.String())
+	}
+	if r.interrupted["b"] != 1 {
+		t.Errorf("b interrupted %d times, want 1", r.interrupted["b"])
 	}
 }
