@@ -26,7 +26,19 @@ type Controller struct {
 	NFT knftables.Interface
 	// Log says what the controller does (nil: nothing).
 	Log func(format string, args ...any)
+
+	written   string    // the last transaction run (its text)
+	writtenAt time.Time // when
 }
+
+// rewriteAfter is how old the table may be before a change that leaves
+// it as it is writes it again all the same. Most changes do leave it:
+// every pod's status in the cluster is one (the pods are watched for
+// their addresses and labels), and under load that is several a
+// second; each write runs nft, a process, which costs a TCG node tens of
+// milliseconds of CPU. Writing an unchanged table again now and then
+// puts it back should anything else have altered it.
+const rewriteAfter = 5 * time.Minute
 
 // settle is how long the controller waits after a change for more
 // before it writes the table (a Deployment's pods come in a burst).
@@ -111,9 +123,14 @@ func (c *Controller) sync(ctx context.Context, listPods func(labels.Selector) ([
 	rs := Compile(pols, PodsOf(ps, c.Node), namespaces)
 	tx := c.NFT.NewTransaction()
 	rs.Write(tx)
+	text := tx.String()
+	if text == c.written && time.Since(c.writtenAt) < rewriteAfter {
+		return nil
+	}
 	if err := c.NFT.Run(ctx, tx); err != nil {
 		return err
 	}
+	c.written, c.writtenAt = text, time.Now()
 	c.Log("network policy table written: %d policies, %d pods of this node isolated for ingress, %d for egress", len(pols), len(rs.ingress), len(rs.egress))
 	return nil
 }

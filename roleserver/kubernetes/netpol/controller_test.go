@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestController(t *testing.T) {
 	}
 	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}},
 		pod("web", "n1", "10.244.1.10", false), pod("far", "n2", "10.244.2.10", false), pod("host", "n1", "10.0.2.15", true))
-	nft := knftables.NewFake(knftables.InetFamily, Table)
+	nft := &countingNFT{Fake: knftables.NewFake(knftables.InetFamily, Table)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- (&Controller{Client: client, Node: "n1", NFT: nft, Log: t.Logf}).Run(ctx) }()
@@ -38,6 +39,21 @@ func TestController(t *testing.T) {
 		}
 	}
 	until("the table written", func(d string) bool { return strings.Contains(d, "add map inet plinth-netpol ingress") })
+	// A change that leaves the table as it is (another node's pod,
+	// without policies) does not write it again.
+	writes := nft.count()
+	far, err := client.CoreV1().Pods("app").Get(ctx, "far", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	far.Labels["version"] = "2"
+	if _, err := client.CoreV1().Pods("app").Update(ctx, far, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * settle)
+	if n := nft.count(); n != writes {
+		t.Errorf("an unchanged table written again: %d writes, then %d", writes, n)
+	}
 	if _, err := client.NetworkingV1().NetworkPolicies("app").Create(ctx, &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "deny"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -57,4 +73,24 @@ func TestController(t *testing.T) {
 	if d := nft.Dump(); d != "" {
 		t.Errorf("the table after the controller stopped:\n%s", d)
 	}
+}
+
+// countingNFT counts the transactions run.
+type countingNFT struct {
+	*knftables.Fake
+	mu   sync.Mutex
+	runs int
+}
+
+func (n *countingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	n.mu.Lock()
+	n.runs++
+	n.mu.Unlock()
+	return n.Fake.Run(ctx, tx)
+}
+
+func (n *countingNFT) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runs
 }
