@@ -52,6 +52,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.Log == nil {
 		c.Log = func(string, ...any) {}
 	}
+	c.written = "" // a Run ends by removing the table: the next writes it anew
 	factory := informers.NewSharedInformerFactory(c.Client, 10*time.Minute)
 	pods := factory.Core().V1().Pods()
 	namespaces := factory.Core().V1().Namespaces()
