@@ -55,7 +55,11 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	defer lf.Close()
 	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), "--timeout=" + c.timeout.String(),
 		"--focus=" + focus, "--skip=" + skip, "--poll-progress-after=10m", c.e2e, "--"}
-	cmd := exec.Command(c.ginkgo, append(args, e2especs.SuiteFlags(kubeconfig, c.kubectl, c.out)...)...)
+	suite := e2especs.SuiteFlags(kubeconfig, c.kubectl, c.out)
+	if c.leftBehind > 0 {
+		suite = append(suite, fmt.Sprintf("--allowed-not-ready-nodes=%d", c.leftBehind))
+	}
+	cmd := exec.Command(c.ginkgo, append(args, suite...)...)
 	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+r.path)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -86,8 +86,9 @@ func notReady(m map[string]nodeReady) []string {
 }
 
 // waitNodes waits until at least c.clusterNodes nodes are there and all
-// of them Ready, for at most wait.
-func (c *runCmd) waitNodes(ctx context.Context, kubeconfig string, wait time.Duration) error {
+// of them Ready, for at most wait; it returns how many were not (the
+// nodes missing or not Ready at the last look) with its error.
+func (c *runCmd) waitNodes(ctx context.Context, kubeconfig string, wait time.Duration) (notReadyNodes int, err error) {
 	deadline := time.Now().Add(wait)
 	for {
 		m, err := c.nodes(ctx, kubeconfig)
@@ -98,17 +99,19 @@ func (c *runCmd) waitNodes(ctx context.Context, kubeconfig string, wait time.Dur
 			}
 			slices.Sort(names)
 			fmt.Printf("conformance: nodes ready: %s\n", strings.Join(names, " "))
-			return nil
+			return 0, nil
 		}
 		if time.Now().After(deadline) {
+			n := c.clusterNodes
 			if err == nil {
+				n = len(notReady(m)) + max(0, c.clusterNodes-len(m))
 				err = fmt.Errorf("%d of %d nodes there, not ready: %s", len(m), c.clusterNodes, strings.Join(notReady(m), "; "))
 			}
-			return fmt.Errorf("nodes not ready after %v: %w", wait, err)
+			return n, fmt.Errorf("nodes not ready after %v: %w", wait, err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(c.nodeEvery / 6):
 		}
 	}
