@@ -232,19 +232,7 @@ func TestNamesFocus(t *testing.T) {
 // and its condition in its failure; the next attempt waits until the
 // node is Ready again and runs what was left, and the run passes.
 func TestRoundsNodeLost(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	nodes := filepath.Join(dir, "nodes")
-	setNodes(t, nodes, "n1=True:KubeletReady n2=True:KubeletReady")
-	t.Setenv(fakeGinkgoEnv, "a=pass,b=lost,c=pass")
-	t.Setenv(fakeKubectlEnv, nodes)
-	c := runCmd{ginkgo: exe, kubectl: exe, e2e: "e2e.test", out: dir, timeout: time.Hour,
-		stall: time.Minute, grace: time.Second, pollEvery: 20 * time.Millisecond,
-		nodeEvery: 60 * time.Millisecond, nodeWait: time.Minute, clusterNodes: 2}
-	r := newResults(filepath.Join(dir, "progress.jsonl"))
+	c, r, dir, nodes := nodeRun(t, "a=pass,b=lost,c=pass", time.Minute)
 	var out strings.Builder
 	r.out = &out
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -307,19 +295,7 @@ func TestRoundsNodeLost(t *testing.T) {
 // node may be not Ready (else it would wait for it before its first
 // spec), and the rest of the run passes.
 func TestRoundsNodeLeftBehind(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	nodes := filepath.Join(dir, "nodes")
-	setNodes(t, nodes, "n1=True:KubeletReady n2=True:KubeletReady")
-	t.Setenv(fakeGinkgoEnv, "a=pass,b=lost")
-	t.Setenv(fakeKubectlEnv, nodes)
-	c := runCmd{ginkgo: exe, kubectl: exe, e2e: "e2e.test", out: dir, timeout: time.Hour,
-		stall: time.Minute, grace: time.Second, pollEvery: 20 * time.Millisecond,
-		nodeEvery: 60 * time.Millisecond, nodeWait: 300 * time.Millisecond, clusterNodes: 2}
-	r := newResults(filepath.Join(dir, "progress.jsonl"))
+	c, r, dir, nodes := nodeRun(t, "a=pass,b=lost", 300*time.Millisecond)
 	r.out = io.Discard
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -342,4 +318,23 @@ func TestRoundsNodeLeftBehind(t *testing.T) {
 	if c.leftBehind != 1 {
 		t.Errorf("left behind %d nodes, want 1", c.leftBehind)
 	}
+}
+
+// nodeRun is the runner of the lost-node tests: the test binary as
+// ginkgo (running specs) and kubectl (two Ready nodes, n1 and n2, in the
+// file nodes), the nodes looked at every 60 ms and waited for nodeWait.
+func nodeRun(t *testing.T, specs string, nodeWait time.Duration) (c *runCmd, r *results, dir, nodes string) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	nodes = filepath.Join(dir, "nodes")
+	setNodes(t, nodes, "n1=True:KubeletReady n2=True:KubeletReady")
+	t.Setenv(fakeGinkgoEnv, specs)
+	t.Setenv(fakeKubectlEnv, nodes)
+	c = &runCmd{ginkgo: exe, kubectl: exe, e2e: "e2e.test", out: dir, timeout: time.Hour,
+		stall: time.Minute, grace: time.Second, pollEvery: 20 * time.Millisecond,
+		nodeEvery: 60 * time.Millisecond, nodeWait: nodeWait, clusterNodes: 2}
+	return c, newResults(filepath.Join(dir, "progress.jsonl")), dir, nodes
 }
