@@ -121,7 +121,7 @@ func TestDataDiskNamedBySerial(t *testing.T) {
 func TestQEMUDiskArgs(t *testing.T) {
 	o := NodeOptions{DiskPath: "/d/a,b.img", Disks: []Disk{{Path: "/d/second.img", Serial: "S2"}}}
 	var got []string
-	args := qemuArgs(o, "/s/qmp", "", false)
+	args := qemuArgs(o, "/s/qmp", "", false, 0)
 	for i := 0; i+1 < len(args); i++ {
 		if args[i] == "-drive" || args[i] == "-device" && strings.HasPrefix(args[i+1], "virtio-blk") {
 			got = append(got, args[i], args[i+1])

@@ -546,6 +546,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		time.Sleep(3 * time.Second)
 	}
 
+	checkClocks(t, ctx, k, first, second)
 	auditAndRevoke(t, ctx, c, ctl, k, first, web)
 	k.run(t, ctx, "delete", "pod", web, "--wait=false")
 	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
@@ -595,6 +596,26 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	userImages, userPods := userImagePods(t, next, second.ID())
 	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) }, userPods...)
 	checkUserImages(t, ctx, c, ctl, k, second, userImages)
+}
+
+// checkClocks: each node's clock agrees with the host's, minutes after
+// its boot, as its kubelet's last renewal of its node lease (every 10 s)
+// tells. A guest kernel that calibrated its TSC wrongly under TCG ran
+// its clock several times too fast (vmtest.go, qemuArgs): leases,
+// tokens and certificates all go wrong with it.
+func checkClocks(t *testing.T, ctx context.Context, k kubectl, nodes ...*ClusterNode) {
+	t.Helper()
+	for _, n := range nodes {
+		out := strings.TrimSpace(k.run(t, ctx, "get", "lease", "-n", "kube-node-lease", n.ID(), "-o", "jsonpath={.spec.renewTime}"))
+		renewed, err := time.Parse(time.RFC3339Nano, out)
+		if err != nil {
+			t.Errorf("%s: node lease renewed at %q: %v", n.Name, out, err)
+			continue
+		}
+		if skew := renewed.Sub(time.Now()); skew > time.Minute || skew < -time.Minute {
+			t.Errorf("%s's clock is %v off the host's (its node lease renewed at %s)", n.Name, skew.Round(time.Second), out)
+		}
+	}
 }
 
 // attackNode is what a user allowed to create pods tries first against

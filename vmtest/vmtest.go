@@ -338,7 +338,12 @@ func (n *Node) startTPM(ctx context.Context) (string, error) {
 
 // startQEMU starts QEMU with the console on the node's sink.
 func (n *Node) startQEMU(tpmSock string) error {
-	args := qemuArgs(n.opts, n.qmpPath, tpmSock, KVMAvailable())
+	kvm := KVMAvailable()
+	var tscKHz uint64
+	if !kvm {
+		tscKHz = hostTSCkHz()
+	}
+	args := qemuArgs(n.opts, n.qmpPath, tpmSock, kvm, tscKHz)
 	// The exact command line, pasteable into a shell, is the first thing
 	// one wants when reproducing a failure by hand.
 	fmt.Fprintf(n.qemuLog, "# qemu-system-x86_64 %s\n", shellJoin(args))
@@ -426,7 +431,19 @@ func shortTempDir() (string, error) {
 // a literal comma must be doubled.
 func qemuOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
-func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
+// qemuArgs is QEMU's command line for node o. tscKHz, if not 0, is the
+// guest's TSC rate under TCG, handed to a kernel booted directly as
+// tsc_early_khz: QEMU gives a TCG guest the host's counter for RDTSC, and
+// the kernel's own calibration (the TSC against the emulated PIT and
+// HPET over a few milliseconds) goes wrong when the host deschedules the
+// vCPU in the middle: measured, a worker that booted beside three busy
+// VMs on two cores ran its clock 8.7 times too fast, with tsc=reliable
+// (board/qemu.go) nothing to correct it: its pods found their service
+// account tokens expired moments after the controller issued them.
+// Under load the calibration is also off by some 0.05 % when it works
+// (40 s a day). A kernel booted by the firmware (UEFI) keeps its
+// image's command line, and calibrates.
+func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool, tscKHz uint64) []string {
 	args := []string{
 		"-machine", "q35",
 		"-m", strconv.Itoa(o.MemoryMiB),
@@ -457,8 +474,12 @@ func qemuArgs(o NodeOptions, qmpPath, tpmSock string, kvm bool) []string {
 	if o.Initramfs != "" {
 		args = append(args, "-initrd", o.Initramfs)
 	}
-	if o.Cmdline != "" {
-		args = append(args, "-append", o.Cmdline)
+	cmdline := o.Cmdline
+	if o.Kernel != "" && tscKHz != 0 {
+		cmdline = strings.TrimSpace(cmdline + " tsc_early_khz=" + strconv.FormatUint(tscKHz, 10))
+	}
+	if cmdline != "" {
+		args = append(args, "-append", cmdline)
 	}
 	args = append(args, "-device", "virtio-rng-pci")
 	// -device (not -drive if=virtio, whose devices QEMU adds after every

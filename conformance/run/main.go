@@ -62,7 +62,7 @@ const conformanceMemoryMiB = 4096
 type runCmd struct {
 	image, out, e2e, ginkgo, kubectl, plinthctl string
 	focus, skip                                 string
-	serial                                      bool
+	serial, hold                                bool
 	procs                                       int
 	timeout, stall                              time.Duration
 	grace, pollEvery                            time.Duration // after an interrupt, the kill; progress polls
@@ -93,6 +93,7 @@ func main() {
 	flag.StringVar(&c.names, "names", "", "run the specs named in `FILE`, one full name per line (as the progress lines and summary print them; lines beginning with # are comments), instead of -focus and -skip")
 	flag.IntVar(&c.clusterNodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
 	flag.DurationVar(&c.nodeWait, "node-wait", 10*time.Minute, "after a node stopped being Ready during a round (its specs interrupted), wait this long for it before the round goes on")
+	flag.BoolVar(&c.hold, "hold", false, "keep the launched cluster running after the summary, until interrupted (to look into a failure, or run more against it with -kubeconfig)")
 	flag.IntVar(&c.memoryMiB, "memory", conformanceMemoryMiB, "each launched node's memory in MiB")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -175,7 +176,13 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 	for _, r := range rounds {
 		planned = append(planned, r.planned...)
 	}
-	return results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start), planned)
+	failed, err = results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start), planned)
+	if c.hold && c.kubeconfig == "" {
+		fmt.Printf("conformance: -hold: the cluster stays up (KUBECONFIG=%s PLINTH_CONFIG=%s); Ctrl-C powers it off\n",
+			kubeconfig, filepath.Join(c.out, "cluster", "owner"))
+		<-ctx.Done()
+	}
+	return failed, err
 }
 
 // A round is one selection of specs (the default one, the serial one),
