@@ -99,12 +99,12 @@ func (w *workerKubernetes) controllerRunnable(nodeID string, addr net.IP, st *co
 	}
 }
 
-func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *CuratorConnection) (supervisor.Runnable, reportStopped) {
+func (w *workerKubernetes) workerRunnable(nodeID string, addr net.IP, conn *CuratorConnection, controller bool) (supervisor.Runnable, reportStopped) {
 	if w.runWorker != nil {
 		return w.runWorker(nodeID, addr, conn)
 	}
 	wk := &kubernetes.Worker{
-		Root: w.root, NodeID: nodeID, Address: addr, ResolvConf: w.resolvConf,
+		Root: w.root, NodeID: nodeID, Address: addr, ResolvConf: w.resolvConf, ControlPlane: controller,
 		APIServers: w.controllers, LoadModules: w.loadModules,
 		Certify: func(ctx context.Context, keys kubernetes.WorkerKeys) (*kubernetes.WorkerCertificates, error) {
 			return certifyWorker(ctx, conn, keys)
@@ -171,7 +171,7 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			run, stopped := w.workerRunnable(nd.nodeID, addr, conn)
+			run, stopped := w.workerRunnable(nd.nodeID, addr, conn, controller)
 			w.stopped = stopped
 			if err := supervisor.Run(ctx, "worker", run); err != nil {
 				return err

@@ -453,6 +453,13 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	if !processListed(status, "root.roleserver.kubernetes.controller.apiserver") || !processListed(status, "root") {
 		t.Fatalf("plinthctl status lists no API server or core process with CPU time and memory:\n%s", status)
 	}
+	// The controller keeps half its two vCPUs from pods for its control
+	// plane (kubeReserved); the worker keeps none.
+	for n, want := range map[*ClusterNode]string{first: "1", second: "2"} {
+		if got := strings.TrimSpace(k.run(t, ctx, "get", "node", n.ID(), "-o", "jsonpath={.status.allocatable.cpu}")); got != want {
+			t.Errorf("%s: allocatable CPU %q, want %q", n.Name, got, want)
+		}
+	}
 
 	// On the node with every role (as a one-node cluster's): a
 	// Deployment runs; logs and exec work; a deleted pod is replaced.

@@ -107,6 +107,27 @@ func TestKubeletConfig(t *testing.T) {
 	}
 }
 
+// TestKubeletReserved: a controller's kubelet keeps half its CPUs, at
+// most two, from pods for the control plane; a worker's keeps none.
+func TestKubeletReserved(t *testing.T) {
+	root := testRoot(t)
+	for _, c := range []struct {
+		cpus         int
+		controlPlane bool
+		want         string
+	}{{2, true, "1000m"}, {1, true, "500m"}, {16, true, "2000m"}, {2, false, ""}} {
+		var cfg struct {
+			KubeReserved map[string]string `json:"kubeReserved"`
+		}
+		if err := json.Unmarshal(kubeletConfig(kubeletParams{root: root, cpus: c.cpus, controlPlane: c.controlPlane}), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.KubeReserved["cpu"]; got != c.want {
+			t.Errorf("%d CPUs, control plane %v: kubeReserved cpu %q, want %q", c.cpus, c.controlPlane, got, c.want)
+		}
+	}
+}
+
 // TestControlPlaneArgs: the API server uses the confined etcd endpoint
 // and never compacts it (the consensus service does), checks kubelets'
 // serving certificates against their own CA, starts with its admission,

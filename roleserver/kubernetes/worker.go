@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,9 @@ type Worker struct {
 	Address net.IP
 	// ResolvConf is the node's resolver configuration.
 	ResolvConf string
+	// ControlPlane: the node also runs the control plane (a controller),
+	// whose CPU the kubelet keeps from pods (controlPlaneCPU).
+	ControlPlane bool
 	// APIServers are the controllers' API servers (host:port).
 	APIServers event.Value[[]string]
 	// Certify asks the curator for the worker's certificates.
@@ -380,7 +384,8 @@ func workerFiles(w *Worker, k *workerKeys, c *WorkerCertificates) (files, error)
 		fileKubeletKubeconfig: kubeconfig(server, "", ca, pki.CertificatePEM(c.KubeletClient), kubeletClientKey),
 		fileProxyKubeconfig:   kubeconfig(server, "", ca, pki.CertificatePEM(c.Proxy), proxyKey),
 		fileKubeletConfig: kubeletConfig(kubeletParams{root: w.Root, clientCA: filepath.Join(dir, fileWorkerCA),
-			certFile: filepath.Join(dir, fileKubeletCert), keyFile: filepath.Join(dir, fileKubeletKey), resolvConf: w.ResolvConf}),
+			certFile: filepath.Join(dir, fileKubeletCert), keyFile: filepath.Join(dir, fileKubeletKey), resolvConf: w.ResolvConf,
+			cpus: runtime.NumCPU(), controlPlane: w.ControlPlane}),
 		fileProxyConfig: proxyConfig(filepath.Join(dir, fileProxyKubeconfig), w.NodeID),
 		fileCorefile:    corefile(filepath.Join(dir, fileProxyKubeconfig), w.ResolvConf),
 	}
