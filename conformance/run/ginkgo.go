@@ -84,7 +84,6 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}()
 	}
-	roundStart := r.count()
 	last := time.Now()
 	tick := time.NewTicker(c.pollEvery)
 	defer tick.Stop()
@@ -92,7 +91,7 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	for {
 		select {
 		case err := <-done:
-			finished += r.poll(planned, roundStart)
+			finished += r.poll(planned, finished)
 			return finished, nodeLost, err
 		case <-ctx.Done():
 			if !interrupted {
@@ -100,7 +99,7 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 				interrupt("stopped")
 			}
 		case <-tick.C:
-			if n := r.poll(planned, roundStart); n > 0 {
+			if n := r.poll(planned, finished); n > 0 {
 				finished += n
 				last = time.Now()
 			}

@@ -31,19 +31,18 @@ func newResults(path string) *results {
 	return &results{path: path, interrupted: map[string]int{}, out: os.Stdout}
 }
 
-func (r *results) count() int { return len(r.specs) }
 
 // poll reads the lines added since the last poll and prints each as
-// "[n/planned] outcome time name" (n counted from the round's start);
-// it returns how many there were.
-func (r *results) poll(planned, roundStart int) int {
+// "[n/planned] outcome time name", n counted on from before (the
+// attempt's specs finished so far); it returns how many there were.
+func (r *results) poll(planned, before int) int {
 	all, err := e2especs.ReadProgress(r.path)
 	if err != nil || len(all) <= r.seen {
 		return 0
 	}
 	fresh := all[r.seen:]
 	r.seen = len(all)
-	for _, s := range fresh {
+	for i, s := range fresh {
 		// A spec run again (a later round) replaces its earlier outcome.
 		r.specs = slices.DeleteFunc(r.specs, func(o e2especs.Spec) bool { return o.Name == s.Name })
 		if s.State == "interrupted" {
@@ -53,7 +52,7 @@ func (r *results) poll(planned, roundStart int) int {
 			}
 		}
 		r.specs = append(r.specs, s)
-		fmt.Fprintf(r.out, "[%d/%d] %-7s %6.1fs %s\n", len(r.specs)-roundStart, planned, s.Outcome(), s.Seconds, s.Name)
+		fmt.Fprintf(r.out, "[%d/%d] %-7s %6.1fs %s\n", before+i+1, planned, s.Outcome(), s.Seconds, s.Name)
 		if s.Failure != "" && s.Outcome() == "failed" {
 			fmt.Fprintf(r.out, "          %s\n", s.Failure)
 		}

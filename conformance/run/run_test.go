@@ -288,6 +288,17 @@ func TestRoundsNodeLost(t *testing.T) {
 	if r.interrupted["b"] != 1 {
 		t.Errorf("b interrupted %d times, want 1", r.interrupted["b"])
 	}
+	// Each attempt counts its own specs from 1: the first finished a
+	// and b (interrupted) of three, the second b and c of two.
+	var counts []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "[") {
+			counts = append(counts, strings.Fields(l)[0])
+		}
+	}
+	if want := []string{"[1/3]", "[2/3]", "[1/2]", "[2/2]"}; !slices.Equal(counts, want) {
+		t.Errorf("progress counts %q, want %q:\n%s", counts, want, out.String())
+	}
 }
 
 // TestRoundsNodeLeftBehind: a node that does not come back within
