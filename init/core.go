@@ -265,8 +265,10 @@ func setupCgroups() (string, error) {
 	//
 	//	/sys/fs/cgroup/init      the core (etcd, API server, …)   weight 200
 	//	/sys/fs/cgroup/runtime   containerd, shims, kubelet       weight 100
-	//	/sys/fs/cgroup/kubepods  the pods (the kubelet sets it    weight 79 on 2 CPUs
-	//	                         from the allocatable CPU)
+	//	/sys/fs/cgroup/kubepods  the pods (the kubelet sets it    weight 79 on 2 CPUs,
+	//	                         from the allocatable CPU)        39 on a 2-CPU controller,
+	//	                                                          which keeps 1 CPU back
+	//	                                                          (kubernetes.controlPlaneCPU)
 	//
 	// The core above the runtime: while pods start, the runtime's many
 	// threads (a shim per pod, runc, CNI plugins) would otherwise take the

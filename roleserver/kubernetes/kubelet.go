@@ -94,14 +94,15 @@ func kubeReserved(p kubeletParams) map[string]string {
 
 // controlPlaneCPU is the CPU, in millicores, a controller keeps from its
 // pods for the control plane beside them: half its CPUs, at most two.
-// The scheduler then places pods on a controller by what is left (pods
-// without requests count 100m each in its scores), so more go to the
-// workers, and the kubelet weighs the pods' cgroup by it, so that the
-// pods on a busy controller yield CPU to the API server and etcd. Measured
-// 2026-12-06 under TCG, 2 vCPUs: while the garbage collector's spec
-// started 100 pods, half of them on the controller, its API server, core
-// (etcd), controller manager and scheduler used 0.9 of its two vCPUs
-// (README, Conformance).
+// The kubelet weighs the pods' cgroup by what is left (init's
+// setupCgroups), so that the pods on a busy controller yield CPU to the
+// API server and etcd, and the scheduler counts requests against it.
+// Measured 2026-12-06 under TCG, 2 vCPUs: while the garbage collector's
+// spec started 100 pods, half of them on the controller, its API server,
+// core (etcd), controller manager and scheduler used 0.9 of its two
+// vCPUs; with this the API server's requests took a third less (README,
+// Conformance). The scheduler still spread that spec's pods half and
+// half: its default topology spreading outweighs the free CPU.
 func controlPlaneCPU(cpus int) int {
 	return min(cpus*500, 2000)
 }
