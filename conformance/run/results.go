@@ -31,7 +31,6 @@ func newResults(path string) *results {
 	return &results{path: path, interrupted: map[string]int{}, out: os.Stdout}
 }
 
-
 // poll reads the lines added since the last poll and prints each as
 // "[n/planned] outcome time name", n counted on from before (the
 // attempt's specs finished so far); it returns how many there were.
