@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"runtime"
 	"sort"
+	"sync"
 
+	serverversion "go.etcd.io/etcd/server/v3/etcdserver/version"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -22,19 +26,67 @@ import (
 // about its own listeners closing are the expected sound of a shutdown,
 // not faults: they are logged at info level so that a clean power-off
 // shows no errors.
+//
+// The first failure of a step that etcd itself retries on a timer (see
+// retriedByEtcd) is a warning; a second one from the same etcd instance is
+// an error. Each etcd instance gets its own logger, so its own count.
 func newZapLogger(sl *slog.Logger, stopping ...<-chan struct{}) *zap.Logger {
-	return zap.New(&slogCore{sl: sl, stopping: stopping}, zap.WithFatalHook(zapcore.WriteThenPanic))
+	core := &slogCore{sl: sl, stopping: stopping, failed: &failures{seen: map[string]bool{}}}
+	// The caller tells which etcd function logged an entry: AddCaller.
+	return zap.New(core, zap.WithFatalHook(zapcore.WriteThenPanic), zap.AddCaller())
+}
+
+// retriedByEtcd names the etcd functions whose error entries report a
+// failure that etcd tries again by itself a few seconds later.
+//
+// UpdateStorageVersionIfNeeded runs when the cluster version changes and
+// every 4 s. On a member that has just started, the cluster version can be
+// set before the backend's first commit has stored a raft term, and then
+// the storage schema cannot be detected yet ("missing term information").
+// The next run, once the backend has committed, succeeds. This happened in
+// the bootstrap's temporary member, whose single-node cluster sets its
+// version within milliseconds of its first election.
+//
+// The names come from the functions themselves, so a rename in etcd breaks
+// the build instead of this rule.
+var retriedByEtcd = map[string]bool{
+	funcName((*serverversion.Monitor).UpdateStorageVersionIfNeeded): true,
+}
+
+func funcName(f any) string {
+	return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
+}
+
+// failures remembers which retried functions have failed once.
+type failures struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// first reports whether fn fails for the first time.
+func (f *failures) first(fn string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen[fn] {
+		return false
+	}
+	f.seen[fn] = true
+	return true
 }
 
 // slogCore is a zapcore.Core writing to an slog.Logger.
 type slogCore struct {
 	sl       *slog.Logger
 	stopping []<-chan struct{}
+	failed   *failures
 	fields   []zapcore.Field
 }
 
-func (c *slogCore) level(l zapcore.Level) slog.Level {
-	sl := zapToSlogLevel(l)
+func (c *slogCore) level(e zapcore.Entry) slog.Level {
+	sl := zapToSlogLevel(e.Level)
+	if sl == slog.LevelError && e.Caller.Defined && retriedByEtcd[e.Caller.Function] && c.failed.first(e.Caller.Function) {
+		sl = slog.LevelWarn
+	}
 	if sl > slog.LevelInfo {
 		for _, ch := range c.stopping {
 			select {
@@ -67,7 +119,7 @@ func (c *slogCore) Enabled(l zapcore.Level) bool {
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
 	all := make([]zapcore.Field, 0, len(c.fields)+len(fields))
 	all = append(append(all, c.fields...), fields...)
-	return &slogCore{sl: c.sl, stopping: c.stopping, fields: all}
+	return &slogCore{sl: c.sl, stopping: c.stopping, failed: c.failed, fields: all}
 }
 
 func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -98,7 +150,7 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, k := range keys {
 		attrs = append(attrs, slog.Any(k, flatten(enc.Fields[k])))
 	}
-	c.sl.LogAttrs(context.Background(), c.level(e.Level), e.Message, attrs...)
+	c.sl.LogAttrs(context.Background(), c.level(e), e.Message, attrs...)
 	return nil
 }
 
