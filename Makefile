@@ -116,7 +116,7 @@ CNI_STAMPS := $(foreach p,$(CNI_PLUGINS),$(STAMP)/cni/$(notdir $(p)))
 
 # After kubectl (order only): the two share ~1000 Kubernetes packages,
 # compiled once when the builds do not run side by side (make test's -j2).
-$(STAMP)/kube: $(wildcard cmd/kube/*.go) $(GO_MOD) $(call missing,$(BIN)/kube) | $(STAMP)/kubectl
+$(STAMP)/kube: $$(shell scripts/godeps ./cmd/kube $(KUBE_TAGS)) $(GO_MOD) $(call missing,$(BIN)/kube) | $(STAMP)/kubectl
 	@echo "gobuild: kube $(KUBE_VERSION) (cached: ~1 min to link; cold: ~11 min)"
 	@nice -n 19 scripts/gobuild $(BIN)/kube ./cmd/kube -tags $(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
 	@mkdir -p $(@D) && touch $@
@@ -149,7 +149,7 @@ export PLINTH_E2E_TEST := $(abspath $(BIN)/e2e.test)
 export PLINTH_GINKGO := $(abspath $(BIN)/ginkgo)
 export PLINTH_CONFORMANCE_BIN := $(abspath $(CONFORMANCE_BIN))
 e2e: $(BIN)/e2e.test $(BIN)/ginkgo $(CONFORMANCE_INPUTS)
-$(BIN)/e2e.test: $(wildcard conformance/*_test.go) $(GO_MOD) | $(STAMP)/kube
+$(BIN)/e2e.test: $(wildcard conformance/*.go) $(GO_MOD) | $(STAMP)/kube
 	@echo "go test -c: e2e.test $(KUBE_VERSION)"
 	@nice -n 19 go test -c -trimpath -tags conformance,$(KUBE_TAGS) -ldflags "-s -w $(KUBE_VERSION_LDFLAGS)" -o $@ ./conformance
 $(BIN)/ginkgo: $(GO_MOD)
@@ -159,10 +159,10 @@ $(CONFORMANCE_BIN)/agnhost: $(GO_MOD) | $(STAMP)/kube
 	@$(NOCGO) nice -n 19 scripts/gobuild $@ k8s.io/kubernetes/test/images/agnhost -ldflags "-s -w"
 $(CONFORMANCE_BIN)/nnp: $(GO_MOD)
 	@$(NOCGO) scripts/gobuild $@ k8s.io/kubernetes/test/images/nonewprivs -ldflags "-s -w"
-$(CONFORMANCE_BIN)/e2etools: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD)
+$(CONFORMANCE_BIN)/e2etools: $$(shell scripts/godeps ./conformance/toolbox) $(GO_MOD)
 	@echo "gobuild: e2etools (curl, nc, dig, getent)"
 	@$(NOCGO) scripts/gobuild $@ ./conformance/toolbox -ldflags "-s -w"
-$(CONFORMANCE_BIN)/e2eservers: $(wildcard conformance/toolbox/*.go conformance/toolbox/tools/*.go) $(GO_MOD) | $(STAMP)/kube
+$(CONFORMANCE_BIN)/e2eservers: $$(shell scripts/godeps ./conformance/toolbox servers,$(KUBE_TAGS)) $(GO_MOD) | $(STAMP)/kube
 	@echo "gobuild: e2eservers (etcd, sample-apiserver)"
 	@nice -n 19 scripts/gobuild $@ ./conformance/toolbox -tags servers,$(KUBE_TAGS) -ldflags "$(KUBE_LDFLAGS)"
 $(CONFORMANCE_BIN)/busybox: scripts/busybox | deps
@@ -215,7 +215,7 @@ $(CNI_STAMPS): $(STAMP)/cni/%: $(GO_MOD) $$(call missing,$(BIN)/cni/$$*)
 	@CGO_ENABLED=0 nice -n 19 scripts/gobuild $(BIN)/cni/$* $(filter %/$*,$(CNI_PLUGINS)) -ldflags "-s -w"
 	@mkdir -p $(@D) && touch $@
 
-$(STAMP)/testpod: $(wildcard cmd/testpod/*.go) $(GO_MOD) $(call missing,$(BIN)/testpod)
+$(STAMP)/testpod: $$(shell scripts/godeps ./cmd/testpod) $(GO_MOD) $(call missing,$(BIN)/testpod)
 	@CGO_ENABLED=0 scripts/gobuild $(BIN)/testpod ./cmd/testpod -ldflags "-s -w"
 	@mkdir -p $(@D) && touch $@
 
