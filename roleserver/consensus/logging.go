@@ -31,7 +31,7 @@ import (
 // retriedByEtcd) is a warning; a second one from the same etcd instance is
 // an error. Each etcd instance gets its own logger, so its own count.
 func newZapLogger(sl *slog.Logger, stopping ...<-chan struct{}) *zap.Logger {
-	core := &slogCore{sl: sl, stopping: stopping, failed: &failures{seen: map[string]bool{}}}
+	core := &slogCore{sl: sl, stopping: stopping, failed: new(sync.Map)}
 	// The caller tells which etcd function logged an entry: AddCaller.
 	return zap.New(core, zap.WithFatalHook(zapcore.WriteThenPanic), zap.AddCaller())
 }
@@ -57,34 +57,24 @@ func funcName(f any) string {
 	return runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
 }
 
-// failures remembers which retried functions have failed once.
-type failures struct {
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-// first reports whether fn fails for the first time.
-func (f *failures) first(fn string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.seen[fn] {
-		return false
-	}
-	f.seen[fn] = true
-	return true
+// firstFailure reports whether fn fails for the first time in this etcd
+// instance (failed holds the functions that have).
+func (c *slogCore) firstFailure(fn string) bool {
+	_, seen := c.failed.LoadOrStore(fn, true)
+	return !seen
 }
 
 // slogCore is a zapcore.Core writing to an slog.Logger.
 type slogCore struct {
 	sl       *slog.Logger
 	stopping []<-chan struct{}
-	failed   *failures
+	failed   *sync.Map // retried functions that have failed once
 	fields   []zapcore.Field
 }
 
 func (c *slogCore) level(e zapcore.Entry) slog.Level {
 	sl := zapToSlogLevel(e.Level)
-	if sl == slog.LevelError && e.Caller.Defined && retriedByEtcd[e.Caller.Function] && c.failed.first(e.Caller.Function) {
+	if sl == slog.LevelError && e.Caller.Defined && retriedByEtcd[e.Caller.Function] && c.firstFailure(e.Caller.Function) {
 		sl = slog.LevelWarn
 	}
 	if sl > slog.LevelInfo {
