@@ -258,6 +258,11 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 		return nil, "", err
 	}
 	stop = func() {
+		var nodes []nodeRef
+		for _, n := range cl.Nodes() {
+			nodes = append(nodes, nodeRef{name: n.Name, id: n.ID()})
+		}
+		c.saveNodeLogs(cl.OwnerDir(), nodes, filepath.Join(c.out, "nodes"))
 		cl.Close()
 		reg.Close()
 	}

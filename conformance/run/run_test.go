@@ -31,7 +31,14 @@ const suiteDescription = "Kubernetes e2e suite"
 // what `kubectl get nodes -o nodeColumns` prints.
 const fakeKubectlEnv = "PLINTH_FAKE_KUBECTL"
 
+// fakePlinthctlEnv makes the test binary a fake plinthctl (fakePlinthctl)
+// when its first argument is logs.
+const fakePlinthctlEnv = "PLINTH_FAKE_PLINTHCTL"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(fakePlinthctlEnv) != "" && len(os.Args) > 1 && os.Args[1] == "logs" {
+		os.Exit(fakePlinthctl(os.Args[2:]))
+	}
 	if nodes := os.Getenv(fakeKubectlEnv); nodes != "" && len(os.Args) > 1 && os.Args[1] == "--kubeconfig" {
 		os.Exit(fakeKubectl(nodes))
 	}
@@ -50,6 +57,28 @@ func fakeKubectl(nodes string) int {
 	}
 	os.Stdout.Write(b)
 	return 0
+}
+
+// fakePlinthctl is `plinthctl logs -config DIR ID`: node "dead" does not
+// answer (an error on stderr), "slow" answers after the test's timeout,
+// others print two log lines naming themselves and the owner directory.
+func fakePlinthctl(args []string) int {
+	if len(args) != 3 || args[0] != "-config" {
+		fmt.Fprintf(os.Stderr, "fake plinthctl: unexpected arguments %q\n", args)
+		return 2
+	}
+	switch id := args[2]; id {
+	case "dead":
+		fmt.Fprintln(os.Stderr, "plinthctl: rpc error: code = Unavailable desc = connection refused")
+		return 1
+	case "slow":
+		fmt.Println("slow first line")
+		time.Sleep(time.Hour)
+		return 0
+	default:
+		fmt.Printf("%s first line (owner %s)\n%s second line\n", id, args[1], id)
+		return 0
+	}
 }
 
 // setNodes writes the fake kubectl's nodes file (whole, by a rename):
@@ -348,4 +377,33 @@ func nodeRun(t *testing.T, specs string, nodeWait time.Duration) (c *runCmd, r *
 		stall: time.Minute, grace: time.Second, pollEvery: 20 * time.Millisecond,
 		nodeEvery: 60 * time.Millisecond, nodeWait: nodeWait, clusterNodes: 2}
 	return c, newResults(filepath.Join(dir, "progress.jsonl")), dir, nodes
+}
+
+// TestNodeLogsSaved: before the cluster goes, each node's logs are kept
+// in a file of its own; a node that does not answer, or not in time, has
+// why at the end of its file, and the nodes after it are still read.
+func TestNodeLogsSaved(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(fakePlinthctlEnv, "1")
+	defer func(d time.Duration) { nodeLogsTimeout = d }(nodeLogsTimeout)
+	nodeLogsTimeout = 5 * time.Second
+	dir := t.TempDir()
+	c := &runCmd{plinthctl: self}
+	c.saveNodeLogs("/owner", []nodeRef{{"node0", "id0"}, {"node1", "dead"}, {"node2", "slow"}, {"node3", "id3"}}, dir)
+	for name, want := range map[string]string{
+		"node0": "id0 first line (owner /owner)\nid0 second line\n",
+		"node1": "connection refused",
+		"node2": "slow first line\nconformance: plinthctl logs slow: no answer within 5s\n",
+		"node3": "id3 first line (owner /owner)\nid3 second line\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if got := string(b); !strings.Contains(got, want) {
+			t.Errorf("%s.log is %q, want it to hold %q", name, got, want)
+		}
+	}
 }

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// A node of the launched cluster, as saveNodeLogs reads it.
+type nodeRef struct {
+	name, id string
+}
+
+// nodeLogsTimeout bounds the reading of one node's logs: a node whose
+// power was cut does not answer, and the others are still read.
+var nodeLogsTimeout = 3 * time.Minute
+
+// saveNodeLogs writes every node's log tree (`plinthctl logs`: each
+// component, as much of it as the node keeps) to dir/NAME.log before the
+// cluster is powered off. The suite keeps the logs of a failed spec's
+// pods but not of what ran them, and a failure that a node's kube-proxy,
+// kubelet or containerd explains (a connection refused at a Service
+// address, a sandbox that did not start) can then be looked into after
+// the run. A node that cannot be read, or not wholly, has the reason at
+// the end of its file.
+func (c *runCmd) saveNodeLogs(ownerDir string, nodes []nodeRef, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Printf("conformance: node logs: %v\n", err)
+		return
+	}
+	for _, n := range nodes {
+		file := filepath.Join(dir, n.name+".log")
+		if err := c.nodeLogs(ownerDir, n.id, file); err != nil {
+			fmt.Printf("conformance: the logs of %s: %v\n", n.name, err)
+			// After what it did write.
+			if f, ferr := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
+				fmt.Fprintf(f, "conformance: plinthctl logs %s: %v\n", n.id, err)
+				f.Close()
+			}
+		}
+	}
+	fmt.Printf("conformance: the nodes' logs are in %s\n", dir)
+}
+
+// nodeLogs writes node id's logs to file.
+func (c *runCmd) nodeLogs(ownerDir, id, file string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), nodeLogsTimeout)
+	defer cancel()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.CommandContext(ctx, c.plinthctl, "logs", "-config", ownerDir, id)
+	cmd.Stdout = f
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); ctx.Err() != nil {
+		return fmt.Errorf("no answer within %v", nodeLogsTimeout)
+	} else if err != nil {
+		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return f.Close()
+}
