@@ -13,7 +13,8 @@
 //	   ▼
 //	CONFORMANCE=serial: the [Serial] conformance specs, one at a time
 //	summary (passed / failed / skipped, each failure's first line) ──► OUT/summary.txt
-//	OUT/junit_01.xml (the suite's report), OUT/e2e-*.log; the cluster powered off
+//	OUT/junit_01.xml (the suite's report), OUT/e2e-*.log
+//	each node's logs ──► OUT/nodes/NAME.log (nodelogs.go); the cluster powered off
 //
 // Why a program and not a script: the cluster comes from the VM test
 // harness (vmtest.LaunchCluster, as plinthctl launch), and it must be
