@@ -36,25 +36,28 @@ func (c *runCmd) saveNodeLogs(ownerDir string, nodes []nodeRef, dir string) {
 		file := filepath.Join(dir, n.name+".log")
 		if err := c.nodeLogs(ownerDir, n.id, file); err != nil {
 			fmt.Printf("conformance: the logs of %s: %v\n", n.name, err)
-			// After what it did write.
-			if f, ferr := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
-				fmt.Fprintf(f, "conformance: plinthctl logs %s: %v\n", n.id, err)
-				f.Close()
-			}
 		}
 	}
 	fmt.Printf("conformance: the nodes' logs are in %s\n", dir)
 }
 
-// nodeLogs writes node id's logs to file.
-func (c *runCmd) nodeLogs(ownerDir, id, file string) error {
+// nodeLogs writes node id's logs to file, and why they end early, if
+// they do, after what was read.
+func (c *runCmd) nodeLogs(ownerDir, id, file string) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), nodeLogsTimeout)
 	defer cancel()
 	f, err := os.Create(file)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() {
+		if err != nil {
+			fmt.Fprintf(f, "conformance: plinthctl logs %s: %v\n", id, err)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	cmd := exec.CommandContext(ctx, c.plinthctl, "logs", "-config", ownerDir, id)
 	cmd.Stdout = f
 	var stderr bytes.Buffer
@@ -64,5 +67,5 @@ func (c *runCmd) nodeLogs(ownerDir, id, file string) error {
 	} else if err != nil {
 		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	return f.Close()
+	return nil
 }
