@@ -19,7 +19,8 @@ import (
 
 // What a node runs for Kubernetes comes from outside the builder, built
 // by `make` from the modules go.mod pins: the multi-call kube binary, the
-// container runtime (containerd, its runc shim, runc), the CNI plugins,
+// container runtime (containerd, its runc shim, and crun, the OCI runtime
+// it runs, built from C by scripts/crun), the CNI plugins,
 // and testpod, the one program of the node's container images. The
 // builder checks each is a static executable for the board's machine (the
 // node has no libraries for them), puts them at their layout paths and
@@ -30,7 +31,7 @@ type Binaries struct {
 	Kube           string
 	Containerd     string
 	ContainerdShim string
-	Runc           string
+	OCIRuntime     string
 	// CNIDir holds the plugins named in CNIPlugins.
 	CNIDir string
 	// Testpod is cmd/testpod.
@@ -41,13 +42,13 @@ type Binaries struct {
 var CNIPlugins = []string{"host-local", "loopback", "portmap", "ptp"}
 
 // BinariesIn names the binaries as `make` builds them into dir (out/bin):
-// kube, containerd, containerd-shim-runc-v2, runc, cni/*, testpod.
+// kube, containerd, containerd-shim-runc-v2, crun, cni/*, testpod.
 func BinariesIn(dir string) Binaries {
 	return Binaries{
 		Kube:           filepath.Join(dir, "kube"),
 		Containerd:     filepath.Join(dir, "containerd"),
 		ContainerdShim: filepath.Join(dir, "containerd-shim-runc-v2"),
-		Runc:           filepath.Join(dir, "runc"),
+		OCIRuntime:     filepath.Join(dir, "crun"),
 		CNIDir:         filepath.Join(dir, "cni"),
 		Testpod:        filepath.Join(dir, "testpod"),
 	}
@@ -60,7 +61,7 @@ func (b Binaries) placement() []struct{ src, dest string } {
 		{b.Kube, layout.KubeBinary},
 		{b.Containerd, layout.ContainerdBinary},
 		{b.ContainerdShim, layout.ContainerdShimBinary},
-		{b.Runc, layout.RuncBinary},
+		{b.OCIRuntime, layout.OCIRuntimeBinary},
 	}
 	for _, c := range CNIPlugins {
 		p = append(p, struct{ src, dest string }{filepath.Join(b.CNIDir, c), filepath.Join(layout.CNIBinDir, c)})
@@ -105,7 +106,7 @@ func checkELF(f *elf.File, p, arch string) error {
 // check refuses, before any work is done, binaries the node could not run.
 func (b Binaries) check(arch string) error {
 	for _, f := range [][2]string{{"kube", b.Kube}, {"containerd", b.Containerd}, {"containerd shim", b.ContainerdShim},
-		{"runc", b.Runc}, {"CNI plugin directory", b.CNIDir}, {"testpod", b.Testpod}} {
+		{"OCI runtime (crun)", b.OCIRuntime}, {"CNI plugin directory", b.CNIDir}, {"testpod", b.Testpod}} {
 		if f[1] == "" {
 			return fmt.Errorf("no %s given (plinthctl build -bin DIR; make builds them in out/bin)", f[0])
 		}

@@ -245,19 +245,19 @@ func TestBinariesChecked(t *testing.T) {
 		name, want string
 		data       []byte
 	}{
-		{"dynamic", "dynamically linked", tinyELF(elf.EM_X86_64, "/lib64/ld-linux-x86-64.so.2", "runc")},
-		{"other machine", "built for EM_AARCH64", tinyELF(elf.EM_AARCH64, "", "runc")},
+		{"dynamic", "dynamically linked", tinyELF(elf.EM_X86_64, "/lib64/ld-linux-x86-64.so.2", "crun")},
+		{"other machine", "built for EM_AARCH64", tinyELF(elf.EM_AARCH64, "", "crun")},
 		{"not ELF", "not an ELF executable", []byte("#!/bin/sh\n")},
 	} {
-		if err := os.WriteFile(bins.Runc, c.data, 0o755); err != nil {
+		if err := os.WriteFile(bins.OCIRuntime, c.data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		err := bins.check(b.Arch)
-		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), bins.Runc) {
-			t.Errorf("%s runc: %v, want an error naming it and %q", c.name, err, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), bins.OCIRuntime) {
+			t.Errorf("%s crun: %v, want an error naming it and %q", c.name, err, c.want)
 		}
 	}
-	os.WriteFile(bins.Runc, tinyELF(elf.EM_X86_64, "", "runc"), 0o755)
+	os.WriteFile(bins.OCIRuntime, tinyELF(elf.EM_X86_64, "", "crun"), 0o755)
 	os.Remove(filepath.Join(bins.CNIDir, "ptp"))
 	if err := bins.check(b.Arch); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing ptp: %v", err)

@@ -271,7 +271,7 @@ func setupCgroups() (string, error) {
 	//	                                                          (kubernetes.controlPlaneCPU)
 	//
 	// The core above the runtime: while pods start, the runtime's many
-	// threads (a shim per pod, runc, CNI plugins) would otherwise take the
+	// threads (a shim per pod, crun, CNI plugins) would otherwise take the
 	// vCPUs the API server and etcd need (measured: 100 pods on two 4 GiB
 	// TCG nodes, the replication controller reported them after 168 s and
 	// the controller manager lost its lease; with the runtime in a cgroup

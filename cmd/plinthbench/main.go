@@ -3,7 +3,7 @@
 //
 //	image build: cold (empty Go build cache for /init, new output dir) and warm
 //	sizes:       initramfs, system image, /init, and what the system image
-//	             carries for Kubernetes (kube, containerd, shim, runc, CNI
+//	             carries for Kubernetes (kube, containerd, shim, crun, CNI
 //	             plugins, container image archives; from the manifest)
 //	boot:        launch → "node ready" of the real image, side by side with the
 //	             same kernel booting a trivial init in the same run (ratio)

@@ -42,7 +42,7 @@ func (c *buildCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&c.kernelPackage, "kernel-package", "", "path of the board's Debian kernel package (default: fetched into -cache)")
 	fs.StringVar(&c.cache, "cache", "out/cache", "directory for downloaded kernel packages")
 	fs.StringVar(&c.init, "init", "", "static /init binary (make builds out/bin/init)")
-	fs.StringVar(&c.bin, "bin", "", "directory with kube, containerd, containerd-shim-runc-v2, runc, cni/{host-local,loopback,portmap,ptp} and testpod (make builds them in out/bin)")
+	fs.StringVar(&c.bin, "bin", "", "directory with kube, containerd, containerd-shim-runc-v2, crun, cni/{host-local,loopback,portmap,ptp} and testpod (make builds them in out/bin)")
 	fs.StringVar(&c.out, "out", "out/image/"+board.Default, "output directory")
 	fs.StringVar(&c.version, "version", "dev", "version recorded in the image")
 	fs.StringVar(&c.params, "params", "", "a cluster's register parameters (plinthctl params -register), put into the network-boot UKI's measured command line: one plinth.efi for every node that boots it")

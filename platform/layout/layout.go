@@ -35,11 +35,12 @@ const (
 const (
 	// KubeBinary is the multi-call Kubernetes binary (cmd/kube).
 	KubeBinary = "/usr/bin/kube"
-	// ContainerdBinary, ContainerdShimBinary and RuncBinary are the
-	// container runtime.
+	// ContainerdBinary, ContainerdShimBinary and OCIRuntimeBinary are
+	// the container runtime: containerd, its runc-compatible shim, and
+	// the OCI runtime the shim runs (crun, built by scripts/crun).
 	ContainerdBinary     = "/usr/bin/containerd"
 	ContainerdShimBinary = "/usr/bin/containerd-shim-runc-v2"
-	RuncBinary           = "/usr/bin/runc"
+	OCIRuntimeBinary     = "/usr/bin/crun"
 	// CNIBinDir holds the CNI plugins (ptp, host-local, loopback).
 	CNIBinDir = "/usr/lib/cni"
 	// NftBinary is nft, which kube-proxy's nftables mode runs.

@@ -40,8 +40,8 @@ func All(ms []Mount) error {
 // is what the system image's loop device reads from.
 //
 // This is the classic switch_root, not pivot_root: the initramfs rootfs
-// cannot be pivoted away from. Afterwards / is a real mount, which runc
-// needs for its own pivot_root.
+// cannot be pivoted away from. Afterwards / is a real mount, which the
+// OCI runtime (crun) needs for its own pivot_root.
 func SwitchRoot(newRoot string, move []string) error {
 	for _, m := range move {
 		target := filepath.Join(newRoot, m)

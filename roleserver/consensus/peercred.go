@@ -102,7 +102,7 @@ func peerCred(c net.Conn) (*unix.Ucred, error) {
 // sameCgroup checks that process pid is in this process's cgroup (v2,
 // /proc/PID/cgroup, read with read or procCgroup if nil): the core's
 // children are (the supervisor starts them there), a container never is
-// (runc puts it in its pod's).
+// (the OCI runtime puts it in its pod's).
 func sameCgroup(read func(pid string) ([]byte, error), pid int) error {
 	if read == nil {
 		read = procCgroup

@@ -69,9 +69,14 @@ func TestContainerdConfig(t *testing.T) {
 	} else if d, err := time.ParseDuration(p); err != nil || d < 10*time.Second {
 		t.Errorf("stats_collect_period %q: %v, want at least 10s", p, err)
 	}
+	// The handler keeps runc's name (what kept sandboxes record); the
+	// binary is crun.
+	if d := rt["containerd"].(map[string]any)["default_runtime_name"]; d != "runc" {
+		t.Errorf("default runtime %v, want runc", d)
+	}
 	runc := rt["containerd"].(map[string]any)["runtimes"].(map[string]any)["runc"].(map[string]any)
-	if opts := runc["options"].(map[string]any); opts["BinaryName"] != layout.RuncBinary || opts["SystemdCgroup"] != false {
-		t.Errorf("runc options: %v", runc)
+	if opts := runc["options"].(map[string]any); opts["BinaryName"] != layout.OCIRuntimeBinary || opts["SystemdCgroup"] != false || runc["runtime_type"] != "io.containerd.runc.v2" {
+		t.Errorf("runc handler options: %v", runc)
 	}
 }
 
