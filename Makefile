@@ -187,11 +187,13 @@ image-conformance: deps $(CONFORMANCE_IMAGE)/manifest.json
 # summary's failures, say); CONFORMANCE=serial runs the serial ones
 # afterwards; CONFORMANCE=quick the specs of conformance/quick.txt (a
 # subset of the default selection that fits 45 minutes here: the README
-# says how it was chosen).
+# says how it was chosen); SEED=N the order of the run whose summary
+# printed seed N (a failure that depends on the spec before it).
 conformance: e2e image-conformance $(BIN)/kubectl
 	$(NOCGO) go run -trimpath ./conformance/run -image $(CONFORMANCE_IMAGE) -out $(OUT)/conformance \
 	  $(if $(FOCUS),-focus '$(FOCUS)') $(if $(SKIP),-skip '$(SKIP)') $(if $(NAMES),-names '$(NAMES)') \
-	  $(if $(filter quick,$(CONFORMANCE)),-names conformance/quick.txt) $(if $(filter serial,$(CONFORMANCE)),-serial)
+	  $(if $(filter quick,$(CONFORMANCE)),-names conformance/quick.txt) $(if $(filter serial,$(CONFORMANCE)),-serial) \
+	  $(if $(SEED),-seed $(SEED))
 
 $(STAMP)/containerd: $(GO_MOD) $(call missing,$(BIN)/containerd)
 	@echo "gobuild: containerd $(CONTAINERD_VERSION)"

@@ -53,7 +53,10 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 		return 0, false, err
 	}
 	defer lf.Close()
-	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), "--timeout=" + c.timeout.String(),
+	// The seed orders the specs of the whole suite, those not selected
+	// too: the same seed gives a selection's specs the same order in
+	// every attempt and round, and in a later run with another selection.
+	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), fmt.Sprintf("--seed=%d", c.seed), "--timeout=" + c.timeout.String(),
 		"--focus=" + focus, "--skip=" + skip, "--poll-progress-after=10m", c.e2e, "--"}
 	suite := e2especs.SuiteFlags(kubeconfig, c.kubectl, c.out)
 	if c.leftBehind > 0 {

@@ -73,6 +73,7 @@ type runCmd struct {
 	memoryMiB                                   int           // each node's memory
 	nodeEvery, nodeWait                         time.Duration // looks at the nodes during an attempt; the wait for them after one interrupted for a node
 	leftBehind                                  int           // nodes not Ready after that wait: the suite's --allowed-not-ready-nodes
+	seed                                        int64         // ginkgo's random seed: the order of the specs
 }
 
 func main() {
@@ -96,6 +97,7 @@ func main() {
 	flag.DurationVar(&c.nodeWait, "node-wait", 10*time.Minute, "after a node stopped being Ready during a round (its specs interrupted), wait this long for it before the round goes on")
 	flag.BoolVar(&c.hold, "hold", false, "keep the launched cluster running after the summary, until interrupted (to look into a failure, or run more against it with -kubeconfig)")
 	flag.IntVar(&c.memoryMiB, "memory", conformanceMemoryMiB, "each launched node's memory in MiB")
+	flag.Int64Var(&c.seed, "seed", 0, "ginkgo's random seed, which orders the specs (0: a new one; the summary prints it, and -seed N with any selection runs the specs it shares with that run in the same order, to replay a failure that depends on the spec before)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "conformance: unexpected arguments %q\n", flag.Args())
@@ -139,6 +141,9 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return false, err
 	}
+	if c.seed == 0 {
+		c.seed = 1 + time.Now().UnixNano()%1_000_000_000
+	}
 	start := time.Now()
 	rounds := []round{{name: "selection", focus: c.focus, skip: c.skip, procs: c.procs}}
 	if c.serial {
@@ -172,6 +177,7 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 	}
 
 	results := newResults(filepath.Join(c.out, "progress.jsonl"))
+	results.seed = c.seed
 	c.runRounds(ctx, kubeconfig, rounds, results)
 	var planned []string
 	for _, r := range rounds {

@@ -18,6 +18,7 @@ type results struct {
 	seen        int             // lines of path read
 	interrupted map[string]int  // times each name was interrupted
 	reason      string          // why the runner interrupted the current attempt ("" if it did not)
+	seed        int64           // the specs' order (ginkgo's seed), printed with the summary
 	out         io.Writer       // the progress lines
 }
 
@@ -108,6 +109,9 @@ func (r *results) summary(w io.Writer, file string, wall time.Duration, planned 
 		if s.Outcome() == "failed" {
 			fmt.Fprintf(&b, "  FAIL %s\n       %s: %s\n", s.Name, s.State, s.Failure)
 		}
+	}
+	if r.seed != 0 {
+		fmt.Fprintf(&b, "conformance: the specs ran in the order of seed %d (-seed %d runs them in that order again)\n", r.seed, r.seed)
 	}
 	fmt.Fprint(w, b.String())
 	return n["failed"]+len(notRun) > 0, os.WriteFile(file, []byte(b.String()), 0o644)

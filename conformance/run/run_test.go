@@ -116,6 +116,15 @@ func fakeGinkgo(specs string, args []string) int {
 	if err != nil {
 		return 2
 	}
+	// Each attempt's --seed, one line each, for the test to compare.
+	if f, err := os.OpenFile(filepath.Join(filepath.Dir(out.Name()), "seeds"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+		for _, a := range args {
+			if strings.HasPrefix(a, "--seed=") {
+				fmt.Fprintln(f, a)
+			}
+		}
+		f.Close()
+	}
 	report := func(name, state, failure string) {
 		b, _ := json.Marshal(e2especs.Spec{State: state, Seconds: 0.1, Name: name, Failure: failure})
 		out.Write(append(b, '\n'))
@@ -178,8 +187,9 @@ func TestRoundsEndHangingSpecs(t *testing.T) {
 	t.Setenv(fakeGinkgoEnv, "a=pass,b=hang,c=pass,d=fail,e=stubborn")
 	dir := t.TempDir()
 	c := runCmd{ginkgo: exe, e2e: "e2e.test", kubectl: "kubectl", out: dir, timeout: time.Hour,
-		stall: time.Second, grace: 500 * time.Millisecond, pollEvery: 50 * time.Millisecond}
+		stall: time.Second, grace: 500 * time.Millisecond, pollEvery: 50 * time.Millisecond, seed: 4242}
 	r := newResults(filepath.Join(dir, "progress.jsonl"))
+	r.seed = c.seed
 	planned := []string{"a", "b", "c", "d", "e"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -199,6 +209,7 @@ func TestRoundsEndHangingSpecs(t *testing.T) {
 		"NOT RUN e\n",
 		"FAIL b\n       interrupted: Interrupted by User",
 		"FAIL d\n       failed: it failed",
+		"order of seed 4242 (-seed 4242 runs them",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary lacks %q:\n%s", want, got)
@@ -209,6 +220,10 @@ func TestRoundsEndHangingSpecs(t *testing.T) {
 	}
 	if file, _ := os.ReadFile(filepath.Join(dir, "summary.txt")); string(file) != got {
 		t.Errorf("summary.txt differs from the printed summary:\n%s", file)
+	}
+	// Every attempt keeps the run's order.
+	if seeds, _ := os.ReadFile(filepath.Join(dir, "seeds")); string(seeds) != strings.Repeat("--seed=4242\n", 4) {
+		t.Errorf("the attempts' seeds:\n%s\nwant --seed=4242 in each of 4", seeds)
 	}
 	// Attempts: a b (interrupted) | b (interrupted again) | c d e (e
 	// killed) | e (killed, nothing finished: the end).
