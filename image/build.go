@@ -4,11 +4,11 @@
 //	       │
 //	       └─► modules ──► early closure ──┐
 //	                     └► system closure ─┼─► squashfs + dm-verity ─► system.img ─┐
-//	kube, containerd, shim, CNI ───────────┤                                        │
+//	kube, containerd, crun, CNI ───────────┤                                        │
 //	testpod ──► pause + test OCI images ───┤                                        │
 //	user OCI archives (checked) ───────────┤                                        │
 //	conformance images (when asked) ───────┤ (and conformance.tar beside the image) │
-//	crun, nft, mkfs (+ libs, build host) ──┘                                        │
+//	nft, mkfs (+ libraries, build host) ───┘                                        │
 //	/init (static Go) ──────────────────────────────────────────────────────────────┴─► initramfs.img
 //	verity root hash ──► kernel command line ──► cmdline, manifest.json
 //	systemd-stub + vmlinuz + command line + initramfs ──► plinth.efi (UKI: network boot)

@@ -4,7 +4,8 @@ import "testing"
 
 // kubepodsCPUWeight is the cpu.weight the kubelet gives its kubepods
 // cgroup on a node of cpus CPUs: the allocatable CPU as cpu.shares
-// (1024 a CPU), converted to cgroup v2's weight as crun 1.8 (and runc) convert it.
+// (1024 a CPU), converted to cgroup v2's weight by the kubelet's cgroup
+// manager's linear formula (getCPUWeight in pkg/kubelet/cm).
 func kubepodsCPUWeight(cpus int) int {
 	shares := cpus * 1024
 	return 1 + ((shares-2)*9999)/262142
