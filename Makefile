@@ -206,7 +206,7 @@ $(STAMP)/containerd-shim-runc-v2: $(GO_MOD) $(call missing,$(BIN)/containerd-shi
 	@mkdir -p $(@D) && touch $@
 
 # crun, the OCI runtime, is C: built static from its upstream release
-# (scripts/crun says which and why), ~1 minute.
+# (scripts/crun says which and why), ~20 s here.
 $(STAMP)/crun: scripts/crun scripts/debsource $(call missing,$(BIN)/crun) | deps
 	@scripts/crun $(BIN)/crun $(CACHE)
 	@mkdir -p $(@D) && touch $@
