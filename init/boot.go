@@ -183,13 +183,17 @@ func (b *boot) imageCorrupt() int {
 }
 
 // earlyMounts mounts what the core needs besides /proc, /sys and /dev
-// (PID 1's) and reads the kernel command line.
+// (PID 1's), makes /dev's compulsory links (devtmpfs has none; switching
+// root moves /dev with them) and reads the kernel command line.
 func (b *boot) earlyMounts() (detail string, err error) {
 	if err := mount.All(runtimeMounts); err != nil {
 		return "", err
 	}
+	if err := mount.MakeDevLinks("/dev"); err != nil {
+		return "", err
+	}
 	b.args, err = cmdline.Read()
-	return "devpts, shm, run", err
+	return "devpts, shm, run; /dev/fd, stdin, stdout, stderr", err
 }
 
 // switchRoot moves into the system image and reads its board and version.

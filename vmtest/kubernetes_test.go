@@ -104,7 +104,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	applyStart := time.Now()
 	k.applyAtOnce(t, ctx, []string{deploymentOn(first.ID()), podOn("a", first.ID())}, []string{podOn("b", second.ID()), nodePortService},
 		[]string{selfTestJob, mover}, pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID()),
-		netpolWorkloads(second.ID()), metricsWorkloads(second.ID()))
+		netpolWorkloads(second.ID()), metricsWorkloads(second.ID()), resizeWorkloads(second.ID()))
 	t.Logf("the test's workloads applied in %v", time.Since(applyStart).Round(time.Second))
 	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
 	// The node's status names each component's process with its CPU
@@ -195,6 +195,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		t.Run("pulls", func(t *testing.T) { t.Parallel(); checkPulls(t, ctx, k, reg) })
 		t.Run("volumes", func(t *testing.T) { t.Parallel(); checkVolumes(t, ctx, c, ctl, k, second) })
 		t.Run("networkpolicy", func(t *testing.T) { t.Parallel(); checkNetworkPolicy(t, ctx, k) })
+		t.Run("resize", func(t *testing.T) { t.Parallel(); checkResize(t, ctx, k) })
 	}) {
 		t.FailNow()
 	}
