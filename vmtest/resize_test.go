@@ -5,26 +5,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"plinth.dev/plinth/platform/layout"
 )
 
-// resizeWorkloads is the in-place resize check's pod: on the worker, a
-// CPU limit of 200m (cgroup v2 cpu.max "20000 100000").
+// resizeWorkloads is the in-place resize check's pod: podOn's, on the
+// worker, with a CPU limit of 200m (cgroup v2 cpu.max "20000 100000").
 func resizeWorkloads(worker string) []string {
-	return []string{`apiVersion: v1
-kind: Pod
-metadata: {name: resize}
-spec:
-  nodeSelector: {kubernetes.io/hostname: ` + worker + `}
-  ` + strings.ReplaceAll(outlastOutages, "\n", "\n  ") + `
-  containers:
-  - name: web
-    image: ` + layout.TestImage + `
-    imagePullPolicy: Never
-    args: [serve]
-    resources: {requests: {cpu: 100m}, limits: {cpu: 200m}}
-`}
+	return []string{podOn("resize", worker) + "    resources: {requests: {cpu: 100m}, limits: {cpu: 200m}}\n"}
 }
 
 // checkResize: the pod's CPU limit raised in place (its resize
