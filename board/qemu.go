@@ -52,7 +52,9 @@ var qemuBoard = &Board{
 func init() { register(qemuBoard) }
 
 // commonCmdline: panic=-1: a kernel panic reboots at once instead of
-// hanging; loglevel=4 keeps kernel warnings and errors on the console.
+// hanging; loglevel=4 puts the kernel's errors and worse (levels below
+// 4) on the console: not its warnings, nor the registers and stack of a
+// soft lockup report, which are printed at the default level (4).
 var commonCmdline = []string{"panic=-1", "loglevel=4"}
 
 // Early modules every board needs (the kernel cannot load modules on
