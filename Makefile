@@ -278,7 +278,7 @@ unit: deps tools $(BIN)/kubectl
 	go test -trimpath -count=1 $(addprefix ./,$(CGO_TEST_PKGS))
 
 # The packages whose tests run the TPM simulator (go-tpm-tools, cgo).
-CGO_TEST_PKGS := platform/tpm platform/measure platform/eventlog
+CGO_TEST_PKGS := platform/tpm platform/measure platform/eventlog platform/update
 
 # Concurrent packages run under the race detector (consensus runs only here).
 RACE_PKGS = $$(go list ./roleserver/... | grep -v -e '/localvolumes$$' -e '/netpol$$') ./platform/supervisor/... ./platform/event/... ./platform/logtree/...

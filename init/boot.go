@@ -102,7 +102,13 @@ type sealedTo struct {
 }
 
 func newBoot(logs *logtree.Tree) *boot {
-	return &boot{logs: logs, l: logs.Logger("init"), local: &localstorage.Root{}, version: version}
+	// The local storage tree's paths are fixed: placed now, the steps
+	// before the data volume opens know where its files will be.
+	local := &localstorage.Root{}
+	if err := localstorage.Place(local, "/"); err != nil {
+		panic(err)
+	}
+	return &boot{logs: logs, l: logs.Logger("init"), local: local, version: version}
 }
 
 // step is one boot step: its name is the console line's message.
@@ -221,4 +227,5 @@ func (b *boot) describeSlot() {
 	u := b.updates
 	u.Boot, u.Board, u.Events = b.bootDisk, b.board, b.events
 	u.SealPCRs, u.Current, u.ParametersDigest = b.sealed.pcrs, b.sealed.current, b.sealed.parameters
+	u.PCRSets = b.local.Data.Node.UpdatePCRs.Path()
 }

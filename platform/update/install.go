@@ -283,11 +283,10 @@ func (s *Session) Install(ctx context.Context, r io.Reader, progress func(Progre
 	if err != nil {
 		return fmt.Errorf("predicting slot %s's PCRs: %w", s.slot, err)
 	}
-	pending.PCRs = map[string]map[int]string{n.Running: hexPCRs(n.Current), s.slot: hexPCRs(predicted)}
-	if err := n.setState(State{Pending: pending, LastFailed: prev.LastFailed, LastVersion: prev.LastVersion}); err != nil {
-		return err
-	}
 	if n.Reseal != nil {
+		if err := n.keepPCRs(pending, map[string]map[int][]byte{n.Running: n.Current, s.slot: predicted}); err != nil {
+			return fmt.Errorf("keeping slot %s's PCR values: %w", s.slot, err)
+		}
 		resealed = true
 		if err := n.Reseal(); err != nil {
 			return fmt.Errorf("sealing the keys: %w", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -60,6 +59,10 @@ type Node struct {
 	// state) again: to this boot's PCRs and, while Other returns a set, to
 	// it too. nil: the node keeps no sealed keys (no TPM).
 	Reseal func() error
+	// PCRSets is the file on the encrypted data volume that keeps a
+	// pending update's PCR values (sealsets.go); it exists only once the
+	// volume is open.
+	PCRSets string
 
 	mu    sync.Mutex
 	state State
@@ -101,31 +104,20 @@ func (n *Node) Kind() Boot {
 
 // Other returns the PCR values the node's keys must also open with now:
 // the new slot's while an update is installed, the old slot's during the
-// trial boot; nil otherwise. measure.TPMKeys.Other calls it.
+// trial boot; nil otherwise. measure.TPMKeys.Other calls it. The values
+// come from the data volume (keptPCRs), never from the variable.
 func (n *Node) Other() map[int][]byte {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	p := n.state.Pending
-	if p == nil || p.PCRs == nil {
+	n.mu.Unlock()
+	if p == nil {
 		return nil
 	}
 	slot := p.To
 	if n.Running == p.To {
 		slot = p.From
 	}
-	hexes, ok := p.PCRs[slot]
-	if !ok {
-		return nil
-	}
-	out := make(map[int][]byte, len(hexes))
-	for k, v := range hexes {
-		b, err := hex.DecodeString(v)
-		if err != nil {
-			return nil
-		}
-		out[k] = b
-	}
-	return out
+	return n.keptPCRs(p, slot)
 }
 
 // Snapshot is the node's update status.
@@ -148,7 +140,6 @@ func (n *Node) Status() Snapshot {
 	s := Snapshot{Slot: n.Running, Board: n.Board, LastFailed: n.state.LastFailed}
 	if p := n.state.Pending; p != nil {
 		c := *p
-		c.PCRs = nil
 		if n.boot == BootTrial {
 			c.Phase = "trial"
 		}
@@ -279,11 +270,15 @@ func hexPCRs(v map[int][]byte) map[int]string {
 	return out
 }
 
-// setState replaces the state in memory and in the variable.
+// setState replaces the state in memory and in the variable; without a
+// pending update, the data volume keeps no PCR values either.
 func (n *Node) setState(st State) error {
 	n.mu.Lock()
 	n.state = st
 	n.mu.Unlock()
+	if st.Pending == nil {
+		n.dropPCRs()
+	}
 	return Write(n.Store, st)
 }
 
@@ -293,7 +288,6 @@ func (n *Node) currentState() State {
 	st := n.state
 	if st.Pending != nil {
 		p := *st.Pending
-		p.PCRs = maps.Clone(p.PCRs)
 		st.Pending = &p
 	}
 	return st

@@ -47,7 +47,6 @@ func (n *Node) activate() (Pending, error) {
 		return Pending{}, err
 	}
 	n.Log.Info("update activated: the next boot tries it once", "version", ready.Version, "slot", ready.To)
-	ready.PCRs = nil
 	return ready, nil
 }
 
@@ -89,7 +88,6 @@ func (n *Node) cancel() (Pending, error) {
 		}
 	}
 	n.Log.Info("update cancelled", "version", p.Version, "slot", p.To)
-	p.PCRs = nil
 	return p, nil
 }
 

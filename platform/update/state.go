@@ -24,9 +24,13 @@
 // Why the state is a UEFI variable and not a file: the firmware writes a
 // variable whole or not at all, /init reads it before anything is unsealed
 // or mounted (it decides how this boot goes), and it lives next to
-// BootNext/BootOrder, which it describes. It holds nothing secret; a
-// person who can write it can at most make the node report a false
-// failure or drop the other slot's seal early.
+// BootNext/BootOrder, which it describes. Whoever has the machine in
+// their hands can write it, so it decides nothing a key depends on: the
+// PCR values the keys are sealed to while an update is pending live on
+// the encrypted data volume (sealsets.go). A forged variable can make
+// the node report a false failure, drop the other slot's seal early or
+// boot its other slot once (which then has no keys to open); the node
+// boots its current slot whatever the variable holds.
 package update
 
 import (
@@ -74,11 +78,6 @@ type Pending struct {
 	Version string `json:"version"`
 	// Started is when the update began, Unix seconds.
 	Started int64 `json:"started"`
-	// PCRs holds, by slot, the PCR values each slot's boot measures (hex),
-	// as far as the keys are sealed to them: during the update the keys
-	// open with either, so whatever this boot seals (the join state when
-	// the node's roles change) must open on both too.
-	PCRs map[string]map[int]string `json:"pcrs,omitempty"`
 }
 
 // Failure is an update that did not complete.

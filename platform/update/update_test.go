@@ -82,12 +82,12 @@ func TestStateVariable(t *testing.T) {
 	if st, err := Read(s); err != nil || st != (State{}) {
 		t.Fatalf("no variable: %+v, %v", st, err)
 	}
-	want := State{Pending: &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2", PCRs: map[string]map[int]string{"b": {15: "00ff"}}}}
+	want := State{Pending: &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2", Started: 7}}
 	if err := Write(s, want); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Read(s)
-	if err != nil || got.Pending.PCRs["b"][15] != "00ff" || got.Pending.To != "b" {
+	if err != nil || *got.Pending != *want.Pending {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 	attrs, _, err := s.Read(VarName, VendorGUID)
@@ -225,19 +225,49 @@ func TestBegin(t *testing.T) {
 }
 
 // TestOther: while an update is pending the keys seal to the other
-// slot's PCRs: the new slot's on the old, the old slot's on the trial.
+// slot's PCRs, as the data volume keeps them: the new slot's on the old,
+// the old slot's on the trial. Without the file (the volume not open),
+// with one of another update or a malformed one, there are none; once
+// nothing is pending, the file is gone.
 func TestOther(t *testing.T) {
-	p := &Pending{Phase: PhaseReady, From: "a", To: "b", PCRs: map[string]map[int]string{"a": {15: "aa"}, "b": {15: "bb"}}}
-	onA := &Node{Running: "a", state: State{Pending: p}}
-	onB := &Node{Running: "b", state: State{Pending: p}, boot: BootTrial}
-	if v := onA.Other(); v[15][0] != 0xbb {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "update-pcrs")
+	p := &Pending{Phase: PhaseReady, From: "a", To: "b", Version: "v2", Started: 7}
+	node := func(running string, boot Boot) *Node {
+		return &Node{Running: running, boot: boot, state: State{Pending: p}, PCRSets: file, Store: efivar.Store{Dir: dir}, Log: slog.New(slog.DiscardHandler)}
+	}
+	onA, onB := node("a", BootNormal), node("b", BootTrial)
+	if v := onA.Other(); v != nil {
+		t.Errorf("no file: %x", v)
+	}
+	if err := onA.keepPCRs(p, map[string]map[int][]byte{"a": {15: {0xaa}}, "b": {15: {0xbb}}}); err != nil {
+		t.Fatal(err)
+	}
+	if v := onA.Other(); len(v) != 1 || v[15][0] != 0xbb {
 		t.Errorf("on a: %x", v)
 	}
-	if v := onB.Other(); v[15][0] != 0xaa {
+	if v := onB.Other(); len(v) != 1 || v[15][0] != 0xaa {
 		t.Errorf("on the trial of b: %x", v)
+	}
+	other := *p
+	other.Started = 8
+	if v := (&Node{Running: "a", state: State{Pending: &other}, PCRSets: file, Log: onA.Log}).Other(); v != nil {
+		t.Errorf("a file of another update: %x", v)
+	}
+	if err := os.WriteFile(file, []byte(`{"from":"a","to":"b","version":"v2","started":7,"pcrs":{"b":{"15":"zz"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v := onA.Other(); v != nil {
+		t.Errorf("a malformed file: %x", v)
 	}
 	if v := (&Node{Running: "a"}).Other(); v != nil {
 		t.Errorf("no update: %x", v)
+	}
+	if err := onA.setState(State{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the PCR values outlive the pending update: %v", err)
 	}
 }
 

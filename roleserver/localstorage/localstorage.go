@@ -102,6 +102,10 @@ type DataNodeDirectory struct {
 	// ClusterCRL is the newest cluster CRL this node received (DER), so
 	// that revocations hold from the first handshake after a reboot.
 	ClusterCRL File `file:"cluster-crl"`
+	// UpdatePCRs holds the PCR values the node's keys are sealed to
+	// while an A/B update is pending (platform/update's PCRSets): here,
+	// not in the UEFI variable, which anyone with the machine can write.
+	UpdatePCRs File `file:"update-pcrs"`
 }
 
 // EphemeralDirectory is a tmpfs: gone at reboot.
