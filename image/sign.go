@@ -7,13 +7,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"plinth.dev/plinth/platform/releasekeys"
 )
 
 // Signed images (platform/update.CheckRelease is the node's side):
 //
 //	manifest.json  "release": Config.Release, "release_key": hex of the signer's public key
 //	manifest.sig   SignatureFile: ed25519 over manifest.json's exact bytes
-//	system image   /etc/plinth/release.pub (layout.ReleaseKeyPath), /etc/os-release PLINTH_RELEASE
+//	system image   /etc/plinth/release.pub (layout.ReleaseKeyPath), /etc/os-release PLINTH_RELEASE,
+//	               /etc/plinth/release-genesis.json (layout.ReleaseGenesisPath): the key set
+//	               {version 1, keys: [the key]} a cluster this image founds starts with
 //
 // The signature covers the manifest, and the manifest the sha256 of every
 // artefact and the system image's root hash, so it signs the whole
@@ -63,4 +66,15 @@ func WriteManifest(dir string, m *Manifest, key ed25519.PrivateKey) error {
 // key in hex and a newline (readable with cat, the manifest's form).
 func releaseKeyFile(pub ed25519.PublicKey) []byte {
 	return []byte(hex.EncodeToString(pub) + "\n")
+}
+
+// releaseGenesisFile is the system image's layout.ReleaseGenesisPath:
+// releasekeys.Genesis of key, as JSON.
+func releaseGenesisFile(key ed25519.PrivateKey) ([]byte, error) {
+	g, err := releasekeys.Genesis(key)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(g)
+	return append(b, '\n'), err
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/releasekeys"
 )
 
 // TestWriteManifest: a signed manifest names its key and manifest.sig
@@ -65,8 +67,18 @@ func checkSigned(t *testing.T, out string, m *Manifest, pub ed25519.PublicKey, r
 	}
 	root := filepath.Join(t.TempDir(), "root")
 	keyPath, osRelease := strings.TrimPrefix(layout.ReleaseKeyPath, "/"), strings.TrimPrefix(layout.OSReleasePath, "/")
-	if msg, err := exec.Command("unsquashfs", "-no-progress", "-d", root, filepath.Join(out, SystemFile), keyPath, osRelease).CombinedOutput(); err != nil {
+	genesisPath := strings.TrimPrefix(layout.ReleaseGenesisPath, "/")
+	if msg, err := exec.Command("unsquashfs", "-no-progress", "-d", root, filepath.Join(out, SystemFile), keyPath, osRelease, genesisPath).CombinedOutput(); err != nil {
 		t.Fatalf("unsquashfs: %v: %s", err, msg)
+	}
+	// The genesis a cluster founded by this image starts with: the key
+	// alone, signed by it, as a node on first use verifies it.
+	var g releasekeys.Signed
+	if err := json.Unmarshal(must(os.ReadFile(filepath.Join(root, genesisPath))), &g); err != nil {
+		t.Fatalf("%s: %v", layout.ReleaseGenesisPath, err)
+	}
+	if keys, _, err := (releasekeys.Trust{}).Follow([]releasekeys.Signed{g}); err != nil || len(keys) != 1 || !bytes.Equal(keys[0], pub) {
+		t.Errorf("%s: keys %x, %v; want the signing key", layout.ReleaseGenesisPath, keys, err)
 	}
 	if got, err := os.ReadFile(filepath.Join(root, keyPath)); err != nil || string(got) != hex.EncodeToString(pub)+"\n" {
 		t.Errorf("%s: %q, %v", layout.ReleaseKeyPath, got, err)

@@ -47,10 +47,17 @@ func systemTree(b *buildState) ([]sysFile, error) {
 		{Path: strings.TrimPrefix(layout.OSReleasePath, "/"), Mode: 0o644, Data: []byte(fmt.Sprintf(
 			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\nPLINTH_BOARD=%s\nPLINTH_RELEASE=%d\n", b.board.Name, b.version, b.board.Name, b.Release))},
 	}
-	// The key that signed this image: the bootstrap node makes it the
-	// cluster's release key unless its parameters name one.
+	// The key that signed this image, which a node's chain of release
+	// keys must lead from, and the first key set of a cluster the image
+	// founds (signed by it: ed25519 is deterministic, so the bytes
+	// are the same at every build).
 	if b.SignKey != nil {
-		files = append(files, sysFile{Path: strings.TrimPrefix(layout.ReleaseKeyPath, "/"), Mode: 0o644, Data: releaseKeyFile(b.SignKey.Public().(ed25519.PublicKey))})
+		genesis, err := releaseGenesisFile(b.SignKey)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, sysFile{Path: strings.TrimPrefix(layout.ReleaseKeyPath, "/"), Mode: 0o644, Data: releaseKeyFile(b.SignKey.Public().(ed25519.PublicKey))},
+			sysFile{Path: strings.TrimPrefix(layout.ReleaseGenesisPath, "/"), Mode: 0o644, Data: genesis})
 	}
 	// Files that change at run time, and directories elsewhere: relative
 	// links, so they resolve in the staging tree as on the node.

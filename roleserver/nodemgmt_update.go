@@ -80,8 +80,12 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 	if err != nil {
 		return err
 	}
-	sess, err := m.w.updates.Begin(update.Request{Manifest: start.GetManifest(), Signature: start.GetManifestSignature(),
-		ReleaseKeys: keys, AllowDowngrade: start.GetAllowDowngrade()})
+	req := update.Request{Manifest: start.GetManifest(), Signature: start.GetManifestSignature(), ReleaseKeys: keys}
+	if d := start.GetDowngrade(); d != nil {
+		s := d.Signed()
+		req.Downgrade = &s
+	}
+	sess, err := m.w.updates.Begin(req)
 	if err != nil {
 		if errors.Is(err, update.ErrRejected) {
 			m.log.Warn("update refused", "caller", caller, "err", err)
@@ -89,7 +93,7 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 		return status.Error(updateCode(err), err.Error())
 	}
 	defer sess.Close()
-	m.log.Warn("update requested through NodeManagement", "caller", caller, "version", sess.Version(), "slot", sess.Slot(), "allow_downgrade", start.GetAllowDowngrade())
+	m.log.Warn("update requested through NodeManagement", "caller", caller, "version", sess.Version(), "slot", sess.Slot(), "downgrade_statement", req.Downgrade != nil)
 	if err := srv.Send(&clusterpb.UpdateResponse{Kind: &clusterpb.UpdateResponse_Accepted{Accepted: &clusterpb.UpdateAccepted{
 		Slot: sess.Slot(), Artefacts: sess.Artefacts()}}}); err != nil {
 		return err
@@ -120,12 +124,14 @@ func (m *nodeManagement) Update(srv grpc.BidiStreamingServer[clusterpb.UpdateReq
 // releaseKeysTimeout bounds reading the cluster's release keys.
 const releaseKeysTimeout = 30 * time.Second
 
-// releaseKeys reads the cluster's release keys from the curator
-// (Management.GetClusterInfo, which a node may call: READ_CLUSTER_STATUS).
-// Read for every update rather than kept: a key the owner removed from
-// the policy signs nothing from then on. Without a curator connection (or
-// an answer) the update is refused as unavailable: the node cannot tell
-// a signed image from an unsigned one.
+// releaseKeys reads the cluster's chain of release keys from the
+// curator (Management.GetClusterInfo, which a node may call:
+// READ_CLUSTER_STATUS) and verifies it from where this node stands
+// (releaseTrust): the newest key set's keys. Read for every update
+// rather than kept: a key the owner removed signs nothing from then on.
+// Without a curator connection (or an answer) the update is refused as
+// unavailable: the node cannot tell a signed image from an unsigned one;
+// a chain it cannot verify refuses it as a failed precondition.
 func (m *nodeManagement) releaseKeys(ctx context.Context) ([][]byte, error) {
 	var conn *CuratorConnection
 	if m.w.curator != nil {
@@ -140,7 +146,12 @@ func (m *nodeManagement) releaseKeys(ctx context.Context) ([][]byte, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "reading the cluster's release keys from the curator: %v", err)
 	}
-	return info.GetConfiguration().GetReleaseKeys(), nil
+	keys, err := m.w.releaseTrust.follow(info.GetConfiguration().ReleaseKeyChainSigned(), m.log)
+	if err != nil {
+		m.log.Error("update refused: the cluster's release keys", "err", err)
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return keys, nil
 }
 
 // ActivateUpdate: see node_management.proto.

@@ -222,6 +222,9 @@ type Service struct {
 	rolesFile  rolesFile
 	hosts      hostsFile
 	clusterKey clusterKeyRequests
+	// releaseTrust is where the node stands in the chain of release
+	// keys (releasetrust.go).
+	releaseTrust releaseTrust
 }
 
 // New makes a Role Server; nothing runs until Run and a Provide*Data call.
@@ -239,6 +242,9 @@ func New(c Config) *Service {
 	}
 	s.hosts = hostsFile{path: c.HostsPath, root: c.StorageRoot, addresses: s.addresses}
 	s.clusterKey = clusterKeyRequests{value: &s.ClusterKey}
+	if c.StorageRoot != nil {
+		s.releaseTrust.file = &c.StorageRoot.Data.Node.ReleaseTrust
+	}
 	// Every value starts set (to nil where unknown), so that get never
 	// blocks; wait filters for non-nil.
 	s.Roles.Set(nil)
@@ -344,7 +350,7 @@ func (s *Service) Run(ctx context.Context) error {
 		{"nodemgmt", (&workerNodeMgmt{
 			credentials: &s.Credentials, listen: s.listenAddress(s.nodeMgmtPort()),
 			logTree: s.LogTree, status: s.status, power: s.Power, updates: s.Updates,
-			curator: &s.CuratorConnection,
+			curator: &s.CuratorConnection, releaseTrust: &s.releaseTrust,
 		}).run},
 		{"rolefetch", (&workerRoleFetch{
 			node: &s.node, curator: &s.CuratorConnection,
@@ -360,7 +366,7 @@ func (s *Service) Run(ctx context.Context) error {
 			node: &s.node, curator: &s.CuratorConnection, curatorPort: s.curatorPort(),
 			hosts: &s.hosts, endpoints: &s.endpoints, directory: &s.Directory, controllers: &s.kubernetesControllers,
 		}).run},
-		{"policyfetch", (&workerPolicyFetch{curator: &s.CuratorConnection, policy: &s.policy}).run},
+		{"policyfetch", (&workerPolicyFetch{curator: &s.CuratorConnection, policy: &s.policy, releaseTrust: &s.releaseTrust}).run},
 		{"kubernetes", (&workerKubernetes{
 			root: s.StorageRoot, node: &s.node, roles: &s.Roles, controlPlane: &s.ControlPlane,
 			curator: &s.CuratorConnection, controllers: &s.kubernetesControllers, policy: &s.policy,

@@ -44,6 +44,8 @@ type workerNodeMgmt struct {
 	// curator is the connection Update reads the cluster's release keys
 	// through (nil, or no connection yet: Update fails).
 	curator *memory.Value[*CuratorConnection]
+	// releaseTrust verifies them (releasetrust.go).
+	releaseTrust *releaseTrust
 }
 
 func (w *workerNodeMgmt) run(ctx context.Context) error {

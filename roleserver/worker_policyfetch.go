@@ -15,8 +15,10 @@ import (
 
 // workerPolicyFetch follows the cluster policy at the curator
 // (Curator.WatchClusterPolicy) for what the node applies itself: a
-// worker's image registries (kubernetes.Worker.Policy). The controllers'
-// control plane reads the policy from its own etcd member instead.
+// worker's image registries (kubernetes.Worker.Policy), and the chain of
+// release keys it verifies and moves its trust forward along
+// (releasetrust.go). The controllers' control plane reads the policy
+// from its own etcd member instead.
 //
 // It consumes the curator connection and produces the policy, published
 // only when it changed, so that a new leader's replay restarts nothing.
@@ -26,6 +28,9 @@ import (
 type workerPolicyFetch struct {
 	// inputs
 	curator *memory.Value[*CuratorConnection]
+
+	// releaseTrust follows the policy's release keys (nil: not).
+	releaseTrust *releaseTrust
 
 	// outputs
 	policy *memory.Value[*clusterpb.ClusterConfiguration]
@@ -83,6 +88,20 @@ func (w *workerPolicyFetch) follow(ctx context.Context, conn *CuratorConnection,
 		}
 		if cur := get(w.policy); cur == nil || !proto.Equal(cur, cfg) {
 			w.policy.Set(cfg)
+			w.followReleaseKeys(ctx, cfg)
 		}
+	}
+}
+
+// followReleaseKeys moves the node's release trust along cfg's chain. A
+// chain it refuses is logged and changes nothing: the next update is
+// refused with the same reason.
+func (w *workerPolicyFetch) followReleaseKeys(ctx context.Context, cfg *clusterpb.ClusterConfiguration) {
+	if w.releaseTrust == nil || len(cfg.GetReleaseKeyChain()) == 0 {
+		return
+	}
+	log := supervisor.Logger(ctx)
+	if _, err := w.releaseTrust.follow(cfg.ReleaseKeyChainSigned(), log); err != nil {
+		log.Error("the cluster's release keys are refused: no update will be installed until they lead on from this node's", "err", err)
 	}
 }

@@ -185,7 +185,11 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// scrapes and decisions, a new namespace's service account): side by
 	// side.
 	if !t.Run("checks", func(t *testing.T) {
-		t.Run("attack", func(t *testing.T) { t.Parallel(); attackNode(t, ctx, k) })
+		t.Run("attack", func(t *testing.T) {
+			t.Parallel()
+			attackNode(t, ctx, k)
+			attackAsTenants(t, ctx, k, nodeIP(t, ctx, k, first))
+		})
 		t.Run("metrics", func(t *testing.T) {
 			t.Parallel()
 			checkMetrics(t, ctx, k, func() string {

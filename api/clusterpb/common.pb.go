@@ -416,11 +416,9 @@ type ClusterConfiguration struct {
 	// What workloads may do to the nodes they run on: the Kubernetes API
 	// servers' admission. Unset: Plinth's defaults.
 	Kubernetes *KubernetesPolicy `protobuf:"bytes,3,opt,name=kubernetes,proto3" json:"kubernetes,omitempty"`
-	// The ed25519 public keys (32 raw bytes each) whose signatures on an
-	// image's manifest let nodes install it (NodeManagement.Update). A node
-	// refuses an image no key signed; set at bootstrap (the key that signed
-	// the bootstrap node's own image, or the initial policy's), changed by
-	// the owner (Management.UpdateClusterPolicy).
+	// The ed25519 public keys (32 raw bytes each) of the newest key set in
+	// release_key_chain, as the curator read them: what the owner's tools
+	// show. Nodes never take them from here: they verify the chain.
 	ReleaseKeys [][]byte `protobuf:"bytes,4,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
 	// The epoch of the owner's Kubernetes credentials: the certificates
 	// IssueKubernetesCredentials issues carry group plinth:owner:<epoch>,
@@ -428,8 +426,17 @@ type ClusterConfiguration struct {
 	// bumping it (Management.RevokeKubernetesCredentials) revokes every
 	// certificate issued before at once.
 	KubernetesOwnerEpoch uint64 `protobuf:"varint,5,opt,name=kubernetes_owner_epoch,json=kubernetesOwnerEpoch,proto3" json:"kubernetes_owner_epoch,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The release keys as a chain of key sets (platform/update keychain):
+	// version 1 signed by every key it names, each later version by a key
+	// of the one before and by every key it adds. A node installs an image
+	// only if a key of the newest set, as it verifies the chain, signed its
+	// manifest. Set at bootstrap from the founding image's genesis (the
+	// key that signed it), extended by the owner with statements signed by
+	// release keys (Management.UpdateClusterPolicy); the curator stores
+	// and forwards them and cannot make one.
+	ReleaseKeyChain []*SignedStatement `protobuf:"bytes,6,rep,name=release_key_chain,json=releaseKeyChain,proto3" json:"release_key_chain,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterConfiguration) Reset() {
@@ -497,6 +504,123 @@ func (x *ClusterConfiguration) GetKubernetesOwnerEpoch() uint64 {
 	return 0
 }
 
+func (x *ClusterConfiguration) GetReleaseKeyChain() []*SignedStatement {
+	if x != nil {
+		return x.ReleaseKeyChain
+	}
+	return nil
+}
+
+// SignedStatement is a statement of the release keys (a key set, a
+// downgrade's permission) and its signatures.
+type SignedStatement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The statement, JSON, exactly as signed.
+	Body          []byte                `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	Signatures    []*StatementSignature `protobuf:"bytes,2,rep,name=signatures,proto3" json:"signatures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedStatement) Reset() {
+	*x = SignedStatement{}
+	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedStatement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedStatement) ProtoMessage() {}
+
+func (x *SignedStatement) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedStatement.ProtoReflect.Descriptor instead.
+func (*SignedStatement) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SignedStatement) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SignedStatement) GetSignatures() []*StatementSignature {
+	if x != nil {
+		return x.Signatures
+	}
+	return nil
+}
+
+// StatementSignature is one release key's signature of a statement.
+type StatementSignature struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ed25519 public key, 32 raw bytes.
+	PublicKey []byte `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// ed25519 over "plinth release statement v1\x00" followed by the body.
+	Signature     []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatementSignature) Reset() {
+	*x = StatementSignature{}
+	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementSignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementSignature) ProtoMessage() {}
+
+func (x *StatementSignature) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementSignature.ProtoReflect.Descriptor instead.
+func (*StatementSignature) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StatementSignature) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *StatementSignature) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // KubernetesPolicy is the owner's say in what workloads may do. The zero
 // value is Plinth's default.
 type KubernetesPolicy struct {
@@ -516,13 +640,20 @@ type KubernetesPolicy struct {
 	// without a restart of anything but, when the set of registries with
 	// credentials changes, their kubelet.
 	ImageRegistries []*ImageRegistry `protobuf:"bytes,3,rep,name=image_registries,json=imageRegistries,proto3" json:"image_registries,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Address ranges (CIDR, "192.0.2.0/28", "2001:db8::/64") that Services
+	// may name in spec.externalIPs. Default: none, and every Service that
+	// names a new external IP is refused: kube-proxy sends the nodes' own
+	// connections to such an address to the Service, so one naming a
+	// node's address would capture its control traffic. A range must hold
+	// no node's address.
+	AllowedExternalIps []string `protobuf:"bytes,4,rep,name=allowed_external_ips,json=allowedExternalIps,proto3" json:"allowed_external_ips,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *KubernetesPolicy) Reset() {
 	*x = KubernetesPolicy{}
-	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +665,7 @@ func (x *KubernetesPolicy) String() string {
 func (*KubernetesPolicy) ProtoMessage() {}
 
 func (x *KubernetesPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[1]
+	mi := &file_cluster_v1_common_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +678,7 @@ func (x *KubernetesPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KubernetesPolicy.ProtoReflect.Descriptor instead.
 func (*KubernetesPolicy) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{1}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *KubernetesPolicy) GetPodSecurityLevel() string {
@@ -567,6 +698,13 @@ func (x *KubernetesPolicy) GetAllowedHostPaths() []string {
 func (x *KubernetesPolicy) GetImageRegistries() []*ImageRegistry {
 	if x != nil {
 		return x.ImageRegistries
+	}
+	return nil
+}
+
+func (x *KubernetesPolicy) GetAllowedExternalIps() []string {
+	if x != nil {
+		return x.AllowedExternalIps
 	}
 	return nil
 }
@@ -600,7 +738,7 @@ type ImageRegistry struct {
 
 func (x *ImageRegistry) Reset() {
 	*x = ImageRegistry{}
-	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +750,7 @@ func (x *ImageRegistry) String() string {
 func (*ImageRegistry) ProtoMessage() {}
 
 func (x *ImageRegistry) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[2]
+	mi := &file_cluster_v1_common_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +763,7 @@ func (x *ImageRegistry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageRegistry.ProtoReflect.Descriptor instead.
 func (*ImageRegistry) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{2}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ImageRegistry) GetHost() string {
@@ -678,7 +816,7 @@ type NodeRoles struct {
 
 func (x *NodeRoles) Reset() {
 	*x = NodeRoles{}
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +828,7 @@ func (x *NodeRoles) String() string {
 func (*NodeRoles) ProtoMessage() {}
 
 func (x *NodeRoles) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[3]
+	mi := &file_cluster_v1_common_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +841,7 @@ func (x *NodeRoles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles.ProtoReflect.Descriptor instead.
 func (*NodeRoles) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeRoles) GetConsensusMember() *NodeRoles_ConsensusMember {
@@ -759,7 +897,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +909,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[4]
+	mi := &file_cluster_v1_common_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +922,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeStatus) GetAddresses() []string {
@@ -847,7 +985,7 @@ type NodeSoftware struct {
 
 func (x *NodeSoftware) Reset() {
 	*x = NodeSoftware{}
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +997,7 @@ func (x *NodeSoftware) String() string {
 func (*NodeSoftware) ProtoMessage() {}
 
 func (x *NodeSoftware) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[5]
+	mi := &file_cluster_v1_common_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1010,7 @@ func (x *NodeSoftware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSoftware.ProtoReflect.Descriptor instead.
 func (*NodeSoftware) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeSoftware) GetSlot() string {
@@ -919,7 +1057,7 @@ type PendingUpdate struct {
 
 func (x *PendingUpdate) Reset() {
 	*x = PendingUpdate{}
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1069,7 @@ func (x *PendingUpdate) String() string {
 func (*PendingUpdate) ProtoMessage() {}
 
 func (x *PendingUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[6]
+	mi := &file_cluster_v1_common_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1082,7 @@ func (x *PendingUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingUpdate.ProtoReflect.Descriptor instead.
 func (*PendingUpdate) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PendingUpdate) GetVersion() string {
@@ -980,7 +1118,7 @@ type FailedUpdate struct {
 
 func (x *FailedUpdate) Reset() {
 	*x = FailedUpdate{}
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1130,7 @@ func (x *FailedUpdate) String() string {
 func (*FailedUpdate) ProtoMessage() {}
 
 func (x *FailedUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[7]
+	mi := &file_cluster_v1_common_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1143,7 @@ func (x *FailedUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedUpdate.ProtoReflect.Descriptor instead.
 func (*FailedUpdate) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FailedUpdate) GetVersion() string {
@@ -1051,7 +1189,7 @@ type NodeProblem struct {
 
 func (x *NodeProblem) Reset() {
 	*x = NodeProblem{}
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1201,7 @@ func (x *NodeProblem) String() string {
 func (*NodeProblem) ProtoMessage() {}
 
 func (x *NodeProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[8]
+	mi := &file_cluster_v1_common_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1214,7 @@ func (x *NodeProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeProblem.ProtoReflect.Descriptor instead.
 func (*NodeProblem) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeProblem) GetComponent() string {
@@ -1147,7 +1285,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1297,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[9]
+	mi := &file_cluster_v1_common_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1310,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Node) GetId() string {
@@ -1269,7 +1407,7 @@ type DirectoryNode struct {
 
 func (x *DirectoryNode) Reset() {
 	*x = DirectoryNode{}
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1419,7 @@ func (x *DirectoryNode) String() string {
 func (*DirectoryNode) ProtoMessage() {}
 
 func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[10]
+	mi := &file_cluster_v1_common_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1432,7 @@ func (x *DirectoryNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryNode.ProtoReflect.Descriptor instead.
 func (*DirectoryNode) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{10}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DirectoryNode) GetId() string {
@@ -1331,7 +1469,7 @@ type ClusterDirectory struct {
 
 func (x *ClusterDirectory) Reset() {
 	*x = ClusterDirectory{}
-	mi := &file_cluster_v1_common_proto_msgTypes[11]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1481,7 @@ func (x *ClusterDirectory) String() string {
 func (*ClusterDirectory) ProtoMessage() {}
 
 func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[11]
+	mi := &file_cluster_v1_common_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1494,7 @@ func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{11}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterDirectory) GetNodes() []*DirectoryNode {
@@ -1391,7 +1529,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_cluster_v1_common_proto_msgTypes[12]
+	mi := &file_cluster_v1_common_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1541,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[12]
+	mi := &file_cluster_v1_common_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1554,7 @@ func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_ConsensusMember.ProtoReflect.Descriptor instead.
 func (*NodeRoles_ConsensusMember) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 0}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5, 0}
 }
 
 func (x *NodeRoles_ConsensusMember) GetCaCertificate() []byte {
@@ -1458,7 +1596,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_cluster_v1_common_proto_msgTypes[13]
+	mi := &file_cluster_v1_common_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1608,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[13]
+	mi := &file_cluster_v1_common_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1621,7 @@ func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_KubernetesController.ProtoReflect.Descriptor instead.
 func (*NodeRoles_KubernetesController) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 1}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5, 1}
 }
 
 // KubernetesWorker: run containerd and the kubelet. Empty for the same
@@ -1496,7 +1634,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_cluster_v1_common_proto_msgTypes[14]
+	mi := &file_cluster_v1_common_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1646,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[14]
+	mi := &file_cluster_v1_common_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1659,7 @@ func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_KubernetesWorker.ProtoReflect.Descriptor instead.
 func (*NodeRoles_KubernetesWorker) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 2}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5, 2}
 }
 
 // An existing member of the etcd cluster.
@@ -1538,7 +1676,7 @@ type NodeRoles_ConsensusMember_Peer struct {
 
 func (x *NodeRoles_ConsensusMember_Peer) Reset() {
 	*x = NodeRoles_ConsensusMember_Peer{}
-	mi := &file_cluster_v1_common_proto_msgTypes[15]
+	mi := &file_cluster_v1_common_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1688,7 @@ func (x *NodeRoles_ConsensusMember_Peer) String() string {
 func (*NodeRoles_ConsensusMember_Peer) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_common_proto_msgTypes[15]
+	mi := &file_cluster_v1_common_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1701,7 @@ func (x *NodeRoles_ConsensusMember_Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRoles_ConsensusMember_Peer.ProtoReflect.Descriptor instead.
 func (*NodeRoles_ConsensusMember_Peer) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_common_proto_rawDescGZIP(), []int{3, 0, 0}
+	return file_cluster_v1_common_proto_rawDescGZIP(), []int{5, 0, 0}
 }
 
 func (x *NodeRoles_ConsensusMember_Peer) GetName() string {
@@ -1584,7 +1722,7 @@ var File_cluster_v1_common_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_common_proto_rawDesc = "" +
 	"\n" +
-	"\x17cluster/v1/common.proto\x12\x11plinth.cluster.v1\"\xc9\x02\n" +
+	"\x17cluster/v1/common.proto\x12\x11plinth.cluster.v1\"\x99\x03\n" +
 	"\x14ClusterConfiguration\x125\n" +
 	"\x17allow_nodes_without_tpm\x18\x01 \x01(\bR\x14allowNodesWithoutTpm\x12\\\n" +
 	"\x18minimum_storage_security\x18\x02 \x01(\x0e2\".plinth.cluster.v1.StorageSecurityR\x16minimumStorageSecurity\x12C\n" +
@@ -1592,11 +1730,22 @@ const file_cluster_v1_common_proto_rawDesc = "" +
 	"kubernetes\x18\x03 \x01(\v2#.plinth.cluster.v1.KubernetesPolicyR\n" +
 	"kubernetes\x12!\n" +
 	"\frelease_keys\x18\x04 \x03(\fR\vreleaseKeys\x124\n" +
-	"\x16kubernetes_owner_epoch\x18\x05 \x01(\x04R\x14kubernetesOwnerEpoch\"\xbb\x01\n" +
+	"\x16kubernetes_owner_epoch\x18\x05 \x01(\x04R\x14kubernetesOwnerEpoch\x12N\n" +
+	"\x11release_key_chain\x18\x06 \x03(\v2\".plinth.cluster.v1.SignedStatementR\x0freleaseKeyChain\"l\n" +
+	"\x0fSignedStatement\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12E\n" +
+	"\n" +
+	"signatures\x18\x02 \x03(\v2%.plinth.cluster.v1.StatementSignatureR\n" +
+	"signatures\"Q\n" +
+	"\x12StatementSignature\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xed\x01\n" +
 	"\x10KubernetesPolicy\x12,\n" +
 	"\x12pod_security_level\x18\x01 \x01(\tR\x10podSecurityLevel\x12,\n" +
 	"\x12allowed_host_paths\x18\x02 \x03(\tR\x10allowedHostPaths\x12K\n" +
-	"\x10image_registries\x18\x03 \x03(\v2 .plinth.cluster.v1.ImageRegistryR\x0fimageRegistries\"\x9e\x01\n" +
+	"\x10image_registries\x18\x03 \x03(\v2 .plinth.cluster.v1.ImageRegistryR\x0fimageRegistries\x120\n" +
+	"\x14allowed_external_ips\x18\x04 \x03(\tR\x12allowedExternalIps\"\x9e\x01\n" +
 	"\rImageRegistry\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x18\n" +
 	"\amirrors\x18\x02 \x03(\tR\amirrors\x12'\n" +
@@ -1715,7 +1864,7 @@ func file_cluster_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_cluster_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_cluster_v1_common_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: plinth.cluster.v1.NodeState
 	(NodeHealth)(0),                        // 1: plinth.cluster.v1.NodeHealth
@@ -1724,46 +1873,50 @@ var file_cluster_v1_common_proto_goTypes = []any{
 	(ConsensusMembership)(0),               // 4: plinth.cluster.v1.ConsensusMembership
 	(ErrorReason)(0),                       // 5: plinth.cluster.v1.ErrorReason
 	(*ClusterConfiguration)(nil),           // 6: plinth.cluster.v1.ClusterConfiguration
-	(*KubernetesPolicy)(nil),               // 7: plinth.cluster.v1.KubernetesPolicy
-	(*ImageRegistry)(nil),                  // 8: plinth.cluster.v1.ImageRegistry
-	(*NodeRoles)(nil),                      // 9: plinth.cluster.v1.NodeRoles
-	(*NodeStatus)(nil),                     // 10: plinth.cluster.v1.NodeStatus
-	(*NodeSoftware)(nil),                   // 11: plinth.cluster.v1.NodeSoftware
-	(*PendingUpdate)(nil),                  // 12: plinth.cluster.v1.PendingUpdate
-	(*FailedUpdate)(nil),                   // 13: plinth.cluster.v1.FailedUpdate
-	(*NodeProblem)(nil),                    // 14: plinth.cluster.v1.NodeProblem
-	(*Node)(nil),                           // 15: plinth.cluster.v1.Node
-	(*DirectoryNode)(nil),                  // 16: plinth.cluster.v1.DirectoryNode
-	(*ClusterDirectory)(nil),               // 17: plinth.cluster.v1.ClusterDirectory
-	(*NodeRoles_ConsensusMember)(nil),      // 18: plinth.cluster.v1.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 19: plinth.cluster.v1.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 20: plinth.cluster.v1.NodeRoles.KubernetesWorker
-	(*NodeRoles_ConsensusMember_Peer)(nil), // 21: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	(*SignedStatement)(nil),                // 7: plinth.cluster.v1.SignedStatement
+	(*StatementSignature)(nil),             // 8: plinth.cluster.v1.StatementSignature
+	(*KubernetesPolicy)(nil),               // 9: plinth.cluster.v1.KubernetesPolicy
+	(*ImageRegistry)(nil),                  // 10: plinth.cluster.v1.ImageRegistry
+	(*NodeRoles)(nil),                      // 11: plinth.cluster.v1.NodeRoles
+	(*NodeStatus)(nil),                     // 12: plinth.cluster.v1.NodeStatus
+	(*NodeSoftware)(nil),                   // 13: plinth.cluster.v1.NodeSoftware
+	(*PendingUpdate)(nil),                  // 14: plinth.cluster.v1.PendingUpdate
+	(*FailedUpdate)(nil),                   // 15: plinth.cluster.v1.FailedUpdate
+	(*NodeProblem)(nil),                    // 16: plinth.cluster.v1.NodeProblem
+	(*Node)(nil),                           // 17: plinth.cluster.v1.Node
+	(*DirectoryNode)(nil),                  // 18: plinth.cluster.v1.DirectoryNode
+	(*ClusterDirectory)(nil),               // 19: plinth.cluster.v1.ClusterDirectory
+	(*NodeRoles_ConsensusMember)(nil),      // 20: plinth.cluster.v1.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 21: plinth.cluster.v1.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 22: plinth.cluster.v1.NodeRoles.KubernetesWorker
+	(*NodeRoles_ConsensusMember_Peer)(nil), // 23: plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
 }
 var file_cluster_v1_common_proto_depIdxs = []int32{
 	3,  // 0: plinth.cluster.v1.ClusterConfiguration.minimum_storage_security:type_name -> plinth.cluster.v1.StorageSecurity
-	7,  // 1: plinth.cluster.v1.ClusterConfiguration.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
-	8,  // 2: plinth.cluster.v1.KubernetesPolicy.image_registries:type_name -> plinth.cluster.v1.ImageRegistry
-	18, // 3: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
-	19, // 4: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
-	20, // 5: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
-	14, // 6: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
-	11, // 7: plinth.cluster.v1.NodeStatus.software:type_name -> plinth.cluster.v1.NodeSoftware
-	12, // 8: plinth.cluster.v1.NodeSoftware.pending:type_name -> plinth.cluster.v1.PendingUpdate
-	13, // 9: plinth.cluster.v1.NodeSoftware.last_failed:type_name -> plinth.cluster.v1.FailedUpdate
-	0,  // 10: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
-	9,  // 11: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
-	10, // 12: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
-	1,  // 13: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
-	2,  // 14: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	4,  // 15: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
-	16, // 16: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
-	21, // 17: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	9,  // 1: plinth.cluster.v1.ClusterConfiguration.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
+	7,  // 2: plinth.cluster.v1.ClusterConfiguration.release_key_chain:type_name -> plinth.cluster.v1.SignedStatement
+	8,  // 3: plinth.cluster.v1.SignedStatement.signatures:type_name -> plinth.cluster.v1.StatementSignature
+	10, // 4: plinth.cluster.v1.KubernetesPolicy.image_registries:type_name -> plinth.cluster.v1.ImageRegistry
+	20, // 5: plinth.cluster.v1.NodeRoles.consensus_member:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember
+	21, // 6: plinth.cluster.v1.NodeRoles.kubernetes_controller:type_name -> plinth.cluster.v1.NodeRoles.KubernetesController
+	22, // 7: plinth.cluster.v1.NodeRoles.kubernetes_worker:type_name -> plinth.cluster.v1.NodeRoles.KubernetesWorker
+	16, // 8: plinth.cluster.v1.NodeStatus.problems:type_name -> plinth.cluster.v1.NodeProblem
+	13, // 9: plinth.cluster.v1.NodeStatus.software:type_name -> plinth.cluster.v1.NodeSoftware
+	14, // 10: plinth.cluster.v1.NodeSoftware.pending:type_name -> plinth.cluster.v1.PendingUpdate
+	15, // 11: plinth.cluster.v1.NodeSoftware.last_failed:type_name -> plinth.cluster.v1.FailedUpdate
+	0,  // 12: plinth.cluster.v1.Node.state:type_name -> plinth.cluster.v1.NodeState
+	11, // 13: plinth.cluster.v1.Node.roles:type_name -> plinth.cluster.v1.NodeRoles
+	12, // 14: plinth.cluster.v1.Node.status:type_name -> plinth.cluster.v1.NodeStatus
+	1,  // 15: plinth.cluster.v1.Node.health:type_name -> plinth.cluster.v1.NodeHealth
+	2,  // 16: plinth.cluster.v1.Node.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
+	4,  // 17: plinth.cluster.v1.Node.consensus_membership:type_name -> plinth.cluster.v1.ConsensusMembership
+	18, // 18: plinth.cluster.v1.ClusterDirectory.nodes:type_name -> plinth.cluster.v1.DirectoryNode
+	23, // 19: plinth.cluster.v1.NodeRoles.ConsensusMember.peers:type_name -> plinth.cluster.v1.NodeRoles.ConsensusMember.Peer
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_common_proto_init() }
@@ -1777,7 +1930,7 @@ func file_cluster_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_common_proto_rawDesc), len(file_cluster_v1_common_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -276,12 +276,13 @@ type UpdateClusterPolicyRequest struct {
 	// The new Kubernetes policy, replacing the old one whole; unset leaves
 	// it as it is.
 	Kubernetes *KubernetesPolicy `protobuf:"bytes,1,opt,name=kubernetes,proto3" json:"kubernetes,omitempty"`
-	// Release keys (ed25519, 32 raw bytes) to add and to remove. Removing
-	// the last key is refused: nodes could never be updated again.
-	AddReleaseKeys    [][]byte `protobuf:"bytes,2,rep,name=add_release_keys,json=addReleaseKeys,proto3" json:"add_release_keys,omitempty"`
-	RemoveReleaseKeys [][]byte `protobuf:"bytes,3,rep,name=remove_release_keys,json=removeReleaseKeys,proto3" json:"remove_release_keys,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The next version of the release key set (ClusterConfiguration.
+	// release_key_chain), signed by a key of the current set and by every
+	// key it adds; the first set of a cluster without one, signed by its
+	// keys. Anything else is refused (FAILED_PRECONDITION).
+	ReleaseKeys   *SignedStatement `protobuf:"bytes,4,opt,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateClusterPolicyRequest) Reset() {
@@ -321,16 +322,9 @@ func (x *UpdateClusterPolicyRequest) GetKubernetes() *KubernetesPolicy {
 	return nil
 }
 
-func (x *UpdateClusterPolicyRequest) GetAddReleaseKeys() [][]byte {
+func (x *UpdateClusterPolicyRequest) GetReleaseKeys() *SignedStatement {
 	if x != nil {
-		return x.AddReleaseKeys
-	}
-	return nil
-}
-
-func (x *UpdateClusterPolicyRequest) GetRemoveReleaseKeys() [][]byte {
-	if x != nil {
-		return x.RemoveReleaseKeys
+		return x.ReleaseKeys
 	}
 	return nil
 }
@@ -1576,13 +1570,12 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"$\n" +
 	"\"RevokeKubernetesCredentialsRequest\";\n" +
 	"#RevokeKubernetesCredentialsResponse\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xbb\x01\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xdb\x01\n" +
 	"\x1aUpdateClusterPolicyRequest\x12C\n" +
 	"\n" +
 	"kubernetes\x18\x01 \x01(\v2#.plinth.cluster.v1.KubernetesPolicyR\n" +
-	"kubernetes\x12(\n" +
-	"\x10add_release_keys\x18\x02 \x03(\fR\x0eaddReleaseKeys\x12.\n" +
-	"\x13remove_release_keys\x18\x03 \x03(\fR\x11removeReleaseKeys\"l\n" +
+	"kubernetes\x12E\n" +
+	"\frelease_keys\x18\x04 \x01(\v2\".plinth.cluster.v1.SignedStatementR\vreleaseKeysJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x10add_release_keysR\x13remove_release_keys\"l\n" +
 	"\x1bUpdateClusterPolicyResponse\x12M\n" +
 	"\rconfiguration\x18\x01 \x01(\v2'.plinth.cluster.v1.ClusterConfigurationR\rconfiguration\"\x1a\n" +
 	"\x18GetRegisterTicketRequest\"3\n" +
@@ -1712,51 +1705,53 @@ var file_cluster_v1_management_proto_goTypes = []any{
 	(*EscrowFromServer_NeededProofs)(nil),       // 28: plinth.cluster.v1.EscrowFromServer.NeededProofs
 	(*EscrowFromServer_Fulfilled)(nil),          // 29: plinth.cluster.v1.EscrowFromServer.Fulfilled
 	(*KubernetesPolicy)(nil),                    // 30: plinth.cluster.v1.KubernetesPolicy
-	(*ClusterConfiguration)(nil),                // 31: plinth.cluster.v1.ClusterConfiguration
-	(*ClusterDirectory)(nil),                    // 32: plinth.cluster.v1.ClusterDirectory
-	(*Node)(nil),                                // 33: plinth.cluster.v1.Node
+	(*SignedStatement)(nil),                     // 31: plinth.cluster.v1.SignedStatement
+	(*ClusterConfiguration)(nil),                // 32: plinth.cluster.v1.ClusterConfiguration
+	(*ClusterDirectory)(nil),                    // 33: plinth.cluster.v1.ClusterDirectory
+	(*Node)(nil),                                // 34: plinth.cluster.v1.Node
 }
 var file_cluster_v1_management_proto_depIdxs = []int32{
 	0,  // 0: plinth.cluster.v1.RotateSecretsKeyRequest.step:type_name -> plinth.cluster.v1.RotateSecretsKeyRequest.Step
 	24, // 1: plinth.cluster.v1.RotateSecretsKeyResponse.keys:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.Key
 	25, // 2: plinth.cluster.v1.RotateSecretsKeyResponse.controllers:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntry
 	30, // 3: plinth.cluster.v1.UpdateClusterPolicyRequest.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
-	31, // 4: plinth.cluster.v1.UpdateClusterPolicyResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	32, // 5: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
-	31, // 6: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	26, // 7: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
-	27, // 8: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
-	28, // 9: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
-	29, // 10: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
-	7,  // 11: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
-	9,  // 12: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
-	11, // 13: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
-	13, // 14: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
-	14, // 15: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
-	16, // 16: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
-	18, // 17: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
-	20, // 18: plinth.cluster.v1.Management.IssueKubernetesCredentials:input_type -> plinth.cluster.v1.IssueKubernetesCredentialsRequest
-	3,  // 19: plinth.cluster.v1.Management.RevokeKubernetesCredentials:input_type -> plinth.cluster.v1.RevokeKubernetesCredentialsRequest
-	5,  // 20: plinth.cluster.v1.Management.UpdateClusterPolicy:input_type -> plinth.cluster.v1.UpdateClusterPolicyRequest
-	1,  // 21: plinth.cluster.v1.Management.RotateSecretsKey:input_type -> plinth.cluster.v1.RotateSecretsKeyRequest
-	22, // 22: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
-	8,  // 23: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
-	10, // 24: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
-	12, // 25: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
-	33, // 26: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
-	15, // 27: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
-	17, // 28: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
-	19, // 29: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
-	21, // 30: plinth.cluster.v1.Management.IssueKubernetesCredentials:output_type -> plinth.cluster.v1.IssueKubernetesCredentialsResponse
-	4,  // 31: plinth.cluster.v1.Management.RevokeKubernetesCredentials:output_type -> plinth.cluster.v1.RevokeKubernetesCredentialsResponse
-	6,  // 32: plinth.cluster.v1.Management.UpdateClusterPolicy:output_type -> plinth.cluster.v1.UpdateClusterPolicyResponse
-	2,  // 33: plinth.cluster.v1.Management.RotateSecretsKey:output_type -> plinth.cluster.v1.RotateSecretsKeyResponse
-	23, // 34: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
-	23, // [23:35] is the sub-list for method output_type
-	11, // [11:23] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	31, // 4: plinth.cluster.v1.UpdateClusterPolicyRequest.release_keys:type_name -> plinth.cluster.v1.SignedStatement
+	32, // 5: plinth.cluster.v1.UpdateClusterPolicyResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	33, // 6: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
+	32, // 7: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	26, // 8: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
+	27, // 9: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
+	28, // 10: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
+	29, // 11: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
+	7,  // 12: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
+	9,  // 13: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
+	11, // 14: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
+	13, // 15: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
+	14, // 16: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
+	16, // 17: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
+	18, // 18: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
+	20, // 19: plinth.cluster.v1.Management.IssueKubernetesCredentials:input_type -> plinth.cluster.v1.IssueKubernetesCredentialsRequest
+	3,  // 20: plinth.cluster.v1.Management.RevokeKubernetesCredentials:input_type -> plinth.cluster.v1.RevokeKubernetesCredentialsRequest
+	5,  // 21: plinth.cluster.v1.Management.UpdateClusterPolicy:input_type -> plinth.cluster.v1.UpdateClusterPolicyRequest
+	1,  // 22: plinth.cluster.v1.Management.RotateSecretsKey:input_type -> plinth.cluster.v1.RotateSecretsKeyRequest
+	22, // 23: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
+	8,  // 24: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
+	10, // 25: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
+	12, // 26: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
+	34, // 27: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
+	15, // 28: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
+	17, // 29: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
+	19, // 30: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
+	21, // 31: plinth.cluster.v1.Management.IssueKubernetesCredentials:output_type -> plinth.cluster.v1.IssueKubernetesCredentialsResponse
+	4,  // 32: plinth.cluster.v1.Management.RevokeKubernetesCredentials:output_type -> plinth.cluster.v1.RevokeKubernetesCredentialsResponse
+	6,  // 33: plinth.cluster.v1.Management.UpdateClusterPolicy:output_type -> plinth.cluster.v1.UpdateClusterPolicyResponse
+	2,  // 34: plinth.cluster.v1.Management.RotateSecretsKey:output_type -> plinth.cluster.v1.RotateSecretsKeyResponse
+	23, // 35: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
+	24, // [24:36] is the sub-list for method output_type
+	12, // [12:24] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_management_proto_init() }

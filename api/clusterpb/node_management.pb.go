@@ -121,17 +121,19 @@ type UpdateStart struct {
 	// manifest.sig of the image directory: the ed25519 signature (64 raw
 	// bytes) over the exact bytes of manifest. The node installs the image
 	// only if it verifies against one of the cluster's release keys
-	// (ClusterConfiguration.release_keys); empty: the image is unsigned,
-	// and refused.
+	// (ClusterConfiguration.release_key_chain's newest set, as the node
+	// verifies it); empty: the image is unsigned, and refused.
 	ManifestSignature []byte `protobuf:"bytes,4,opt,name=manifest_signature,json=manifestSignature,proto3" json:"manifest_signature,omitempty"`
-	// Install the image although its release (the manifest's "release") is
-	// older than the one the node runs: an owner's decision for emergencies,
-	// logged by the node. Without it such a downgrade is refused (a signed
-	// old image with a known hole must not be reinstalled by whoever can
+	// A downgrade statement ({"kind": "plinth.downgrade/v1", "release": N,
+	// "expires": unix seconds}) signed by one of the cluster's release
+	// keys: with it the node installs the image of release N although it
+	// runs a newer one, until the statement expires (at most a week after
+	// it was made). Without it such a downgrade is refused (a signed old
+	// image with a known hole must not be reinstalled by whoever can
 	// reach the owner's tool or a node's update call).
-	AllowDowngrade bool `protobuf:"varint,5,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	Downgrade     *SignedStatement `protobuf:"bytes,6,opt,name=downgrade,proto3" json:"downgrade,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateStart) Reset() {
@@ -192,11 +194,11 @@ func (x *UpdateStart) GetManifestSignature() []byte {
 	return nil
 }
 
-func (x *UpdateStart) GetAllowDowngrade() bool {
+func (x *UpdateStart) GetDowngrade() *SignedStatement {
 	if x != nil {
-		return x.AllowDowngrade
+		return x.Downgrade
 	}
-	return false
+	return nil
 }
 
 // UpdateData is a piece of the system image, then of the UKI.
@@ -1283,13 +1285,13 @@ const file_cluster_v1_node_management_proto_rawDesc = "" +
 	"\rUpdateRequest\x126\n" +
 	"\x05start\x18\x01 \x01(\v2\x1e.plinth.cluster.v1.UpdateStartH\x00R\x05start\x123\n" +
 	"\x04data\x18\x02 \x01(\v2\x1d.plinth.cluster.v1.UpdateDataH\x00R\x04dataB\x06\n" +
-	"\x04kind\"\xaf\x01\n" +
+	"\x04kind\"\xdf\x01\n" +
 	"\vUpdateStart\x12\x1a\n" +
 	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x16\n" +
 	"\x06reboot\x18\x02 \x01(\bR\x06reboot\x12\x14\n" +
 	"\x05stage\x18\x03 \x01(\bR\x05stage\x12-\n" +
-	"\x12manifest_signature\x18\x04 \x01(\fR\x11manifestSignature\x12'\n" +
-	"\x0fallow_downgrade\x18\x05 \x01(\bR\x0eallowDowngrade\" \n" +
+	"\x12manifest_signature\x18\x04 \x01(\fR\x11manifestSignature\x12@\n" +
+	"\tdowngrade\x18\x06 \x01(\v2\".plinth.cluster.v1.SignedStatementR\tdowngradeJ\x04\b\x05\x10\x06R\x0fallow_downgrade\" \n" +
 	"\n" +
 	"UpdateData\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\xcf\x01\n" +
@@ -1401,37 +1403,39 @@ var file_cluster_v1_node_management_proto_goTypes = []any{
 	(*RebootResponse)(nil),        // 18: plinth.cluster.v1.RebootResponse
 	(*PowerOffRequest)(nil),       // 19: plinth.cluster.v1.PowerOffRequest
 	(*PowerOffResponse)(nil),      // 20: plinth.cluster.v1.PowerOffResponse
-	(*NodeStatus)(nil),            // 21: plinth.cluster.v1.NodeStatus
+	(*SignedStatement)(nil),       // 21: plinth.cluster.v1.SignedStatement
+	(*NodeStatus)(nil),            // 22: plinth.cluster.v1.NodeStatus
 }
 var file_cluster_v1_node_management_proto_depIdxs = []int32{
 	1,  // 0: plinth.cluster.v1.UpdateRequest.start:type_name -> plinth.cluster.v1.UpdateStart
 	2,  // 1: plinth.cluster.v1.UpdateRequest.data:type_name -> plinth.cluster.v1.UpdateData
-	4,  // 2: plinth.cluster.v1.UpdateResponse.accepted:type_name -> plinth.cluster.v1.UpdateAccepted
-	5,  // 3: plinth.cluster.v1.UpdateResponse.progress:type_name -> plinth.cluster.v1.UpdateProgress
-	6,  // 4: plinth.cluster.v1.UpdateResponse.done:type_name -> plinth.cluster.v1.UpdateDone
-	12, // 5: plinth.cluster.v1.LogsResponse.entries:type_name -> plinth.cluster.v1.LogEntry
-	15, // 6: plinth.cluster.v1.RunnableStatus.process:type_name -> plinth.cluster.v1.ProcessUsage
-	21, // 7: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
-	14, // 8: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
-	10, // 9: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
-	13, // 10: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
-	17, // 11: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
-	19, // 12: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
-	0,  // 13: plinth.cluster.v1.NodeManagement.Update:input_type -> plinth.cluster.v1.UpdateRequest
-	7,  // 14: plinth.cluster.v1.NodeManagement.ActivateUpdate:input_type -> plinth.cluster.v1.ActivateUpdateRequest
-	8,  // 15: plinth.cluster.v1.NodeManagement.CancelUpdate:input_type -> plinth.cluster.v1.CancelUpdateRequest
-	11, // 16: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
-	16, // 17: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
-	18, // 18: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
-	20, // 19: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
-	3,  // 20: plinth.cluster.v1.NodeManagement.Update:output_type -> plinth.cluster.v1.UpdateResponse
-	6,  // 21: plinth.cluster.v1.NodeManagement.ActivateUpdate:output_type -> plinth.cluster.v1.UpdateDone
-	9,  // 22: plinth.cluster.v1.NodeManagement.CancelUpdate:output_type -> plinth.cluster.v1.CancelUpdateResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	21, // 2: plinth.cluster.v1.UpdateStart.downgrade:type_name -> plinth.cluster.v1.SignedStatement
+	4,  // 3: plinth.cluster.v1.UpdateResponse.accepted:type_name -> plinth.cluster.v1.UpdateAccepted
+	5,  // 4: plinth.cluster.v1.UpdateResponse.progress:type_name -> plinth.cluster.v1.UpdateProgress
+	6,  // 5: plinth.cluster.v1.UpdateResponse.done:type_name -> plinth.cluster.v1.UpdateDone
+	12, // 6: plinth.cluster.v1.LogsResponse.entries:type_name -> plinth.cluster.v1.LogEntry
+	15, // 7: plinth.cluster.v1.RunnableStatus.process:type_name -> plinth.cluster.v1.ProcessUsage
+	22, // 8: plinth.cluster.v1.StatusResponse.status:type_name -> plinth.cluster.v1.NodeStatus
+	14, // 9: plinth.cluster.v1.StatusResponse.runnables:type_name -> plinth.cluster.v1.RunnableStatus
+	10, // 10: plinth.cluster.v1.NodeManagement.Logs:input_type -> plinth.cluster.v1.LogsRequest
+	13, // 11: plinth.cluster.v1.NodeManagement.Status:input_type -> plinth.cluster.v1.StatusRequest
+	17, // 12: plinth.cluster.v1.NodeManagement.Reboot:input_type -> plinth.cluster.v1.RebootRequest
+	19, // 13: plinth.cluster.v1.NodeManagement.PowerOff:input_type -> plinth.cluster.v1.PowerOffRequest
+	0,  // 14: plinth.cluster.v1.NodeManagement.Update:input_type -> plinth.cluster.v1.UpdateRequest
+	7,  // 15: plinth.cluster.v1.NodeManagement.ActivateUpdate:input_type -> plinth.cluster.v1.ActivateUpdateRequest
+	8,  // 16: plinth.cluster.v1.NodeManagement.CancelUpdate:input_type -> plinth.cluster.v1.CancelUpdateRequest
+	11, // 17: plinth.cluster.v1.NodeManagement.Logs:output_type -> plinth.cluster.v1.LogsResponse
+	16, // 18: plinth.cluster.v1.NodeManagement.Status:output_type -> plinth.cluster.v1.StatusResponse
+	18, // 19: plinth.cluster.v1.NodeManagement.Reboot:output_type -> plinth.cluster.v1.RebootResponse
+	20, // 20: plinth.cluster.v1.NodeManagement.PowerOff:output_type -> plinth.cluster.v1.PowerOffResponse
+	3,  // 21: plinth.cluster.v1.NodeManagement.Update:output_type -> plinth.cluster.v1.UpdateResponse
+	6,  // 22: plinth.cluster.v1.NodeManagement.ActivateUpdate:output_type -> plinth.cluster.v1.UpdateDone
+	9,  // 23: plinth.cluster.v1.NodeManagement.CancelUpdate:output_type -> plinth.cluster.v1.CancelUpdateResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_node_management_proto_init() }

@@ -3,6 +3,7 @@ package clusterpb
 import (
 	"crypto/ed25519"
 	"fmt"
+	"net/netip"
 	"path"
 	"slices"
 	"strings"
@@ -16,7 +17,8 @@ var PodSecurityLevels = []string{"privileged", "baseline", "restricted"}
 // Check reports what is wrong with the policy, if anything: an unknown
 // Pod Security level, or an allowed host path that is not clean and
 // absolute (or is / itself, which would allow everything), or that would
-// open node state or secrets to pods (a *ProtectedHostPathError). The
+// open node state or secrets to pods (a *ProtectedHostPathError), or an
+// external IP range that is not one (CheckExternalIPRange). The
 // API servers' admission configuration is generated from it, so the
 // curator refuses a bad policy before storing it.
 func (p *KubernetesPolicy) Check() error {
@@ -28,6 +30,11 @@ func (p *KubernetesPolicy) Check() error {
 			return fmt.Errorf("allowed host path %q: want a clean absolute path other than /, of letters, digits and ._-/ only", a)
 		}
 		if err := checkAllowedHostPath(a); err != nil {
+			return err
+		}
+	}
+	for _, c := range p.GetAllowedExternalIps() {
+		if err := CheckExternalIPRange(c); err != nil {
 			return err
 		}
 	}
@@ -102,6 +109,29 @@ func CleanHostPath(p string) bool {
 func CheckReleaseKey(k []byte) error {
 	if len(k) != ed25519.PublicKeySize {
 		return fmt.Errorf("release key of %d bytes, want an ed25519 public key (%d)", len(k), ed25519.PublicKeySize)
+	}
+	return nil
+}
+
+// CheckExternalIPRange reports whether c may be an allowed range of
+// Service external IPs: a CIDR in canonical form ("192.0.2.0/28", its
+// address the range's first), not a default route, and meeting none of
+// the ranges a node uses for itself (loopback, link-local, the pod and
+// Service networks), where a Service's address would capture what the
+// nodes send there. The node addresses themselves are the owner's to
+// keep out: the range's documentation says so.
+func CheckExternalIPRange(c string) error {
+	p, err := netip.ParsePrefix(c)
+	if err != nil || p != p.Masked() || p.Addr().Zone() != "" {
+		return fmt.Errorf("allowed external IP range %q: want a CIDR whose address is its first (192.0.2.0/28, 2001:db8::/64)", c)
+	}
+	if p.Bits() == 0 {
+		return fmt.Errorf("allowed external IP range %s holds every address: name the ranges Services may use", c)
+	}
+	for _, r := range []string{"127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "224.0.0.0/4", "ff00::/8", layout.ClusterCIDR, layout.ServiceCIDR} {
+		if q := netip.MustParsePrefix(r); q.Overlaps(p) {
+			return fmt.Errorf("allowed external IP range %s meets %s, which the nodes use themselves", c, r)
+		}
 	}
 	return nil
 }

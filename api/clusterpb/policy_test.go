@@ -63,3 +63,26 @@ func TestCheckAllowedHostPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckExternalIPRanges: an allowed external IP range is a canonical
+// CIDR that holds neither every address nor any the nodes use for
+// themselves (loopback, link-local, the pod and Service networks), so
+// a Service cannot be given one of those.
+func TestCheckExternalIPRanges(t *testing.T) {
+	for _, c := range []string{"192.0.2.0/28", "198.51.100.7/32", "2001:db8::/64", "203.0.113.0/24"} {
+		if err := (&KubernetesPolicy{AllowedExternalIps: []string{c}}).Check(); err != nil {
+			t.Errorf("allowing %s: %v", c, err)
+		}
+	}
+	for c, want := range map[string]string{
+		"192.0.2.1/28": "CIDR", "192.0.2.1": "CIDR", "example.org": "CIDR", "": "CIDR", "fe80::1%eth0/64": "CIDR",
+		"0.0.0.0/0": "every address", "::/0": "every address",
+		"127.0.0.1/32": "127.0.0.0/8", "10.0.0.0/8": layout.ClusterCIDR, "10.96.0.1/32": layout.ServiceCIDR,
+		"169.254.53.53/32": "169.254.0.0/16", "fe80::/64": "fe80::/10", "::1/128": "::1/128",
+	} {
+		err := (&KubernetesPolicy{AllowedExternalIps: []string{"192.0.2.0/28", c}}).Check()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("allowing %q: %v; want a refusal naming %q", c, err, want)
+		}
+	}
+}

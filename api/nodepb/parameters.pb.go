@@ -416,11 +416,8 @@ type ClusterPolicy struct {
 	// Host paths below the node's state that pods may use anyway
 	// (plinth.cluster.v1.KubernetesPolicy.allowed_host_paths).
 	AllowedHostPaths []string `protobuf:"bytes,4,rep,name=allowed_host_paths,json=allowedHostPaths,proto3" json:"allowed_host_paths,omitempty"`
-	// ed25519 public keys (32 raw bytes) that sign the images nodes may
-	// install; empty: the key that signed the bootstrap node's own image.
-	ReleaseKeys   [][]byte `protobuf:"bytes,5,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ClusterPolicy) Reset() {
@@ -477,13 +474,6 @@ func (x *ClusterPolicy) GetPodSecurityLevel() string {
 func (x *ClusterPolicy) GetAllowedHostPaths() []string {
 	if x != nil {
 		return x.AllowedHostPaths
-	}
-	return nil
-}
-
-func (x *ClusterPolicy) GetReleaseKeys() [][]byte {
-	if x != nil {
-		return x.ReleaseKeys
 	}
 	return nil
 }
@@ -853,13 +843,12 @@ const file_node_v1_parameters_proto_rawDesc = "" +
 	"\x10owner_public_key\x18\x01 \x01(\fR\x0eownerPublicKey\x12D\n" +
 	"\x0einitial_policy\x18\x02 \x01(\v2\x1d.plinth.node.v1.ClusterPolicyR\rinitialPolicy\x128\n" +
 	"\x18no_kubernetes_controller\x18\x03 \x01(\bR\x16noKubernetesController\x120\n" +
-	"\x14no_kubernetes_worker\x18\x04 \x01(\bR\x12noKubernetesWorker\"\x91\x02\n" +
+	"\x14no_kubernetes_worker\x18\x04 \x01(\bR\x12noKubernetesWorker\"\x82\x02\n" +
 	"\rClusterPolicy\x125\n" +
 	"\x17allow_nodes_without_tpm\x18\x01 \x01(\bR\x14allowNodesWithoutTpm\x12J\n" +
 	"\x10storage_security\x18\x02 \x01(\x0e2\x1f.plinth.node.v1.StorageSecurityR\x0fstorageSecurity\x12,\n" +
 	"\x12pod_security_level\x18\x03 \x01(\tR\x10podSecurityLevel\x12,\n" +
-	"\x12allowed_host_paths\x18\x04 \x03(\tR\x10allowedHostPaths\x12!\n" +
-	"\frelease_keys\x18\x05 \x03(\fR\vreleaseKeys\"\x96\x01\n" +
+	"\x12allowed_host_paths\x18\x04 \x03(\tR\x10allowedHostPathsJ\x04\b\x05\x10\x06R\frelease_keys\"\x96\x01\n" +
 	"\bRegister\x124\n" +
 	"\x16cluster_ca_certificate\x18\x01 \x01(\fR\x14clusterCaCertificate\x12'\n" +
 	"\x0fregister_ticket\x18\x02 \x01(\fR\x0eregisterTicket\x12+\n" +

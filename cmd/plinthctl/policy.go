@@ -1,17 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/releasekeys"
 )
 
 func init() {
@@ -19,18 +24,21 @@ func init() {
 }
 
 // policyCmd is `plinthctl policy [-pod-security LEVEL] [-allow-host-path
-// PATH...|-no-host-paths] [-registry HOST [-mirror URL...|-no-mirrors]
+// PATH...|-no-host-paths] [-allow-external-ips CIDR...|-no-external-ips] [-registry HOST [-mirror URL...|-no-mirrors]
 // [-registry-ca PEM|-no-registry-ca] [-registry-username NAME
 // -registry-password-file FILE|-no-registry-credentials]]
-// [-remove-registry HOST] [-add-release-key PUB] [-remove-release-key
-// PUB]`, as the owner. Without flags it prints the policy; with any, it
+// [-remove-registry HOST] [-add-release-key KEY] [-remove-release-key
+// KEY] [-sign-key KEY]`, as the owner. Without flags it prints the policy; with any, it
 // changes those parts (the rest stays) and prints the result.
 //
 // The Pod Security level and the allowed host paths reach the API
 // servers at once (their control plane restarts with them); the image
 // registries reach the workers' containerd and kubelet at once (see
 // roleserver/kubernetes/registries.go); a release key signs the images
-// nodes install (plinthctl build -sign-key). Passwords are read from a
+// nodes install (plinthctl build -sign-key), and a change of the release
+// keys is a key set signed by a current one (-sign-key) and by every key
+// it adds: the owner's certificate alone changes none (platform/
+// releasekeys). Passwords are read from a
 // file (never a flag: it would stay in the shell's history) and printed
 // as "(set)".
 type policyCmd struct {
@@ -38,9 +46,12 @@ type policyCmd struct {
 	podSecurity string
 	hostPaths   listFlag
 	noHostPaths bool
+	externalIPs listFlag
+	noExternal  bool
 	registry    registryFlags
 	addKeys     listFlag
 	removeKeys  listFlag
+	signKeys    listFlag
 }
 
 func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -49,14 +60,20 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs.StringVar(&c.podSecurity, "pod-security", "", "Pod Security level enforced in namespaces that name none: "+strings.Join(clusterpb.PodSecurityLevels, "|")+" (privileged is node root)")
 	fs.Var(&c.hostPaths, "allow-host-path", "host `path` under "+layout.HostVolumesDir+" (the only place below the node's state that may be opened) that pods and PersistentVolumes may use (repeat; replaces the list)")
 	fs.BoolVar(&c.noHostPaths, "no-host-paths", false, "allow no host path below the node's state (the default)")
+	fs.Var(&c.externalIPs, "allow-external-ips", "address range `CIDR` Services may name as external IPs; it must hold no node's address (repeat; replaces the list)")
+	fs.BoolVar(&c.noExternal, "no-external-ips", false, "allow Services no external IP (the default)")
 	c.registry.define(fs)
-	fs.Var(&c.addKeys, "add-release-key", "ed25519 public key `file` whose signatures on an image let nodes install it (repeat)")
-	fs.Var(&c.removeKeys, "remove-release-key", "release key `file` to remove (the last one cannot be)")
+	fs.Var(&c.addKeys, "add-release-key", "release key `file` (private: plinthctl release-key -o FILE) to add: it signs the new key set, and its signatures on images let nodes install them (repeat)")
+	fs.Var(&c.removeKeys, "remove-release-key", "release key `file` (public or private) to remove (the last one cannot be)")
+	fs.Var(&c.signKeys, "sign-key", "a current release key `file` (private) that signs the new key set: nodes take it only so signed (repeat; not needed for the first key of a cluster)")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
 	if len(c.hostPaths) > 0 && c.noHostPaths {
 		return fmt.Errorf("give -allow-host-path or -no-host-paths, not both")
+	}
+	if len(c.externalIPs) > 0 && c.noExternal {
+		return fmt.Errorf("give -allow-external-ips or -no-external-ips, not both")
 	}
 	if err := c.registry.check(fs); err != nil {
 		return err
@@ -72,7 +89,7 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	cfg := info.GetConfiguration()
 	req := &clusterpb.UpdateClusterPolicyRequest{}
-	if c.podSecurity != "" || len(c.hostPaths) > 0 || c.noHostPaths || c.registry.given(fs) {
+	if c.podSecurity != "" || len(c.hostPaths) > 0 || c.noHostPaths || len(c.externalIPs) > 0 || c.noExternal || c.registry.given(fs) {
 		k := proto.Clone(cfg.GetKubernetes()).(*clusterpb.KubernetesPolicy)
 		if k == nil {
 			k = &clusterpb.KubernetesPolicy{}
@@ -86,24 +103,22 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 		if len(c.hostPaths) > 0 || c.noHostPaths {
 			k.AllowedHostPaths = c.hostPaths
 		}
+		if len(c.externalIPs) > 0 || c.noExternal {
+			k.AllowedExternalIps = c.externalIPs
+		}
 		if err := k.Check(); err != nil {
 			return err
 		}
 		req.Kubernetes = k
 	}
-	for _, f := range c.addKeys {
-		k, err := readOwnerKey(f)
+	if len(c.addKeys) > 0 || len(c.removeKeys) > 0 {
+		next, err := c.nextKeySet(cfg)
 		if err != nil {
-			return fmt.Errorf("-add-release-key: %w", err)
+			return err
 		}
-		req.AddReleaseKeys = append(req.AddReleaseKeys, k)
-	}
-	for _, f := range c.removeKeys {
-		k, err := readOwnerKey(f)
-		if err != nil {
-			return fmt.Errorf("-remove-release-key: %w", err)
-		}
-		req.RemoveReleaseKeys = append(req.RemoveReleaseKeys, k)
+		req.ReleaseKeys = clusterpb.NewSignedStatement(next)
+	} else if len(c.signKeys) > 0 {
+		return fmt.Errorf("-sign-key signs a change of the release keys: give -add-release-key or -remove-release-key")
 	}
 	if proto.Size(req) > 0 {
 		if cfg, err = cl.UpdatePolicy(ctx, req); err != nil {
@@ -128,9 +143,16 @@ func printPolicy(w io.Writer, cfg *clusterpb.ClusterConfiguration) {
 		paths = "none (default)"
 	}
 	fmt.Fprintf(w, "allowed host paths: %s\n", paths)
+	ips := strings.Join(k.GetAllowedExternalIps(), " ")
+	if ips == "" {
+		ips = "none (default)"
+	}
+	fmt.Fprintf(w, "external IPs:       %s\n", ips)
 	printRegistries(w, k.GetImageRegistries())
 	if len(cfg.GetReleaseKeys()) == 0 {
 		fmt.Fprintln(w, "release keys:       none: nodes install no update")
+	} else {
+		fmt.Fprintf(w, "release key set:    version %d of the signed chain (nodes verify it)\n", len(cfg.GetReleaseKeyChain()))
 	}
 	for i, rk := range cfg.GetReleaseKeys() {
 		label := "release keys:"
@@ -142,4 +164,71 @@ func printPolicy(w io.Writer, cfg *clusterpb.ClusterConfiguration) {
 	}
 	fmt.Fprintf(w, "owner credentials:  epoch %d (plinthctl kubeconfig -revoke-all moves it)\n", cfg.GetKubernetesOwnerEpoch())
 	fmt.Fprintf(w, "nodes without TPM:  %v\n", map[bool]string{true: "allowed", false: "refused"}[cfg.GetAllowNodesWithoutTpm()])
+}
+
+// nextKeySet is the next version of cfg's release key set, with
+// -add-release-key's keys added and -remove-release-key's removed,
+// signed by -sign-key's keys and by every key added (each proves its
+// holder has it). The curator checks it extends the chain, and every
+// node again.
+func (c *policyCmd) nextKeySet(cfg *clusterpb.ClusterConfiguration) (releasekeys.Signed, error) {
+	chain := cfg.ReleaseKeyChainSigned()
+	var prev *releasekeys.Signed
+	keys := slices.Clone(cfg.GetReleaseKeys())
+	if len(chain) > 0 {
+		prev = &chain[len(chain)-1]
+	} else if len(keys) > 0 {
+		return releasekeys.Signed{}, errors.New("the cluster's release keys are not a signed chain (a cluster from before chains): its nodes take no key set; found a new cluster or ask for help")
+	}
+	var signers []ed25519.PrivateKey
+	for _, f := range c.addKeys {
+		k, err := readReleaseKey(f)
+		if err != nil {
+			return releasekeys.Signed{}, fmt.Errorf("-add-release-key: %w (the private key: it signs the key set that adds it)", err)
+		}
+		pub := k.Public().(ed25519.PublicKey)
+		if !slices.ContainsFunc(keys, func(o []byte) bool { return bytes.Equal(o, pub) }) {
+			keys = append(keys, pub)
+		}
+		signers = append(signers, k)
+	}
+	for _, f := range c.removeKeys {
+		pub, err := readAnyReleaseKey(f)
+		if err != nil {
+			return releasekeys.Signed{}, fmt.Errorf("-remove-release-key: %w", err)
+		}
+		had := len(keys)
+		keys = slices.DeleteFunc(keys, func(o []byte) bool { return bytes.Equal(o, pub) })
+		if len(keys) == had {
+			return releasekeys.Signed{}, fmt.Errorf("-remove-release-key %s: not one of the cluster's release keys", f)
+		}
+	}
+	if len(keys) == 0 {
+		return releasekeys.Signed{}, errors.New("refusing to remove the last release key: no node could install an update again (add the new key first)")
+	}
+	for _, f := range c.signKeys {
+		k, err := readReleaseKey(f)
+		if err != nil {
+			return releasekeys.Signed{}, fmt.Errorf("-sign-key: %w", err)
+		}
+		signers = append(signers, k)
+	}
+	body, err := releasekeys.NextKeySet(prev, keys)
+	if err != nil {
+		return releasekeys.Signed{}, err
+	}
+	next := releasekeys.Sign(body, signers...)
+	if _, err := releasekeys.CheckNext(chain, next); err != nil {
+		return releasekeys.Signed{}, fmt.Errorf("%w (a change of the release keys is signed by a current release key: -sign-key FILE)", err)
+	}
+	return next, nil
+}
+
+// readAnyReleaseKey reads a release key's public key from its public
+// key file or its private key file.
+func readAnyReleaseKey(path string) (ed25519.PublicKey, error) {
+	if k, err := readReleaseKey(path); err == nil {
+		return k.Public().(ed25519.PublicKey), nil
+	}
+	return readOwnerKey(path)
 }

@@ -77,3 +77,30 @@ func TestPolicyRegistries(t *testing.T) {
 		t.Errorf("policy -remove-registry: %v %s\n%s", err, stderr, out)
 	}
 }
+
+// TestPolicyExternalIPs: plinthctl policy allows Services address ranges
+// as external IPs, prints them, refuses a range that is not a CIDR or
+// meets the nodes' own networks before anything changes, and goes back
+// to none.
+func TestPolicyExternalIPs(t *testing.T) {
+	f := newFakeCluster(t)
+	cfg := f.owned(t)
+	out, stderr, err := runVerb("policy", "-config", cfg, "-allow-external-ips", "192.0.2.0/28", "-allow-external-ips", "2001:db8::/64")
+	if err != nil || !strings.Contains(out, "external IPs:       192.0.2.0/28 2001:db8::/64") {
+		t.Fatalf("policy -allow-external-ips: %v %s\n%s", err, stderr, out)
+	}
+	before := f.Policy().String()
+	for _, args := range [][]string{{"-allow-external-ips", "10.96.0.0/24"}, {"-allow-external-ips", "192.0.2.1/28"},
+		{"-allow-external-ips", "192.0.2.0/28", "-no-external-ips"}} {
+		if _, _, err := runVerb("policy", append([]string{"-config", cfg}, args...)...); err == nil {
+			t.Errorf("policy %q accepted", args)
+		}
+	}
+	if f.Policy().String() != before {
+		t.Errorf("refused changes changed the policy: %v", f.Policy())
+	}
+	out, _, err = runVerb("policy", "-config", cfg, "-no-external-ips")
+	if err != nil || !strings.Contains(out, "external IPs:       none (default)") || len(f.Policy().GetKubernetes().GetAllowedExternalIps()) != 0 {
+		t.Errorf("policy -no-external-ips: %v\n%s", err, out)
+	}
+}

@@ -25,11 +25,11 @@ func init() {
 // (PKIX PEM: what policy -add-release-key reads).
 //
 // Neither file is ever replaced: the nodes of a cluster install only
-// images signed by its release keys, so a release key overwritten by
-// mistake cannot sign the next image for them (the owner would have to
-// add a new key to the policy first, which needs the owner key but no
-// release key). Keep it offline: whoever holds it decides what the
-// nodes run.
+// images signed by its release keys, and take a new key only from a key
+// set a current release key signed (plinthctl policy -add-release-key
+// -sign-key), so a release key lost or overwritten by mistake is gone for
+// the cluster. Keep it offline, and keep a second one offline elsewhere
+// (added the same way): whoever holds one decides what the nodes run.
 type releaseKeyCmd struct {
 	out string
 }

@@ -89,3 +89,57 @@ func TestBuildOCIArchiveFlag(t *testing.T) {
 		t.Errorf("a well-formed -oci-archive: %v", err)
 	}
 }
+
+// TestPolicyReleaseKeys: the first release key of a cluster is added
+// alone, signing itself; a second needs a current key's signature
+// (-sign-key) besides its own; removing one likewise, and never the
+// last. Each refusal says what to do and changes nothing; the policy
+// prints the keys of the newest set.
+func TestPolicyReleaseKeys(t *testing.T) {
+	f := newFakeCluster(t)
+	cfg := f.owned(t)
+	dir := t.TempDir()
+	k1, k2, k3 := filepath.Join(dir, "k1"), filepath.Join(dir, "k2"), filepath.Join(dir, "k3")
+	for _, k := range []string{k1, k2, k3} {
+		if _, _, err := runVerb("release-key", "-o", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hexOf := func(path string) string {
+		k, err := readReleaseKey(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hex.EncodeToString(k.Public().(ed25519.PublicKey))
+	}
+	out, stderr, err := runVerb("policy", "-config", cfg, "-add-release-key", k1)
+	if err != nil || !strings.Contains(out, hexOf(k1)) {
+		t.Fatalf("the first key: %v %s\n%s", err, stderr, out)
+	}
+	before := f.Policy().String()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-add-release-key", k2}, "-sign-key"},
+		{[]string{"-add-release-key", k2, "-sign-key", k3}, "-sign-key"},
+		{[]string{"-add-release-key", k2 + ".pub", "-sign-key", k1}, "the private key"},
+		{[]string{"-remove-release-key", k1 + ".pub", "-sign-key", k1}, "last release key"},
+		{[]string{"-remove-release-key", k2 + ".pub", "-sign-key", k1}, "not one of the cluster's release keys"},
+		{[]string{"-sign-key", k1}, "give -add-release-key or -remove-release-key"},
+	} {
+		if _, _, err := runVerb("policy", append([]string{"-config", cfg}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("policy %q: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+	if f.Policy().String() != before {
+		t.Errorf("refused changes changed the policy: %v", f.Policy())
+	}
+	if out, stderr, err := runVerb("policy", "-config", cfg, "-add-release-key", k2, "-sign-key", k1); err != nil || !strings.Contains(out, hexOf(k2)) {
+		t.Fatalf("a second key: %v %s\n%s", err, stderr, out)
+	}
+	out, stderr, err = runVerb("policy", "-config", cfg, "-remove-release-key", k1+".pub", "-sign-key", k2)
+	if err != nil || strings.Contains(out, hexOf(k1)) || !strings.Contains(out, hexOf(k2)) || len(f.Policy().GetReleaseKeyChain()) != 3 {
+		t.Fatalf("removing the first key: %v %s\n%s", err, stderr, out)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/releasekeys"
 	"plinth.dev/plinth/roleserver/owner"
 )
 
@@ -36,11 +37,14 @@ type updateCmd struct {
 	drain      bool
 	kubeServer string
 	// allowDowngrade: install an image older than the node's (an
-	// emergency: going back to the last release that worked).
+	// emergency: going back to the last release that worked), with a
+	// downgrade statement signed by signKey, valid for downgradeValid.
 	allowDowngrade bool
+	signKey        string
+	downgradeValid time.Duration
 }
 
-const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-stage | -no-reboot] [-allow-downgrade] [-timeout D]\n" +
+const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-stage | -no-reboot] [-allow-downgrade -sign-key FILE] [-timeout D]\n" +
 	"       plinthctl update NODE (-activate | -cancel) [-version V]"
 
 func (c *updateCmd) flags(fs *flag.FlagSet) {
@@ -55,7 +59,9 @@ func (c *updateCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "how long to wait for a node to come back healthy on the new version")
 	fs.BoolVar(&c.drain, "drain", true, "cordon and drain a Kubernetes worker before it reboots into its update (its pods move to other workers), uncordon it after")
 	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` for -drain (default: the first the cluster names)")
-	fs.BoolVar(&c.allowDowngrade, "allow-downgrade", false, "install the image even if its release is older than the node's (emergencies; the node logs it). It must still be signed by a release key of the cluster")
+	fs.BoolVar(&c.allowDowngrade, "allow-downgrade", false, "install the image even if its release is older than the node's (emergencies; the node logs it), with a downgrade statement signed by -sign-key. The image must still be signed by a release key of the cluster")
+	fs.StringVar(&c.signKey, "sign-key", "", "with -allow-downgrade: a release key `file` of the cluster (plinthctl release-key) that signs the downgrade statement")
+	fs.DurationVar(&c.downgradeValid, "downgrade-valid", time.Hour, "with -allow-downgrade: how long nodes accept the downgrade statement (at most a week)")
 }
 
 func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -114,6 +120,8 @@ func (c *updateCmd) check(pos []string) error {
 		return errors.New("-activate and -cancel act on one NODE's installed update")
 	case finishing && c.allowDowngrade:
 		return errors.New("-allow-downgrade goes with -image: the node checks an image's release when it is installed, not when it is activated or cancelled")
+	case c.allowDowngrade != (c.signKey != ""):
+		return errors.New("-allow-downgrade needs -sign-key: only a release key of the cluster can allow a node to go back (and -sign-key signs nothing else here)")
 	case c.stage && c.noReboot:
 		return errors.New("-stage and -no-reboot exclude each other: a staged update waits for -activate, the other boots at the next reboot")
 	case c.all && c.noReboot:
@@ -153,8 +161,18 @@ func (c *updateCmd) readImage(stderr io.Writer) (*owner.UpdateImage, error) {
 		// Sent all the same: the node's policy decides, and says why.
 		fmt.Fprintf(stderr, "plinthctl: %s has no manifest.sig: the image is unsigned (plinthctl build -sign-key signs it)\n", c.image)
 	}
-	if img.AllowDowngrade = c.allowDowngrade; c.allowDowngrade {
-		fmt.Fprintf(stderr, "plinthctl: -allow-downgrade: nodes install release %d even if they run a newer one\n", img.Release)
+	if c.allowDowngrade {
+		key, err := readReleaseKey(c.signKey)
+		if err != nil {
+			return nil, fmt.Errorf("-sign-key: %w", err)
+		}
+		body, err := releasekeys.NewDowngrade(img.Release, time.Now(), c.downgradeValid)
+		if err != nil {
+			return nil, fmt.Errorf("-downgrade-valid: %w", err)
+		}
+		img.Downgrade = clusterpb.NewSignedStatement(releasekeys.Sign(body, key))
+		fmt.Fprintf(stderr, "plinthctl: -allow-downgrade: nodes install release %d even if they run a newer one, for %v, if %s is one of the cluster's release keys\n",
+			img.Release, c.downgradeValid, c.signKey)
 	}
 	return img, nil
 }

@@ -24,6 +24,8 @@ func TestUpdateFlags(t *testing.T) {
 		{[]string{"node", "-image", "dir", "-stage", "-no-reboot"}, "-stage and -no-reboot exclude each other"},
 		{[]string{"-all", "-image", "dir", "-no-reboot"}, "-stage installs everywhere"},
 		{[]string{"node", "-activate", "-allow-downgrade"}, "-allow-downgrade goes with -image"},
+		{[]string{"node", "-image", "dir", "-allow-downgrade"}, "-allow-downgrade needs -sign-key"},
+		{[]string{"node", "-image", "dir", "-sign-key", "k"}, "-allow-downgrade needs -sign-key"},
 	} {
 		err := new(updateCmd).run(context.Background(), append([]string{"-config", t.TempDir()}, c.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -86,7 +86,7 @@ func (n *Node) Begin(req Request) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	release, err := CheckRelease(manifest, req.Signature, req.ReleaseKeys, running.Release, req.AllowDowngrade)
+	release, err := CheckRelease(manifest, req.Signature, req.ReleaseKeys, running.Release, req.Downgrade, time.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,10 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"plinth.dev/plinth/platform/releasekeys"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Signed, monotonic updates: which images a node installs at all.
@@ -15,15 +17,19 @@ import (
 //	  manifest.sig   ed25519 signature by K over manifest.json's bytes (64 raw bytes)
 //	  system image   /etc/os-release PLINTH_RELEASE=N, /etc/plinth/release.pub
 //	node (Begin, before a byte of the slot is written)
-//	  the cluster's release keys (its policy, from the curator)
+//	  the cluster's release keys: its chain of key sets (platform/releasekeys),
+//	  verified by the node from where it stands (Trust)
 //	  ─► none: refused; no signature: refused; verifies with none: refused
-//	  ─► N < the running image's PLINTH_RELEASE: refused unless allow_downgrade
+//	  ─► N < the running image's PLINTH_RELEASE: refused unless a downgrade
+//	     statement for release N, signed by a current key and not expired,
+//	     comes with it
 //
 // Why: the owner's certificate lets a tool push images, but whoever holds
 // it (or a compromised consensus member, which holds the cluster's keys)
 // must not be able to install an image the owner's offline release key
 // did not sign, nor roll a node back to an older signed image with a
-// known hole. The release number orders images; versions (commit hashes)
+// known hole: the release keys and a downgrade's permission are
+// statements only a release key signs. The release number orders images; versions (commit hashes)
 // do not. Release 0 is an unreleased build: installing it over a
 // released image is a downgrade like any other.
 
@@ -34,12 +40,12 @@ type Request struct {
 	// Manifest is manifest.json's exact bytes, Signature manifest.sig's
 	// (empty: the image is unsigned).
 	Manifest, Signature []byte
-	// ReleaseKeys are the cluster's (ClusterConfiguration.release_keys),
-	// ed25519 public keys.
+	// ReleaseKeys are the cluster's newest key set as the node verified
+	// it (Trust.Follow), ed25519 public keys.
 	ReleaseKeys [][]byte
-	// AllowDowngrade installs an image older than the running one
-	// (logged at Warn).
-	AllowDowngrade bool
+	// Downgrade, if set, is a downgrade statement: with it an image
+	// older than the running one may be installed (logged at Warn).
+	Downgrade *releasekeys.Signed
 }
 
 // Refusal is why CheckRelease refuses an image.
@@ -56,7 +62,7 @@ const (
 	// after it was signed.
 	RefusedSignature
 	// RefusedDowngrade: the image's release is older than the running
-	// image's, and the downgrade was not allowed.
+	// image's, and no valid downgrade statement allowed it.
 	RefusedDowngrade
 )
 
@@ -74,6 +80,8 @@ type ReleaseError struct {
 	// when a signature did not verify: the key to compare with the
 	// cluster's (plinthctl policy).
 	Signer string
+	// Detail says what was wrong with a downgrade statement.
+	Detail string
 }
 
 func (e *ReleaseError) Error() string {
@@ -93,7 +101,7 @@ func (e *ReleaseError) Error() string {
 			why += " (its manifest names release key " + e.Signer + ")"
 		}
 	case RefusedDowngrade:
-		why = fmt.Sprintf("release %d is older than the running release %d (plinthctl update -allow-downgrade to install it anyway)", e.Release, e.Running)
+		why = fmt.Sprintf("release %d is older than the running release %d: %s (plinthctl update -allow-downgrade -sign-key RELEASE-KEY signs one)", e.Release, e.Running, e.Detail)
 	default:
 		why = fmt.Sprintf("release check %d", e.Refusal)
 	}
@@ -103,13 +111,14 @@ func (e *ReleaseError) Error() string {
 func (e *ReleaseError) Unwrap() error { return ErrRejected }
 
 // CheckRelease decides whether an image may be installed on a node
-// running release running: its signature over the manifest's exact
-// bytes must verify against one of keys, and its release must not be
-// older than running unless allowDowngrade. Equal releases pass (the
-// same release again, e.g. after a failed update). It returns the
+// running release running, at now: its signature over the manifest's
+// exact bytes must verify against one of keys, and its release must not
+// be older than running unless downgrade allows it (a statement signed
+// by one of keys, naming this release, not expired). Equal releases pass
+// (the same release again, e.g. after a failed update). It returns the
 // image's release. Nothing but the manifest's bytes is trusted: the
 // release is read only once the signature holds.
-func CheckRelease(manifest, signature []byte, keys [][]byte, running uint64, allowDowngrade bool) (uint64, error) {
+func CheckRelease(manifest, signature []byte, keys [][]byte, running uint64, downgrade *releasekeys.Signed, now time.Time) (uint64, error) {
 	if len(keys) == 0 {
 		return 0, &ReleaseError{Refusal: RefusedNoKeys}
 	}
@@ -136,8 +145,10 @@ func CheckRelease(manifest, signature []byte, keys [][]byte, running uint64, all
 	if jerr != nil {
 		return 0, fmt.Errorf("%w: manifest: %v", ErrRejected, jerr)
 	}
-	if m.Release < running && !allowDowngrade {
-		return 0, &ReleaseError{Refusal: RefusedDowngrade, Keys: len(keys), Release: m.Release, Running: running}
+	if m.Release < running {
+		if why := releasekeys.CheckDowngrade(downgrade, keys, m.Release, now); why != "" {
+			return 0, &ReleaseError{Refusal: RefusedDowngrade, Keys: len(keys), Release: m.Release, Running: running, Detail: why}
+		}
 	}
 	return m.Release, nil
 }

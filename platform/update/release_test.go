@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"plinth.dev/plinth/platform/bootdisk"
 	"plinth.dev/plinth/platform/efivar"
 	"plinth.dev/plinth/platform/gpt"
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/releasekeys"
 )
 
 func releaseKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
@@ -29,47 +31,70 @@ func releaseKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
 
 // TestCheckRelease: an image is installable only with a signature over
 // its manifest's exact bytes by one of the cluster's release keys, and
-// only if it is not older than the running release (unless the owner
-// allows the downgrade). Each refusal is ErrRejected with its Refusal.
+// only if it is not older than the running release, unless a downgrade
+// statement signed by one of the keys allows that very release and has
+// not expired. Each refusal is ErrRejected with its Refusal.
 func TestCheckRelease(t *testing.T) {
 	pub, key := releaseKey(t)
 	otherPub, otherKey := releaseKey(t)
 	manifest := func(release uint64, signer ed25519.PublicKey) []byte {
 		return fmt.Appendf(nil, `{"board":"qemu-x86_64","version":"v%d","release":%d,"release_key":%q}`, release, release, hex.EncodeToString(signer))
 	}
+	now := time.Unix(1_800_000_000, 0)
+	down := func(release uint64, valid time.Duration, k ed25519.PrivateKey) *releasekeys.Signed {
+		b, err := releasekeys.NewDowngrade(release, now.Add(-time.Minute), valid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := releasekeys.Sign(b, k)
+		return &s
+	}
+	tooLong := releasekeys.Sign(fmt.Appendf(nil, `{"kind":%q,"release":5,"expires":%d}`, releasekeys.KindDowngrade, now.Add(30*24*time.Hour).Unix()), key)
+	notOne := releasekeys.Sign([]byte(`{"kind":"plinth.release-keys/v1","release":5,"expires":9999999999}`), key)
+	// A downgrade statement's signature is not an image's, nor the other
+	// way round.
+	five := manifest(5, pub)
+	asImage := releasekeys.Signed{Body: five, Signatures: []releasekeys.Signature{{Key: pub, Sig: ed25519.Sign(key, five)}}}
 	seven := manifest(7, pub)
 	tampered := []byte(strings.Replace(string(seven), `"v7"`, `"v8"`, 1))
-	five := manifest(5, pub)
 	for _, c := range []struct {
 		name      string
 		manifest  []byte
 		sig       []byte
 		keys      [][]byte
 		running   uint64
-		downgrade bool
+		downgrade *releasekeys.Signed
 		want      Refusal // 0: accepted
 		release   uint64
 		says      string
 	}{
-		{"good", seven, ed25519.Sign(key, seven), [][]byte{pub}, 6, false, 0, 7, ""},
-		{"signed by the second of two keys (rotation)", seven, ed25519.Sign(key, seven), [][]byte{otherPub, pub}, 0, false, 0, 7, ""},
-		{"a malformed key is skipped, not fatal", seven, ed25519.Sign(key, seven), [][]byte{[]byte("short"), pub}, 0, false, 0, 7, ""},
-		{"equal release", seven, ed25519.Sign(key, seven), [][]byte{pub}, 7, false, 0, 7, ""},
-		{"unsigned", seven, nil, [][]byte{pub}, 0, false, RefusedUnsigned, 0, "the image is not signed (no manifest.sig)"},
-		{"another key signed it", seven, ed25519.Sign(otherKey, seven), [][]byte{pub}, 0, false, RefusedSignature, 0,
+		{"good", seven, ed25519.Sign(key, seven), [][]byte{pub}, 6, nil, 0, 7, ""},
+		{"signed by the second of two keys (rotation)", seven, ed25519.Sign(key, seven), [][]byte{otherPub, pub}, 0, nil, 0, 7, ""},
+		{"a malformed key is skipped, not fatal", seven, ed25519.Sign(key, seven), [][]byte{[]byte("short"), pub}, 0, nil, 0, 7, ""},
+		{"equal release", seven, ed25519.Sign(key, seven), [][]byte{pub}, 7, nil, 0, 7, ""},
+		{"unsigned", seven, nil, [][]byte{pub}, 0, nil, RefusedUnsigned, 0, "the image is not signed (no manifest.sig)"},
+		{"another key signed it", seven, ed25519.Sign(otherKey, seven), [][]byte{pub}, 0, nil, RefusedSignature, 0,
 			"the image's signature does not verify against any of the cluster's 1 release key (its manifest names release key " + hex.EncodeToString(pub) + ")"},
-		{"another key, two in the cluster", seven, ed25519.Sign(otherKey, seven), [][]byte{pub, pub}, 0, false, RefusedSignature, 0, "any of the cluster's 2 release keys"},
-		{"one byte of the manifest changed", tampered, ed25519.Sign(key, seven), [][]byte{pub}, 0, false, RefusedSignature, 0, "does not verify"},
-		{"a truncated signature", seven, ed25519.Sign(key, seven)[:63], [][]byte{pub}, 0, false, RefusedSignature, 0, "does not verify"},
-		{"downgrade", five, ed25519.Sign(key, five), [][]byte{pub}, 7, false, RefusedDowngrade, 0,
-			"release 5 is older than the running release 7 (plinthctl update -allow-downgrade to install it anyway)"},
-		{"downgrade allowed", five, ed25519.Sign(key, five), [][]byte{pub}, 7, true, 0, 5, ""},
-		{"downgrade allowed, still signed", five, ed25519.Sign(otherKey, five), [][]byte{pub}, 7, true, RefusedSignature, 0, "does not verify"},
-		{"no keys", seven, ed25519.Sign(key, seven), nil, 0, false, RefusedNoKeys, 0,
+		{"another key, two in the cluster", seven, ed25519.Sign(otherKey, seven), [][]byte{pub, pub}, 0, nil, RefusedSignature, 0, "any of the cluster's 2 release keys"},
+		{"one byte of the manifest changed", tampered, ed25519.Sign(key, seven), [][]byte{pub}, 0, nil, RefusedSignature, 0, "does not verify"},
+		{"a truncated signature", seven, ed25519.Sign(key, seven)[:63], [][]byte{pub}, 0, nil, RefusedSignature, 0, "does not verify"},
+		{"downgrade", five, ed25519.Sign(key, five), [][]byte{pub}, 7, nil, RefusedDowngrade, 0,
+			"release 5 is older than the running release 7: no downgrade statement came with it"},
+		{"downgrade allowed", five, ed25519.Sign(key, five), [][]byte{pub}, 7, down(5, time.Hour, key), 0, 5, ""},
+		{"downgrade allowed, still signed", five, ed25519.Sign(otherKey, five), [][]byte{pub}, 7, down(5, time.Hour, key), RefusedSignature, 0, "does not verify"},
+		{"downgrade statement by a key not the cluster's", five, ed25519.Sign(key, five), [][]byte{pub}, 7, down(5, time.Hour, otherKey), RefusedDowngrade, 0,
+			"not signed by any of the cluster's release keys"},
+		{"downgrade statement for another release", five, ed25519.Sign(key, five), [][]byte{pub}, 7, down(4, time.Hour, key), RefusedDowngrade, 0,
+			"allows release 4, not 5"},
+		{"an expired downgrade statement (replayed)", five, ed25519.Sign(key, five), [][]byte{pub}, 7, down(5, time.Second, key), RefusedDowngrade, 0, "expired"},
+		{"a downgrade statement valid for a month", five, ed25519.Sign(key, five), [][]byte{pub}, 7, &tooLong, RefusedDowngrade, 0, "more than"},
+		{"a key set as downgrade statement", five, ed25519.Sign(key, five), [][]byte{pub}, 7, &notOne, RefusedDowngrade, 0, "is not one"},
+		{"the image's signature as downgrade statement", five, ed25519.Sign(key, five), [][]byte{pub}, 7, &asImage, RefusedDowngrade, 0, "is not one"},
+		{"no keys", seven, ed25519.Sign(key, seven), nil, 0, nil, RefusedNoKeys, 0,
 			"the cluster has no release keys: add one with plinthctl policy -add-release-key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rel, err := CheckRelease(c.manifest, c.sig, c.keys, c.running, c.downgrade)
+			rel, err := CheckRelease(c.manifest, c.sig, c.keys, c.running, c.downgrade, now)
 			if c.want == 0 {
 				if err != nil || rel != c.release {
 					t.Fatalf("release %d, %v; want %d accepted", rel, err, c.release)
@@ -84,7 +109,7 @@ func TestCheckRelease(t *testing.T) {
 	}
 	// A signed manifest that does not parse is refused, not read as 0.
 	garbage := []byte("{")
-	if _, err := CheckRelease(garbage, ed25519.Sign(key, garbage), [][]byte{pub}, 0, false); !errors.Is(err, ErrRejected) {
+	if _, err := CheckRelease(garbage, ed25519.Sign(key, garbage), [][]byte{pub}, 0, nil, now); !errors.Is(err, ErrRejected) {
 		t.Errorf("signed garbage: %v", err)
 	}
 }
@@ -107,7 +132,7 @@ func TestParseOSRelease(t *testing.T) {
 // TestBeginRefusesDowngrade: Begin reads the running release from the
 // node's os-release and refuses an older signed image before the slot is
 // touched (nothing is recorded: the state stays empty), installs it with
-// AllowDowngrade, and accepts the same release again.
+// a downgrade statement, and accepts the same release again.
 func TestBeginRefusesDowngrade(t *testing.T) {
 	slotB := gpt.Partition{Number: 3, Name: layout.SystemSlotNamePrefix + "b", Type: gpt.MustParseGUID(layout.SystemSlotType), FirstLBA: 788480, LastLBA: 1312767}
 	osRelease := filepath.Join(t.TempDir(), "os-release")
@@ -119,9 +144,15 @@ func TestBeginRefusesDowngrade(t *testing.T) {
 		Board: "qemu-x86_64", Store: store, Log: slog.New(slog.DiscardHandler), OSRelease: osRelease}
 	pub, key := releaseKey(t)
 	req := func(release uint64, allow bool) Request {
+		var down *releasekeys.Signed
+		if allow {
+			b, _ := releasekeys.NewDowngrade(release, time.Now(), time.Hour)
+			s := releasekeys.Sign(b, key)
+			down = &s
+		}
 		m := fmt.Appendf(nil, `{"board":"qemu-x86_64","version":"v%d","release":%d,"artefacts":{"system.img":{"sha256":"%s","size":4096},"plinth-b.efi":{"sha256":"%s","size":1000}}}`,
 			release, release, strings.Repeat("ab", 32), strings.Repeat("cd", 32))
-		return Request{Manifest: m, Signature: ed25519.Sign(key, m), ReleaseKeys: [][]byte{pub}, AllowDowngrade: allow}
+		return Request{Manifest: m, Signature: ed25519.Sign(key, m), ReleaseKeys: [][]byte{pub}, Downgrade: down}
 	}
 	var re *ReleaseError
 	if _, err := n.Begin(req(6, false)); !errors.As(err, &re) || re.Refusal != RefusedDowngrade || re.Running != 7 {

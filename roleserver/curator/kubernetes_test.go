@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/releasekeys"
 	"plinth.dev/plinth/platform/pki"
 )
 
@@ -189,8 +190,9 @@ func ipStrings(ips []net.IP) []string {
 }
 
 // TestClusterPolicy: the owner changes the Kubernetes policy and the
-// release keys (a bad policy or the removal of the last key is refused
-// and changes nothing), and revoking the owner's Kubernetes credentials
+// release keys, each version signed by a key of the one before (a bad
+// policy, or a key set that does not extend the chain as a node would
+// verify it, is refused and changes nothing), and revoking the owner's Kubernetes credentials
 // moves the epoch that the next certificate's group carries. Nodes may
 // do none of it.
 func TestClusterPolicy(t *testing.T) {
@@ -204,33 +206,61 @@ func TestClusterPolicy(t *testing.T) {
 		mustOK(t, "GetClusterInfo", err)
 		return r.GetConfiguration()
 	}
-	k1, _, _ := ed25519.GenerateKey(rand.Reader)
-	k2, _, _ := ed25519.GenerateKey(rand.Reader)
+	k1, k1priv, _ := ed25519.GenerateKey(rand.Reader)
+	k2, k2priv, _ := ed25519.GenerateKey(rand.Reader)
+	_, kx, _ := ed25519.GenerateKey(rand.Reader)
+	keySet := func(prev *releasekeys.Signed, keys []ed25519.PublicKey, signers ...ed25519.PrivateKey) releasekeys.Signed {
+		t.Helper()
+		var raw [][]byte
+		for _, k := range keys {
+			raw = append(raw, k)
+		}
+		b, err := releasekeys.NextKeySet(prev, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return releasekeys.Sign(b, signers...)
+	}
+	// The first key of a cluster without one: signed by itself alone.
+	genesis := keySet(nil, []ed25519.PublicKey{k1}, k1priv)
 	r, err := mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{
-		Kubernetes:     &clusterpb.KubernetesPolicy{PodSecurityLevel: "restricted", AllowedHostPaths: []string{"/data/volumes"}},
-		AddReleaseKeys: [][]byte{k1, k2, k1}})
+		Kubernetes:  &clusterpb.KubernetesPolicy{PodSecurityLevel: "restricted", AllowedHostPaths: []string{"/data/volumes"}},
+		ReleaseKeys: clusterpb.NewSignedStatement(genesis)})
 	mustOK(t, "UpdateClusterPolicy", err)
 	if got := info(); !proto.Equal(got, r.GetConfiguration()) || got.GetKubernetes().GetPodSecurityLevel() != "restricted" ||
-		!slices.Equal(got.GetKubernetes().GetAllowedHostPaths(), []string{"/data/volumes"}) || len(got.GetReleaseKeys()) != 2 {
+		!slices.Equal(got.GetKubernetes().GetAllowedHostPaths(), []string{"/data/volumes"}) || len(got.GetReleaseKeys()) != 1 || len(got.GetReleaseKeyChain()) != 1 {
 		t.Errorf("stored policy %v, answered %v", got, r.GetConfiguration())
 	}
 	before := info()
 	for name, req := range map[string]*clusterpb.UpdateClusterPolicyRequest{
 		"level":     {Kubernetes: &clusterpb.KubernetesPolicy{PodSecurityLevel: "lax"}},
 		"host path": {Kubernetes: &clusterpb.KubernetesPolicy{AllowedHostPaths: []string{"/"}}},
-		"key":       {AddReleaseKeys: [][]byte{[]byte("short")}},
 	} {
 		_, err := mg.UpdateClusterPolicy(ctx, req)
 		wantCode(t, "UpdateClusterPolicy with a bad "+name, err, codes.InvalidArgument)
 	}
-	_, err = mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{RemoveReleaseKeys: [][]byte{k1, k2}})
-	wantCode(t, "removing every release key", err, codes.FailedPrecondition, "last release key")
+	// With the owner's certificate alone: a second key no current key
+	// signed, a second genesis, a statement that is none.
+	for name, s := range map[string]releasekeys.Signed{
+		"a key set signed by the new key alone": keySet(&genesis, []ed25519.PublicKey{k1, k2}, k2priv),
+		"another first key set":                 keySet(nil, []ed25519.PublicKey{k2}, k2priv),
+		"K1 replaced, signed by an outsider":    keySet(&genesis, []ed25519.PublicKey{kx.Public().(ed25519.PublicKey)}, kx),
+		"garbage":                               releasekeys.Sign([]byte("{"), k1priv),
+	} {
+		_, err := mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{ReleaseKeys: clusterpb.NewSignedStatement(s)})
+		wantCode(t, name, err, codes.FailedPrecondition, "release key")
+	}
 	if got := info(); !proto.Equal(got, before) {
 		t.Errorf("refused updates changed the policy: %v, was %v", got, before)
 	}
-	mustOK(t, "removing one release key", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{RemoveReleaseKeys: [][]byte{k1}})))
-	if got := info().GetReleaseKeys(); len(got) != 1 || !slices.Equal(got[0], []byte(k2)) {
-		t.Errorf("release keys after removing one: %x", got)
+	// The owner's rotation: K2 added (signed by K1 and K2), K1 removed
+	// (signed by K2).
+	v2 := keySet(&genesis, []ed25519.PublicKey{k1, k2}, k1priv, k2priv)
+	mustOK(t, "adding a release key", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{ReleaseKeys: clusterpb.NewSignedStatement(v2)})))
+	v3 := keySet(&v2, []ed25519.PublicKey{k2}, k2priv)
+	mustOK(t, "removing one release key", second(mg.UpdateClusterPolicy(ctx, &clusterpb.UpdateClusterPolicyRequest{ReleaseKeys: clusterpb.NewSignedStatement(v3)})))
+	if got := info(); len(got.GetReleaseKeys()) != 1 || !slices.Equal(got.GetReleaseKeys()[0], []byte(k2)) || len(got.GetReleaseKeyChain()) != 3 {
+		t.Errorf("release keys after the rotation: %x (%d statements)", got.GetReleaseKeys(), len(got.GetReleaseKeyChain()))
 	}
 
 	rv, err := mg.RevokeKubernetesCredentials(ctx, &clusterpb.RevokeKubernetesCredentialsRequest{})

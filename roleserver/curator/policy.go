@@ -1,9 +1,7 @@
 package curator
 
 import (
-	"bytes"
 	"context"
-	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/releasekeys"
 	"plinth.dev/plinth/roleserver/consensus/client"
 )
 
@@ -19,7 +18,8 @@ import (
 // is set at bootstrap and changed by the owner only:
 //
 //	UpdateClusterPolicy          Kubernetes admission (Pod Security level,
-//	                             allowed host paths), release keys
+//	                             allowed host paths, external IPs), the
+//	                             next signed release key set
 //	RevokeKubernetesCredentials  kubernetes_owner_epoch + 1
 //
 // Each change is a compare-and-swap on the record, so two owners' tools
@@ -27,34 +27,29 @@ import (
 // (WatchConfiguration): a new admission policy restarts their control
 // plane, a new epoch rebinds cluster-admin to its group at once.
 
-// UpdateClusterPolicy replaces the Kubernetes policy (if given) and adds
-// and removes release keys.
+// UpdateClusterPolicy replaces the Kubernetes policy (if given) and
+// appends the next version of the release key set (if given). The
+// curator checks that the statement extends the chain as every node
+// will (releasekeys.CheckNext), so that a statement no node would take
+// is refused here, with the reason; it cannot make one itself.
 func (m managementServer) UpdateClusterPolicy(ctx context.Context, req *clusterpb.UpdateClusterPolicyRequest) (*clusterpb.UpdateClusterPolicyResponse, error) {
 	if k := req.GetKubernetes(); k != nil {
 		if err := k.Check(); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "kubernetes: %v", err)
 		}
 	}
-	for _, k := range append(slices.Clone(req.GetAddReleaseKeys()), req.GetRemoveReleaseKeys()...) {
-		if err := clusterpb.CheckReleaseKey(k); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-	}
 	cfg, err := m.updateConfiguration(ctx, func(cfg *clusterpb.ClusterConfiguration) error {
 		if k := req.GetKubernetes(); k != nil {
 			cfg.Kubernetes = k
 		}
-		for _, k := range req.GetAddReleaseKeys() {
-			if !slices.ContainsFunc(cfg.ReleaseKeys, func(o []byte) bool { return bytes.Equal(o, k) }) {
-				cfg.ReleaseKeys = append(cfg.ReleaseKeys, k)
+		if next := req.GetReleaseKeys(); next != nil {
+			chain := cfg.ReleaseKeyChainSigned()
+			keys, err := releasekeys.CheckNext(chain, next.Signed())
+			if err != nil {
+				return status.Errorf(codes.FailedPrecondition, "the release key set is not the next of the cluster's %d: %v", len(chain), err)
 			}
-		}
-		had := len(cfg.ReleaseKeys)
-		cfg.ReleaseKeys = slices.DeleteFunc(cfg.ReleaseKeys, func(o []byte) bool {
-			return slices.ContainsFunc(req.GetRemoveReleaseKeys(), func(k []byte) bool { return bytes.Equal(o, k) })
-		})
-		if had > 0 && len(cfg.ReleaseKeys) == 0 {
-			return status.Error(codes.FailedPrecondition, "refusing to remove the last release key: no node could install an update again (add the new key first)")
+			cfg.ReleaseKeyChain = append(cfg.ReleaseKeyChain, next)
+			cfg.ReleaseKeys = keys
 		}
 		return nil
 	})

@@ -86,8 +86,9 @@ type Config struct {
 
 	// curatorPort replaces layout.CuratorPort in tests.
 	curatorPort int
-	// releaseKeyFile replaces layout.ReleaseKeyPath in tests.
-	releaseKeyFile string
+	// releaseKeyFile and releaseGenesisFile replace
+	// layout.ReleaseKeyPath and layout.ReleaseGenesisPath in tests.
+	releaseKeyFile, releaseGenesisFile string
 }
 
 // Service is enrolment: the runnable that makes the node part of its
@@ -168,9 +169,13 @@ func (s *Service) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error 
 		return err
 	}
 	policy := s.Parameters.GetBootstrap().GetInitialPolicy()
-	releaseKeys, keySource, err := s.bootstrapReleaseKeys(policy.GetReleaseKeys())
+	chain, releaseKeys, keySource, err := s.bootstrapReleaseKeys()
 	if err != nil {
 		return err
+	}
+	var releaseKeyChain []*clusterpb.SignedStatement
+	for _, st := range chain {
+		releaseKeyChain = append(releaseKeyChain, clusterpb.NewSignedStatement(st))
 	}
 	l.Info("bootstrapping a new cluster", "node", identity.NodeID(key.Public().(ed25519.PublicKey)),
 		"allow_nodes_without_tpm", policy.GetAllowNodesWithoutTpm(), "release_keys", len(releaseKeys), "release_keys_from", keySource)
@@ -185,7 +190,8 @@ func (s *Service) bootstrapOrRestart(ctx context.Context, l *slog.Logger) error 
 				PodSecurityLevel: policy.GetPodSecurityLevel(),
 				AllowedHostPaths: policy.GetAllowedHostPaths(),
 			},
-			ReleaseKeys: releaseKeys,
+			ReleaseKeys:     releaseKeys,
+			ReleaseKeyChain: releaseKeyChain,
 		},
 		TPMUsage:             s.TPMUsage,
 		KubernetesController: !s.Parameters.GetBootstrap().GetNoKubernetesController(),

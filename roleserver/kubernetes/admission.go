@@ -33,6 +33,15 @@ import (
 //	                             changes and deletes only local
 //	                             PersistentVolumes of its own node, each
 //	                             at layout.LocalVolumesDir/<its name>
+//	    external-ips.json        plinth-external-ips.static.k8s.io: no
+//	                             Service names a new external IP outside
+//	                             the owner's allowed ranges (none by
+//	                             default)
+//	    pod-security-labels.json plinth-pod-security-labels.static.k8s.io:
+//	                             only who may "use" a level
+//	                             (podSecurityLevelsResource) makes a
+//	                             namespace's enforced level looser than
+//	                             the cluster default or pins its version
 //
 // The host path policy is a static manifest (Kubernetes' manifest-based
 // admission configuration, beta and on in this version): the API server
@@ -53,6 +62,9 @@ type AdmissionPolicy struct {
 	// allows pods and PersistentVolumes to use (absolute; a path below
 	// one is allowed too).
 	AllowedHostPaths []string
+	// AllowedExternalIPs are the ranges (CIDR) Services may name in
+	// spec.externalIPs; none by default.
+	AllowedExternalIPs []string
 }
 
 // admissionPolicy is what cfg says of admission. The curator stores
@@ -73,11 +85,25 @@ func admissionPolicy(cfg *clusterpb.ClusterConfiguration) AdmissionPolicy {
 			p.AllowedHostPaths = append(p.AllowedHostPaths, a)
 		}
 	}
+	for _, c := range k.GetAllowedExternalIps() {
+		if clusterpb.CheckExternalIPRange(c) == nil {
+			p.AllowedExternalIPs = append(p.AllowedExternalIPs, c)
+		}
+	}
 	return p
 }
 
 func (p AdmissionPolicy) equal(q AdmissionPolicy) bool {
-	return p.PodSecurity == q.PodSecurity && slices.Equal(p.AllowedHostPaths, q.AllowedHostPaths)
+	return p.PodSecurity == q.PodSecurity && slices.Equal(p.AllowedHostPaths, q.AllowedHostPaths) &&
+		slices.Equal(p.AllowedExternalIPs, q.AllowedExternalIPs)
+}
+
+// level is the Pod Security level enforced where a namespace names none.
+func (p AdmissionPolicy) level() string {
+	if p.PodSecurity == "" {
+		return "baseline"
+	}
+	return p.PodSecurity
 }
 
 // Files of the admission configuration, in the controller directory.
@@ -89,15 +115,18 @@ const (
 
 	fileLocalVolumesPolicy = dirAdmissionStatic + "/local-volumes.json"
 	localVolumesPolicyName = "plinth-local-volumes.static.k8s.io"
+
+	fileExternalIPsPolicy = dirAdmissionStatic + "/external-ips.json"
+	externalIPsPolicyName = "plinth-external-ips.static.k8s.io"
+
+	filePodSecurityLabelsPolicy = dirAdmissionStatic + "/pod-security-labels.json"
+	podSecurityLabelsPolicyName = "plinth-pod-security-labels.static.k8s.io"
 )
 
 // admissionFiles are the admission configuration (admission.json) and
 // the host path policy it loads, for the API server run from dir.
 func admissionFiles(dir string, p AdmissionPolicy) files {
-	level := p.PodSecurity
-	if level == "" {
-		level = "baseline"
-	}
+	level := p.level()
 	config := map[string]any{
 		"apiVersion": "apiserver.config.k8s.io/v1",
 		"kind":       "AdmissionConfiguration",
@@ -120,9 +149,11 @@ func admissionFiles(dir string, p AdmissionPolicy) files {
 		},
 	}
 	return files{
-		fileAdmission:          mustJSON(config),
-		fileHostPathsPolicy:    hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, p.AllowedHostPaths),
-		fileLocalVolumesPolicy: localVolumesPolicy(),
+		fileAdmission:               mustJSON(config),
+		fileHostPathsPolicy:         hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, p.AllowedHostPaths),
+		fileLocalVolumesPolicy:      localVolumesPolicy(),
+		fileExternalIPsPolicy:       externalIPsPolicy(p.AllowedExternalIPs),
+		filePodSecurityLabelsPolicy: podSecurityLabelsPolicy(level),
 	}
 }
 

@@ -143,7 +143,7 @@ func APIServerPolicies(dir string, p AdmissionPolicy, k *pki.SecretsKeys) map[st
 // policyFileNames are each policy's files (the admission configuration
 // names the directory of the host-path policy).
 var policyFileNames = map[string][]string{
-	"admission":  {fileAdmission, fileHostPathsPolicy},
+	"admission":  {fileAdmission, fileHostPathsPolicy, fileLocalVolumesPolicy, fileExternalIPsPolicy, filePodSecurityLabelsPolicy},
 	"audit":      {fileAuditPolicy},
 	"encryption": {fileEncryption},
 }

@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
-	"github.com/google/cel-go/ext"
 	"github.com/pelletier/go-toml/v2"
 	audit "k8s.io/apiserver/pkg/apis/audit"
 	auditpolicy "k8s.io/apiserver/pkg/audit/policy"
@@ -383,59 +380,12 @@ func evalHostPathsPolicy(t *testing.T, policy []byte, object map[string]any) (bo
 // an update of old (nil: a creation).
 func evalHostPathsPolicyAs(t *testing.T, policy []byte, object, old map[string]any, user string) (bool, []string) {
 	t.Helper()
-	operation := "CREATE"
-	if old != nil {
-		operation = "UPDATE"
-	}
-	request := map[string]any{"operation": operation, "userInfo": map[string]any{"username": user}}
-	var list struct {
-		Items []struct {
-			Kind string
-			Spec struct {
-				Variables   []struct{ Name, Expression string }
-				Validations []struct{ Expression string }
-			}
-		}
-	}
-	if err := json.Unmarshal(policy, &list); err != nil || len(list.Items) != 2 || list.Items[0].Kind != "ValidatingAdmissionPolicy" {
-		t.Fatalf("the host path policy: %v\n%s", err, policy)
-	}
-	env, err := cel.NewEnv(ext.Strings(), cel.OptionalTypes(),
-		cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType), cel.Variable("request", cel.DynType),
-		cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
+	r := evalPolicy(t, policy, policyRequest{object: object, old: old, user: user})
+	refused, err := r.vars["refused"].(ref.Val).ConvertToNative(reflect.TypeFor[[]string]())
 	if err != nil {
 		t.Fatal(err)
 	}
-	vars := map[string]any{}
-	eval := func(expr string) ref.Val {
-		t.Helper()
-		ast, iss := env.Compile(expr)
-		if iss.Err() != nil {
-			t.Fatalf("compiling %s: %v", expr, iss.Err())
-		}
-		prg, err := env.Program(ast)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var oldObject any
-		if old != nil {
-			oldObject = old
-		}
-		out, _, err := prg.Eval(map[string]any{"object": object, "oldObject": oldObject, "request": request, "variables": vars})
-		if err != nil {
-			t.Fatalf("evaluating %s: %v", expr, err)
-		}
-		return out
-	}
-	spec := list.Items[0].Spec
-	for _, v := range spec.Variables {
-		vars[v.Name] = eval(v.Expression)
-	}
-	refused, err := vars["refused"].(ref.Val).ConvertToNative(reflect.TypeFor[[]string]())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eval(spec.Validations[0].Expression) == types.True, refused.([]string)
+	return r.ok, refused.([]string)
 }
 
 // TestAuditPolicy evaluates the generated audit policy as the API

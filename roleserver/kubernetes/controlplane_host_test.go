@@ -165,6 +165,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 		return code, []byte(b)
 	}
 	checkAdmission(t, ctx, kapi)
+	checkTenantAdmission(t, ctx, kapi, hostAddress(t))
 	checkComponentUsers(t, root)
 	checkOwnerRevocation(t, ctx, s.APIServer, ca, pki.New(kv), policy)
 	checkNodeIPAM(t, api)
@@ -372,9 +373,17 @@ func checkComponentUsers(t *testing.T, root *localstorage.Root) {
 // apiRequest sends a JSON request (a PATCH: a JSON merge patch) to the API server of k, with its
 // client, and returns the answer's status, body and headers.
 func apiRequest(ctx context.Context, k *owner.KubeAPI, method, path, body string) (int, string, http.Header, error) {
+	return apiRequestWith(ctx, k, method, path, body, nil)
+}
+
+// apiRequestWith is apiRequest with more headers (impersonation).
+func apiRequestWith(ctx context.Context, k *owner.KubeAPI, method, path, body string, h http.Header) (int, string, http.Header, error) {
 	req, err := http.NewRequestWithContext(ctx, method, k.Server+path, strings.NewReader(body))
 	if err != nil {
 		return 0, "", nil, err
+	}
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if method == http.MethodPatch {

@@ -106,6 +106,10 @@ type DataNodeDirectory struct {
 	// while an A/B update is pending (platform/update's PCRSets): here,
 	// not in the UEFI variable, which anyone with the machine can write.
 	UpdatePCRs File `file:"update-pcrs"`
+	// ReleaseTrust is the newest version of the cluster's release key
+	// chain this node verified (platform/releasekeys.Trust, JSON): it
+	// refuses a chain that does not lead on from it.
+	ReleaseTrust File `file:"release-trust"`
 }
 
 // EphemeralDirectory is a tmpfs: gone at reboot.

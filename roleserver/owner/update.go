@@ -38,11 +38,11 @@ type UpdateImage struct {
 	// Board and Version are the manifest's, Release its release number.
 	Board, Version string
 	Release        uint64
-	// AllowDowngrade asks the node to install the image although its
-	// release is older than the one the node runs (set by the caller,
-	// not read from Dir).
-	AllowDowngrade bool
-	artefacts      map[string]struct {
+	// Downgrade is a downgrade statement signed by a release key: with
+	// it the node installs the image although its release is older than
+	// the one the node runs (set by the caller, not read from Dir).
+	Downgrade *clusterpb.SignedStatement
+	artefacts map[string]struct {
 		Size int64 `json:"size"`
 	}
 }
@@ -141,7 +141,7 @@ func (c *Client) update(ctx context.Context, id string, img *UpdateImage, mode U
 	if err != nil {
 		return nil, err
 	}
-	start := &clusterpb.UpdateStart{Manifest: img.Manifest, ManifestSignature: img.Signature, AllowDowngrade: img.AllowDowngrade,
+	start := &clusterpb.UpdateStart{Manifest: img.Manifest, ManifestSignature: img.Signature, Downgrade: img.Downgrade,
 		Reboot: mode == UpdateReboot, Stage: mode == UpdateStage}
 	if err := stream.Send(&clusterpb.UpdateRequest{Kind: &clusterpb.UpdateRequest_Start{Start: start}}); err != nil {
 		return nil, recvError(stream, err)

@@ -11,12 +11,14 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/internal/testutil/fakecluster"
 )
 
 // TestUpdateSendsSignature: ReadUpdateImage reads manifest.sig next to
-// the manifest, and Update sends it and allow_downgrade with the
+// the manifest, and Update sends it and a downgrade statement with the
 // manifest. An image without manifest.sig is sent unsigned (the node's
 // policy refuses it, not the tool), and the node's refusal comes back as
 // a RefusedError naming the node and its reason, with nothing sent.
@@ -55,12 +57,12 @@ func TestUpdateSendsSignature(t *testing.T) {
 	if img, err = ReadUpdateImage(dir); err != nil || !bytes.Equal(img.Signature, sig) {
 		t.Fatalf("signed image: %x, %v", img.Signature, err)
 	}
-	img.AllowDowngrade = true
+	img.Downgrade = &clusterpb.SignedStatement{Body: []byte(`{"kind":"plinth.downgrade/v1"}`)}
 	done, err := c.Update(ctx(t), f.Node.ID(), img, UpdateStage, nil)
 	if err != nil || !done.GetStaged() {
 		t.Fatalf("signed image: %v, %v", done, err)
 	}
-	if st, received := f.LastUpdate(); !bytes.Equal(st.GetManifest(), manifest) || !bytes.Equal(st.GetManifestSignature(), sig) || !st.GetAllowDowngrade() || !st.GetStage() || received != 5 {
+	if st, received := f.LastUpdate(); !bytes.Equal(st.GetManifest(), manifest) || !bytes.Equal(st.GetManifestSignature(), sig) || !proto.Equal(st.GetDowngrade(), img.Downgrade) || !st.GetStage() || received != 5 {
 		t.Errorf("the node got %v and %d bytes", st, received)
 	}
 }

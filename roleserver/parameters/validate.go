@@ -125,11 +125,6 @@ func validateBootstrap(b *nodepb.Bootstrap, add adder) {
 	if err := k.Check(); err != nil {
 		add("bootstrap.initial_policy: %w", err)
 	}
-	for i, r := range pol.GetReleaseKeys() {
-		if err := clusterpb.CheckReleaseKey(r); err != nil {
-			add("bootstrap.initial_policy.release_keys[%d]: %w", i, err)
-		}
-	}
 }
 
 func validateRegister(r *nodepb.Register, add adder) {

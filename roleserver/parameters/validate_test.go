@@ -119,8 +119,6 @@ func TestValidateErrors(t *testing.T) {
 			p.GetBootstrap().InitialPolicy.AllowedHostPaths = []string{"/data/x' || true"}
 		}),
 			`allowed host path "/data/x' || true"`},
-		{"release key short", boot(func(p *nodepb.Parameters) { p.GetBootstrap().InitialPolicy.ReleaseKeys = [][]byte{[]byte("short")} }),
-			"bootstrap.initial_policy.release_keys[0]: release key of 5 bytes"},
 		{"PCR 24", boot(func(p *nodepb.Parameters) { p.Tpm.SealPcrs = []uint32{7, 24} }), "tpm.seal_pcrs[1]: PCR 24 does not exist"},
 		{"PCR duplicate", boot(func(p *nodepb.Parameters) { p.Tpm.SealPcrs = []uint32{7, 11, 7} }), "tpm.seal_pcrs[2]: PCR 7 listed twice"},
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/releasekeys"
 	"plinth.dev/plinth/roleserver/curator/escrow"
 	"plinth.dev/plinth/roleserver/identity"
 )
@@ -72,8 +73,9 @@ func (f *Cluster) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInf
 	}, nil
 }
 
-// UpdateClusterPolicy replaces the Kubernetes policy, refused as the
-// curator refuses it (KubernetesPolicy.Check); release keys are not kept.
+// UpdateClusterPolicy replaces the Kubernetes policy and appends a
+// release key set, each refused as the curator refuses it
+// (KubernetesPolicy.Check, releasekeys.CheckNext).
 func (f *Cluster) UpdateClusterPolicy(ctx context.Context, req *clusterpb.UpdateClusterPolicyRequest) (*clusterpb.UpdateClusterPolicyResponse, error) {
 	if err := f.owner(ctx); err != nil {
 		return nil, err
@@ -85,6 +87,14 @@ func (f *Cluster) UpdateClusterPolicy(ctx context.Context, req *clusterpb.Update
 	defer f.mu.Unlock()
 	if f.policy == nil {
 		f.policy = &clusterpb.ClusterConfiguration{}
+	}
+	if next := req.GetReleaseKeys(); next != nil {
+		keys, err := releasekeys.CheckNext(f.policy.ReleaseKeyChainSigned(), next.Signed())
+		if err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		f.policy.ReleaseKeyChain = append(f.policy.ReleaseKeyChain, next)
+		f.policy.ReleaseKeys = keys
 	}
 	if k := req.GetKubernetes(); k != nil {
 		f.policy.Kubernetes = k

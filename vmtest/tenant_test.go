@@ -1,0 +1,103 @@
+package vmtest
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// tenantRBAC gives three tenants the rights a cluster owner gives
+// tenants: "tenant" edit in namespace tenant; "creator" create on
+// namespaces; "patcher" patch on namespaces and admin in tenant.
+const tenantRBAC = `apiVersion: v1
+kind: Namespace
+metadata: {name: tenant}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: tenant-edit, namespace: tenant}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ns-creator}
+rules: [{apiGroups: [""], resources: [namespaces], verbs: [create, get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ns-creator}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ns-creator}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: creator}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ns-patcher}
+rules: [{apiGroups: [""], resources: [namespaces], verbs: [get, patch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ns-patcher}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ns-patcher}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: patcher}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: patcher-admin, namespace: tenant}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: patcher}]
+`
+
+// attackAsTenants is what tenants try against the cluster with the
+// rights tenantRBAC gives them (kubectl --as): with edit, a Service
+// whose external IP is the controller's address on the API server's
+// and the curator's ports, which would capture every new connection the
+// nodes make there (refused: plinth-external-ips); with create on
+// namespaces, a namespace labelled privileged; with patch on namespaces,
+// labelling one privileged (both refused:
+// plinth-pod-security-labels). The owner's privileged namespace is
+// attackNode's. After the attempts, the owner's kubectl still reaches
+// the API server on the controller's address and both nodes are Ready.
+func attackAsTenants(t *testing.T, ctx context.Context, k kubectl, controllerIP string) {
+	t.Helper()
+	k.apply(t, ctx, tenantRBAC)
+	// refusedAs runs kubectl as user until the API server's admission
+	// answers (RBAC's cache learns the bindings a moment after they are
+	// made: its refusal says "cannot") and returns the answer.
+	refusedAs := func(user, policy, manifest string, args ...string) {
+		t.Helper()
+		out, err := k.retried(t, ctx, manifest, func(out string, err error) bool {
+			return err == nil || strings.Contains(out, policy) || strings.Contains(out, "Error from server (Invalid)")
+		}, append([]string{"--as=" + user, "--request-timeout=60s"}, args...)...)
+		if err == nil || !strings.Contains(out, policy) {
+			t.Errorf("kubectl --as=%s %s: %v\n%s\nwant a refusal by %s", user, strings.Join(args, " "), err, out, policy)
+		}
+	}
+	refusedAs("tenant", "plinth-external-ips.static.k8s.io", `apiVersion: v1
+kind: Service
+metadata: {name: capture, namespace: tenant}
+spec:
+  externalIPs: [`+controllerIP+`]
+  ports: [{name: api, port: 6443}, {name: curator, port: 7835}, {name: node, port: 7834}]
+`, "create", "--validate=false", "-f", "-")
+	refusedAs("creator", "plinth-pod-security-labels.static.k8s.io", `apiVersion: v1
+kind: Namespace
+metadata: {name: mine, labels: {pod-security.kubernetes.io/enforce: privileged}}
+`, "create", "--validate=false", "-f", "-")
+	refusedAs("patcher", "plinth-pod-security-labels.static.k8s.io", "", "label", "namespace", "tenant", "pod-security.kubernetes.io/enforce=privileged")
+	for _, out := range strings.Fields(k.run(t, ctx, "get", "nodes", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}`)) {
+		if out != "True" {
+			t.Errorf("a node is not Ready after the tenants' attempts: %s", out)
+		}
+	}
+}
+
+// nodeIP is n's address as its Kubernetes node reports it.
+func nodeIP(t *testing.T, ctx context.Context, k kubectl, n *ClusterNode) string {
+	t.Helper()
+	ip := strings.TrimSpace(k.run(t, ctx, "get", "node", n.ID(), "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`))
+	if ip == "" {
+		t.Fatalf("%s reports no InternalIP", n.Name)
+	}
+	return ip
+}
