@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -94,16 +96,20 @@ func (w *workerControlPlane) run(ctx context.Context) error {
 		}
 	}
 	if !member {
-		if hasEtcdData(w.root) {
+		if hasEtcdData(w.root) || hasRetiredEtcdData(w.root) {
 			// A former member: its etcd data belongs to a member ID the
-			// cluster removed. Kept (never deleted) but moved aside, so
-			// that the role given again starts a fresh learner instead of
-			// crash-looping on the removed member's log.
-			to, err := retireEtcdData(w.root)
+			// cluster removed (the curator removes the member before it
+			// clears the role: the node's word never does, loadRoles).
+			// It holds every key of the cluster (the CA keys, every
+			// node's cluster unlock key), which a node that is no member
+			// must not keep: erased, so that neither the node nor whoever
+			// takes its disk with its TPM reads them, and so that the role
+			// given again starts a fresh learner.
+			n, err := eraseEtcdData(w.root)
 			if err != nil {
-				return fmt.Errorf("moving the former member's etcd data aside: %w", err)
+				return fmt.Errorf("erasing the former member's etcd data: %w", err)
 			}
-			log.Warn("no longer a consensus member: etcd data moved aside", "to", to)
+			log.Warn("no longer a consensus member: etcd data erased", "bytes", n)
 		}
 		log.Info("not a consensus member: no local etcd or curator")
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -204,26 +210,83 @@ func hasEtcdData(root *localstorage.Root) bool {
 	return err == nil && len(entries) > 0
 }
 
-// retireEtcdData renames the etcd data and peer PKI directories to
-// <name>.removed-<unix time> next to them and recreates them empty.
-func retireEtcdData(root *localstorage.Root) (string, error) {
+// eraseEtcdData erases the etcd data and peer PKI directories: each is
+// renamed to <name>.removed-<unix time> and recreated empty first (so
+// that a crash halfway leaves no half store where etcd looks), then every
+// file in it is overwritten with zeros, synced and removed, as is every
+// such directory an earlier erasure (or an earlier version, which kept
+// them) left. It returns how many bytes were overwritten. Zeros and not
+// just an unlink: the filesystem would keep the blocks until reused, and
+// the volume key still opens them.
+func eraseEtcdData(root *localstorage.Root) (int64, error) {
 	suffix := fmt.Sprintf(".removed-%d", time.Now().Unix())
-	var moved string
 	for _, d := range []string{root.Data.Etcd.Data.Path(), root.Data.Etcd.PeerPKI.Path()} {
 		if _, err := os.Stat(d); os.IsNotExist(err) {
 			continue
 		}
 		if err := os.Rename(d, d+suffix); err != nil {
-			return "", err
+			return 0, err
 		}
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return "", err
-		}
-		if moved == "" {
-			moved = d + suffix
+			return 0, err
 		}
 	}
-	return moved, nil
+	var total int64
+	for _, d := range retiredEtcdData(root) {
+		n, err := zeroAndRemove(d)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// retiredEtcdData are the renamed etcd directories eraseEtcdData (or an
+// earlier version) left.
+func retiredEtcdData(root *localstorage.Root) []string {
+	var out []string
+	for _, d := range []string{root.Data.Etcd.Data.Path(), root.Data.Etcd.PeerPKI.Path()} {
+		m, _ := filepath.Glob(d + ".removed-*")
+		out = append(out, m...)
+	}
+	return out
+}
+
+func hasRetiredEtcdData(root *localstorage.Root) bool { return len(retiredEtcdData(root)) > 0 }
+
+// zeroAndRemove overwrites every regular file below dir with zeros,
+// syncs it, and removes dir.
+func zeroAndRemove(dir string) (int64, error) {
+	var total int64
+	zeros := make([]byte, 1<<20)
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		for left := st.Size(); left > 0; {
+			k, err := f.Write(zeros[:min(left, int64(len(zeros)))])
+			if err != nil {
+				return err
+			}
+			left -= int64(k)
+			total += int64(k)
+		}
+		return f.Sync()
+	})
+	if err != nil {
+		return total, err
+	}
+	return total, os.RemoveAll(dir)
 }
 
 // watchMembership returns errMembershipChanged once the roles stop (or

@@ -1,7 +1,10 @@
 package roleserver
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/localstorage"
 )
 
 func TestJoinCluster(t *testing.T) {
@@ -108,4 +112,55 @@ func TestMembershipRestart(t *testing.T) {
 		}
 		return errString("not yet")
 	})
+}
+
+// TestEraseEtcdData: a former member's etcd data and peer keys are
+// overwritten with zeros and removed (a hard link taken before sees the
+// zeros: the blocks were overwritten, not only unlinked), as are the
+// directories an earlier erasure or an earlier version left aside; the
+// directories are there again, empty, for a later membership.
+func TestEraseEtcdData(t *testing.T) {
+	root := &localstorage.Root{}
+	if err := localstorage.Place(root, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	secret := []byte(strings.Repeat("cluster CA key ", 100000))
+	files := map[string][]byte{
+		filepath.Join(root.Data.Etcd.Data.Path(), "member", "snap", "db"):     secret,
+		filepath.Join(root.Data.Etcd.Data.Path(), "member", "wal", "0.wal"):   []byte("wal"),
+		filepath.Join(root.Data.Etcd.PeerPKI.Path(), "key.pem"):               []byte("peer key"),
+		filepath.Join(root.Data.Etcd.Data.Path()+".removed-1700000000", "db"): []byte("older member"),
+	}
+	var want int64
+	for p, b := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want += int64(len(b))
+	}
+	link := filepath.Join(t.TempDir(), "db-link")
+	if err := os.Link(filepath.Join(root.Data.Etcd.Data.Path(), "member", "snap", "db"), link); err != nil {
+		t.Fatal(err)
+	}
+	if !hasEtcdData(root) || !hasRetiredEtcdData(root) {
+		t.Fatal("the test's etcd data is not seen")
+	}
+	n, err := eraseEtcdData(root)
+	if err != nil || n != want {
+		t.Fatalf("erased %d bytes, %v; want %d", n, err, want)
+	}
+	if hasEtcdData(root) || hasRetiredEtcdData(root) {
+		t.Error("etcd data left after the erasure")
+	}
+	for _, d := range []string{root.Data.Etcd.Data.Path(), root.Data.Etcd.PeerPKI.Path()} {
+		if e, err := os.ReadDir(d); err != nil || len(e) != 0 {
+			t.Errorf("%s after the erasure: %v, %v; want it empty", d, e, err)
+		}
+	}
+	if b, err := os.ReadFile(link); err != nil || len(b) != len(secret) || bytes.ContainsFunc(b, func(r rune) bool { return r != 0 }) {
+		t.Errorf("the store's blocks were not overwritten with zeros (%v)", err)
+	}
 }

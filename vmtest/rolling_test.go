@@ -56,7 +56,7 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	}
 	// The trial fails a boot step (a hang, reset by the watchdog, is
 	// TestUpdate's): what counts here is where plinthctl stops.
-	failedRollingUpdate(t, ctx, c, ctl, next, haltingImage(t, testImage(t), filepath.Join(dir, "halting-image"), "fail"))
+	failedRollingUpdate(t, ctx, c, ctl, next, haltingImage(t, testImage(t), filepath.Join(dir, "halting-image"), "fail", nil, 0))
 	if t.Failed() {
 		return
 	}

@@ -161,11 +161,18 @@ func TestUpdate(t *testing.T) {
 		t.Fatalf("the cluster's register ticket changed across the update (%v): its data was lost", err)
 	}
 
-	// Y → an image that halts: the trial boot of slot a stops before the
-	// data disk, reboots, and slot b runs again.
-	halting := haltingImage(t, x, filepath.Join(dir, "halting-image"), "hang")
+	// The release keys: the owner's certificate alone adds none; a key
+	// set the current key signed adds K2, which the node follows.
+	k2 := releaseKeyChange(t, ctx, c, ctl, dir)
+
+	// Y → an image that halts, of X's (older) release, signed by K2: a
+	// downgrade, refused without a statement and with one of a key the
+	// cluster does not have, installed with K2's. Its trial boot of slot
+	// a stops before the data disk, reboots, and slot b runs again.
+	halting := haltingImage(t, x, filepath.Join(dir, "halting-image"), "hang", k2.key, x.Manifest.Release)
+	refusedDowngrades(t, ctx, c, n, ctl, halting, dir)
 	trialBoot := n.Boots() + 1
-	cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", halting)
+	cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", halting, "-allow-downgrade", "-sign-key", k2.file)
 	outb, err := cmd.CombinedOutput()
 	t.Logf("plinthctl update (halting image):\n%s", outb)
 	if err == nil || !strings.Contains(string(outb), "failed, the node runs slot b") {
@@ -392,9 +399,10 @@ func consoleOf(t *testing.T, n *ClusterNode, k int) string {
 // core stops before the data disk (a hang: the watchdog resets the
 // machine); any other value fails that boot step (the trial reboots by
 // itself). Only the manifest, system image and UKI an update sends; the
-// manifest signed with the development release key as the next image's
-// release (the nodes run it when they get this one: not a downgrade).
-func haltingImage(t *testing.T, img *Image, dir, halt string) string {
+// manifest signed with key as release (nil, 0: the development release
+// key, the next image's release, which the nodes run when they get this
+// one: not a downgrade).
+func haltingImage(t *testing.T, img *Image, dir, halt string, key ed25519.PrivateKey, release uint64) string {
 	t.Helper()
 	dir = filepath.Join(dir, "halting")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -409,7 +417,10 @@ func haltingImage(t *testing.T, img *Image, dir, halt string) string {
 	}
 	m := *img.Manifest
 	m.Version = "halting"
-	m.Release = nextImage(t).Manifest.Release
+	if key == nil {
+		key, release = devReleaseKey(t), nextImage(t).Manifest.Release
+	}
+	m.Release = release
 	m.Artefacts = map[string]image.Artefact{image.SystemFile: img.Manifest.Artefacts[image.SystemFile]}
 	data, err := os.ReadFile(filepath.Join(dir, uki))
 	if err != nil {
@@ -417,7 +428,7 @@ func haltingImage(t *testing.T, img *Image, dir, halt string) string {
 	}
 	sum := sha256.Sum256(data)
 	m.Artefacts[uki] = image.Artefact{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
-	if err := image.WriteManifest(dir, &m, devReleaseKey(t)); err != nil {
+	if err := image.WriteManifest(dir, &m, key); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -76,6 +76,10 @@ const (
 	// MetricsServerPort is where every controller's metrics server
 	// (the metrics.k8s.io API the API servers aggregate) listens.
 	MetricsServerPort = 10251
+	// KubernetesAuthzWebhookPort is where every controller serves its
+	// API server the decommissioned nodes' authorization webhook, on
+	// 127.0.0.1 only.
+	KubernetesAuthzWebhookPort = 10252
 	// ClusterCIDR is the pod network; each node gets a /NodeCIDRMaskSize
 	// of it from the controller manager.
 	ClusterCIDR      = "10.244.0.0/16"

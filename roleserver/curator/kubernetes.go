@@ -74,7 +74,7 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 	if err != nil {
 		return nil, kubernetesErr("issuing the kubelet's certificates", err)
 	}
-	_, proxyCert, err := kpki.New(kv).Proxy(ctx, ed25519.PublicKey(w.ProxyPublicKey))
+	_, proxyCert, err := kpki.New(kv).Proxy(ctx, n.Id, ed25519.PublicKey(w.ProxyPublicKey))
 	if err != nil {
 		return nil, kubernetesErr("issuing kube-proxy's certificate", err)
 	}

@@ -34,8 +34,9 @@ const (
 // apiserverArgs are kube-apiserver's flags. f are the paths of the
 // controller's files; etcdSocket is the endpoint confined to /kubernetes/
 // (consensus ServeKubernetes), so the API server never sees the curator's
-// keys. Authorization is Node + RBAC; the kubelet's serving certificate
-// is verified against the Kubernetes CA.
+// keys. Authorization is the decommissioned nodes' webhook, Node and
+// RBAC; the kubelet's serving certificate is verified against the
+// Kubernetes CA.
 func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []string {
 	args := []string{
 		"apiserver",
@@ -66,7 +67,8 @@ func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []s
 		"--service-account-signing-key-file=" + f[fileServiceAccountKey],
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
-		"--authorization-mode=Node,RBAC",
+		// The decommissioned nodes' webhook, Node, RBAC (authzwebhook.go).
+		"--authorization-config=" + f[fileAuthorization],
 		// Compaction is the consensus service's job (the confined
 		// endpoint refuses Compact), and it writes compact_rev_key as
 		// the API server's compactor would (consensus/compactor.go). The

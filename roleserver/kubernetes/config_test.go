@@ -138,12 +138,12 @@ func TestKubeletReserved(t *testing.T) {
 func TestControlPlaneArgs(t *testing.T) {
 	f := map[string]string{}
 	for _, n := range []string{fileCA, fileAPIServerCert, fileAPIServerKey, fileServiceAccountKey, fileControllerManager, fileScheduler,
-		fileKubeletServingCA, fileAdmission, fileAuditPolicy, fileEncryption} {
+		fileKubeletServingCA, fileAdmission, fileAuditPolicy, fileEncryption, fileAuthorization} {
 		f[n] = "/x/" + n
 	}
 	api := apiserverArgs(f, net.ParseIP("10.42.0.10"), "/ephemeral/kubernetes/etcd.sock")
 	for _, want := range []string{"--etcd-servers=unix:///ephemeral/kubernetes/etcd.sock", "--advertise-address=10.42.0.10",
-		"--service-cluster-ip-range=" + layout.ServiceCIDR, "--authorization-mode=Node,RBAC", "--client-ca-file=/x/ca.pem",
+		"--service-cluster-ip-range=" + layout.ServiceCIDR, "--authorization-config=/x/authorization.json", "--client-ca-file=/x/ca.pem",
 		"--etcd-compaction-interval=8760h0m0s", "--kubelet-certificate-authority=/x/kubelet-serving-ca.pem",
 		"--enable-admission-plugins=NodeRestriction", "--admission-control-config-file=/x/admission.json",
 		"--audit-policy-file=/x/audit-policy.json", "--audit-log-path=-", "--audit-log-format=json",

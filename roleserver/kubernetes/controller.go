@@ -47,6 +47,7 @@ type Status struct {
 //	metrics-api                ── its APIService, Service and this node's endpoint
 //	rbac                       ── the roles Plinth's worker components need
 //	volumes                    ── decommissioned nodes' local volumes deleted (decommission.go)
+//	authz-webhook              ── 127.0.0.1:10252: decommissioned nodes' users denied (authzwebhook.go)
 //
 // Each is a child runnable (a child process where it is a program), so
 // the supervisor restarts it with backoff and counts its crashes.
@@ -70,8 +71,8 @@ type Controller struct {
 	// (layout.APIServerUser, ...): for tests on a host that is not root.
 	AsRoot bool
 	// DecommissionedNodes lists the decommissioned nodes (the curator's
-	// store), whose local volumes the controller deletes (nil: it does
-	// not).
+	// store), whose local volumes the controller deletes and whose
+	// Kubernetes users its API server refuses (nil: neither).
 	DecommissionedNodes func(context.Context) ([]string, error)
 	// DecommissionPoll is how often it asks (0: decommissionPoll).
 	DecommissionPoll time.Duration
@@ -127,6 +128,9 @@ type controllerRun struct {
 	secrets    *pki.SecretsKeys
 	secretsRev int64
 	admission  AdmissionPolicy
+	// webhook is the authorization webhook's serving certificate, which
+	// the API server's files trust (authzwebhook.go).
+	webhook tls.Certificate
 	// apiserver, controllerManager, scheduler, metricsServer are each
 	// one's files, by name, written into its own directory as its own
 	// user.
@@ -147,7 +151,13 @@ func (c *Controller) prepare(ctx context.Context, kv client.Namespaced, admissio
 		return nil, fmt.Errorf("secrets encryption keys: %w", err)
 	}
 	ctl := &c.Root.Ephemeral.Kubernetes.Controller
-	if r.apiserver, err = apiserverFiles(r.creds, admission, r.secrets, ctl.APIServer.Path()).writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser)); err != nil {
+	var webhookCA []byte
+	if r.webhook, webhookCA, err = webhookCertificate(); err != nil {
+		return nil, err
+	}
+	api := apiserverFiles(r.creds, admission, r.secrets, ctl.APIServer.Path())
+	maps.Copy(api, authorizationFiles(ctl.APIServer.Path(), webhookCA))
+	if r.apiserver, err = api.writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser)); err != nil {
 		return nil, err
 	}
 	if r.controllerManager, err = controllerManagerFiles(r.creds).writeAs(ctl.ControllerManager.Path(), c.user(layout.ControllerManagerUser)); err != nil {
@@ -176,6 +186,7 @@ func (r *controllerRun) startAPIServer(ctx context.Context) error {
 	}
 	served, ready := servedOnce(apiReady(apiServerLocalEndpoint, r.creds.CACertificate))
 	if err := runAll(ctx, []named{
+		{"authz-webhook", authzWebhook(r.webhook, c.DecommissionedNodes, cmp.Or(c.DecommissionPoll, decommissionCheck))},
 		{"etcd", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return c.Consensus.ServeKubernetes(ctx, etcdSock, apiUser)

@@ -174,7 +174,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		_, b := api("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", `{"apiVersion":"authorization.k8s.io/v1",
-			"kind":"SubjectAccessReview","spec":{"user":"`+pki.ProxyUser+`","resourceAttributes":{"verb":"watch","resource":"namespaces"}}}`)
+			"kind":"SubjectAccessReview","spec":{"user":"`+pki.ProxyPrefix+nodeID+`","groups":["`+pki.ProxyGroup+`"],"resourceAttributes":{"verb":"watch","resource":"namespaces"}}}`)
 		var r struct {
 			Status struct{ Allowed bool } `json:"status"`
 		}
@@ -182,12 +182,13 @@ func TestControlPlaneOnHost(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s may not watch Namespaces: %s", pki.ProxyUser, b)
+			t.Fatalf("%s may not watch Namespaces: %s", pki.ProxyPrefix+nodeID, b)
 		}
 		time.Sleep(time.Second)
 	}
 	checkLocalVolumes(t, ctx, kapi, pki.New(kv), s.APIServer, func(ids ...string) { decommissioned.Store(&ids) })
 	checkMetricsAPI(t, ctx, kapi, pki.New(kv), ca, nodeID, hostAddress(t), func(ids ...string) { decommissioned.Store(&ids) })
+	checkDecommissionedIdentities(t, ctx, pki.New(kv), s.APIServer, hostAddress(t), api, func(ids ...string) { decommissioned.Store(&ids) })
 	// A removed worker reports its Node NotReady as its kubelet: the
 	// node authorizer and NodeRestriction let it patch its own status.
 	clientPub, clientKey, _ := ed25519.GenerateKey(rand.Reader)

@@ -37,8 +37,10 @@ type rbacObject struct {
 //   - the DNS server (CoreDNS's kubernetes plugin) watches Namespaces
 //     besides Services and EndpointSlices, and the network policy
 //     enforcer (package netpol) Pods, Namespaces and NetworkPolicies; both
-//     run as pki.ProxyUser, whose default role (system:node-proxier) does
-//     not cover them;
+//     run as their node's user in pki.ProxyGroup (bound here to
+//     system:node-proxier too; pki.ProxyUser, its shared predecessor, is
+//     bound by the API server's defaults), whose role does not cover
+//     them;
 //   - the API server reaches the kubelets (logs, exec, port-forward,
 //     metrics) as pki.KubeletClientUser, with system:kubelet-api-admin's
 //     rights, no more (not system:masters);
@@ -64,6 +66,8 @@ var plinthRBAC = []rbacObject{
     {"apiGroups": [""], "resources": ["namespaces", "pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list", "watch"]}]}`},
 	clusterRoleBinding("plinth:node-services", "plinth:node-services", "User", pki.ProxyUser),
+	clusterRoleBinding("plinth:node-services:nodes", "plinth:node-services", "Group", pki.ProxyGroup),
+	clusterRoleBinding("plinth:node-proxier", "system:node-proxier", "Group", pki.ProxyGroup),
 	clusterRoleBinding("plinth:apiserver-kubelet-client", "system:kubelet-api-admin", "User", pki.KubeletClientUser),
 	{path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/plinth:node-ipam", body: `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",

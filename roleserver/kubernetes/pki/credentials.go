@@ -283,17 +283,25 @@ func notANodeAddress(ip net.IP) bool {
 	return false
 }
 
-// ProxyUser is the user of a worker's service components (kube-proxy,
-// the pod network daemon, the DNS server): the API server's default
-// roles bind it to system:node-proxier (read Services, EndpointSlices
-// and Nodes), which is all these need.
-const ProxyUser = "system:kube-proxy"
+// ProxyGroup is the group of every worker's service components
+// (kube-proxy, the pod network daemon, the DNS server), ProxyPrefix+<node
+// ID> their user: Plinth's RBAC binds the group to system:node-proxier
+// (read Services, EndpointSlices and Nodes) and what the DNS server and
+// the network policy enforcer read besides. A user per node, so that a
+// decommissioned node's is refused (authzwebhook.go). ProxyUser is the
+// one user all workers' certificates named before: still bound, until
+// the last such certificate (KubeletValidity) has expired.
+const (
+	ProxyGroup  = "plinth:node-proxies"
+	ProxyPrefix = ProxyGroup + ":"
+	ProxyUser   = "system:kube-proxy"
+)
 
-// Proxy certifies a worker's service components' key (see
-// CheckPublicKey) as ProxyUser, for KubeletValidity. It returns the
-// certificate with the Kubernetes CA, created on first use.
-func (p *PKI) Proxy(ctx context.Context, pub crypto.PublicKey) (ca, cert *x509.Certificate, err error) {
-	return p.client(ctx, pub, ProxyUser, KubeletValidity)
+// Proxy certifies node's service components' key (see CheckPublicKey)
+// as ProxyPrefix+nodeID in ProxyGroup, for KubeletValidity. It returns
+// the certificate with the Kubernetes CA, created on first use.
+func (p *PKI) Proxy(ctx context.Context, nodeID string, pub crypto.PublicKey) (ca, cert *x509.Certificate, err error) {
+	return p.client(ctx, pub, ProxyPrefix+nodeID, KubeletValidity, ProxyGroup)
 }
 
 // LocalVolumesGroup is the group of every node's local volume
