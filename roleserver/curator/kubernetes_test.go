@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
-	"plinth.dev/plinth/platform/releasekeys"
 	"plinth.dev/plinth/platform/pki"
+	"plinth.dev/plinth/platform/releasekeys"
 )
 
 // TestKubernetesCredentials: the kubelet's certificates name exactly the

@@ -81,21 +81,21 @@ func authorizationFiles(dir string, caPEM []byte) files {
 		"kind":       "AuthorizationConfiguration",
 		"authorizers": []any{
 			map[string]any{"type": "Webhook", "name": "plinth-decommissioned", "webhook": map[string]any{
-				"timeout":                                  "3s",
-				"subjectAccessReviewVersion":               "v1",
+				"timeout":                    "3s",
+				"subjectAccessReviewVersion": "v1",
 				"matchConditionSubjectAccessReviewVersion": "v1",
-				"failurePolicy":                            "NoOpinion",
-				"authorizedTTL":                            "1s",
-				"unauthorizedTTL":                          authzDeniedTTL.String(),
-				"connectionInfo":                           map[string]any{"type": "KubeConfigFile", "kubeConfigFile": dir + "/" + fileAuthzWebhookConfig},
-				"matchConditions":                          []any{map[string]string{"expression": strings.Join(match, " || ")}},
+				"failurePolicy":   "NoOpinion",
+				"authorizedTTL":   "1s",
+				"unauthorizedTTL": authzDeniedTTL.String(),
+				"connectionInfo":  map[string]any{"type": "KubeConfigFile", "kubeConfigFile": dir + "/" + fileAuthzWebhookConfig},
+				"matchConditions": []any{map[string]string{"expression": strings.Join(match, " || ")}},
 			}},
 			map[string]any{"type": "Node", "name": "node"},
 			map[string]any{"type": "RBAC", "name": "rbac"},
 		},
 	}
 	return files{
-		fileAuthorization:      mustJSON(config),
+		fileAuthorization: mustJSON(config),
 		fileAuthzWebhookConfig: mustJSON(map[string]any{
 			"apiVersion": "v1", "kind": "Config",
 			"clusters": []any{map[string]any{"name": "webhook", "cluster": map[string]any{
