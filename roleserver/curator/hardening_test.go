@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/pki"
@@ -85,8 +86,30 @@ func TestRegistrationHardening(t *testing.T) {
 	_, err = commit(t, sconn, screds, join)
 	wantCode(t, "commit of an unregistered node", err, codes.NotFound)
 
+	// One address holds at most maxNewPerAddress places of the queue
+	// (a host on the LAN with the ticket); another address still gets
+	// one.
+	from := func(ip string) ed25519.PrivateKey {
+		k := newKey()
+		testObserved.Store(identity.NodeID(k.Public().(ed25519.PublicKey)), parseIPs([]string{ip}))
+		return k
+	}
+	var flood []ed25519.PrivateKey
+	for range maxNewPerAddress {
+		k := from("192.0.2.66")
+		flood = append(flood, k)
+		mustOK(t, "register from one address", register(k, ticket, nil))
+	}
+	err = register(from("192.0.2.66"), ticket, nil)
+	wantReason(t, "registrations from one address", err, clusterpb.ErrorReason_REGISTRATION_QUEUE_FULL)
+	if !strings.Contains(status.Convert(err).Message(), "registered from 192.0.2.66") {
+		t.Errorf("the refusal does not name the address: %v", err)
+	}
+	mustOK(t, "register from another address", register(from("192.0.2.67"), ticket, nil))
+	mustOK(t, "a queued node registering again from the same address", register(flood[0], ticket, nil))
+
 	// The approval queue is capped: maxNewNodes NEW records, then refusal.
-	for i := 1; i < maxNewNodes; i++ {
+	for i := 2 + maxNewPerAddress; i < maxNewNodes; i++ {
 		mustOK(t, "register", register(newKey(), ticket, nil))
 	}
 	wantReason(t, "registration flood", register(newKey(), ticket, nil), clusterpb.ErrorReason_REGISTRATION_QUEUE_FULL)

@@ -110,7 +110,8 @@ func (c curatorServer) IssueCertificate(ctx context.Context, req *clusterpb.Issu
 // at: those the curator observed it at (Node.observed_addresses, the
 // source of its authenticated status pushes), without any that another
 // node was observed at too (a node behind the same NAT as another could
-// otherwise be certified for the other's address). kpki.Kubelet drops
+// otherwise be certified for the other's address) but a node waiting for
+// approval. kpki.Kubelet drops
 // what can never be a node's (loopback, the Service and pod ranges). No
 // address observed yet is Unavailable: the node pushes its status first
 // and asks again.
@@ -121,7 +122,9 @@ func observedAddresses(ctx context.Context, kv clientv3.KV, n *clusterpb.Node) (
 	}
 	others := map[string]bool{}
 	for _, o := range nodes {
-		if o.GetId() != n.GetId() {
+		// Not those of nodes waiting for approval: where they
+		// registered from is anyone's to choose who has the ticket.
+		if o.GetId() != n.GetId() && o.GetState() != clusterpb.NodeState_NODE_STATE_NEW {
 			for _, a := range o.GetObservedAddresses() {
 				others[a] = true
 			}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,6 +42,12 @@ const (
 	// registrations are refused (REGISTRATION_QUEUE_FULL) until the owner
 	// approves or decommissions some, so a leaked ticket cannot fill etcd.
 	maxNewNodes = 32
+	// maxNewPerAddress is how many of them may have registered from one
+	// address (Node.observed_addresses of a NEW record is where it
+	// registered from): the register ticket lies on every node's ESP
+	// and in network-boot command lines, and one host on the LAN with it
+	// must not hold the whole queue.
+	maxNewPerAddress = 4
 	// maxStatusSize bounds a NodeStatus as stored.
 	maxStatusSize  = 4 << 10
 	maxAddresses   = 16
@@ -100,6 +107,7 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 		return nil, err
 	}
 	id := identity.NodeID(p.PublicKey)
+	from := c.observed(ctx, id)
 	for attempt := 0; attempt < 5; attempt++ {
 		n, _, err := getNode(ctx, kv, id)
 		if err != nil {
@@ -115,18 +123,25 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 			// NEW, STANDBY or UP: registered already, nothing changes.
 			return &clusterpb.RegisterNodeResponse{}, nil
 		}
-		if waiting, err := countNew(ctx, kv); err != nil {
+		waiting, fromHere, err := countNew(ctx, kv, from)
+		switch {
+		case err != nil:
 			return nil, err
-		} else if waiting >= maxNewNodes {
+		case waiting >= maxNewNodes:
 			return nil, rpc.Error(codes.ResourceExhausted, clusterpb.ErrorReason_REGISTRATION_QUEUE_FULL,
 				"%d nodes already wait for approval (at most %d may): the owner must approve or decommission some first (or rotate the ticket if it leaked)", waiting, maxNewNodes)
+		case fromHere >= maxNewPerAddress:
+			return nil, rpc.Error(codes.ResourceExhausted, clusterpb.ErrorReason_REGISTRATION_QUEUE_FULL,
+				"%d nodes that registered from %s already wait for approval (at most %d from one address may): the owner must approve or decommission some first (or rotate the ticket if it leaked)",
+				fromHere, strings.Join(from, ", "), maxNewPerAddress)
 		}
 		created, err := createNode(ctx, kv, t, &clusterpb.Node{
-			Id:        id,
-			PublicKey: p.PublicKey,
-			State:     clusterpb.NodeState_NODE_STATE_NEW,
-			Status:    req.Status,
-			TpmUsage:  req.TpmUsage,
+			Id:                id,
+			PublicKey:         p.PublicKey,
+			State:             clusterpb.NodeState_NODE_STATE_NEW,
+			Status:            req.Status,
+			TpmUsage:          req.TpmUsage,
+			ObservedAddresses: from,
 		})
 		if err != nil {
 			return nil, err
@@ -139,18 +154,39 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 }
 
 // countNew counts the nodes waiting for approval.
-func countNew(ctx context.Context, kv clientv3.KV) (int, error) {
+func countNew(ctx context.Context, kv clientv3.KV, from []string) (all, fromThere int, err error) {
 	nodes, _, err := listNodes(ctx, kv)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
 	for _, node := range nodes {
-		if node.State == clusterpb.NodeState_NODE_STATE_NEW {
-			n++
+		if node.State != clusterpb.NodeState_NODE_STATE_NEW {
+			continue
+		}
+		all++
+		if slices.ContainsFunc(node.GetObservedAddresses(), func(a string) bool { return slices.Contains(from, a) }) {
+			fromThere++
 		}
 	}
-	return n, nil
+	return all, fromThere, nil
+}
+
+// observed is where the caller of ctx (node id) connects from, as the
+// curator records it (Config.Observe); nil if it cannot tell.
+func (c curatorServer) observed(ctx context.Context, id string) []string {
+	src, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	tcp, ok := src.Addr.(*net.TCPAddr)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, ip := range c.cfg.Observe(id, tcp.IP) {
+		out = append(out, ip.String())
+	}
+	return out
 }
 
 // createNode writes a new node record if none exists; false if one
@@ -405,14 +441,7 @@ func (c curatorServer) UpdateNodeStatus(ctx context.Context, req *clusterpb.Upda
 	if err != nil {
 		return nil, err
 	}
-	var observed []string
-	if src, ok := peer.FromContext(ctx); ok {
-		if tcp, ok := src.Addr.(*net.TCPAddr); ok {
-			for _, ip := range c.cfg.Observe(p.NodeID, tcp.IP) {
-				observed = append(observed, ip.String())
-			}
-		}
-	}
+	observed := c.observed(ctx, p.NodeID)
 	_, err = updateNode(ctx, kv, t, p.NodeID, func(n *clusterpb.Node) ([]clientv3.Op, error) {
 		if n == nil || n.State != clusterpb.NodeState_NODE_STATE_UP {
 			return nil, status.Errorf(codes.FailedPrecondition, "node %s is not UP", p.NodeID)
