@@ -349,7 +349,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}).run},
 		{"nodemgmt", (&workerNodeMgmt{
 			credentials: &s.Credentials, listen: s.listenAddress(s.nodeMgmtPort()),
-			logTree: s.LogTree, status: s.status, power: s.Power, updates: s.Updates,
+			logTree: s.LogTree, auditDir: s.StorageRoot.Data.Kubernetes.Audit.Path(), status: s.status, power: s.Power, updates: s.Updates,
 			curator: &s.CuratorConnection, releaseTrust: &s.releaseTrust,
 		}).run},
 		{"rolefetch", (&workerRoleFetch{

@@ -16,6 +16,8 @@ import (
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/identity"
+	"plinth.dev/plinth/roleserver/kubernetes"
+	"plinth.dev/plinth/roleserver/kubernetes/auditlog"
 	"plinth.dev/plinth/roleserver/rpc"
 )
 
@@ -33,6 +35,9 @@ type workerNodeMgmt struct {
 	listen string
 	// logTree is served by Logs (nil: the node keeps no logs).
 	logTree *logtree.Tree
+	// auditDir is the audit log's store (auditlog): Logs' backlog of
+	// kubernetes.AuditDN ("": the stream's alone).
+	auditDir string
 	// status is served by Status, given the supervisor's runnables.
 	status func([]supervisor.Status) *clusterpb.NodeStatus
 
@@ -112,7 +117,15 @@ func (m *nodeManagement) Logs(req *clusterpb.LogsRequest, srv grpc.ServerStreami
 	// last is the newest entry of the backlog snapshot: live entries up to
 	// it were in the snapshot.
 	var last time.Time
-	if req.GetBacklog() != 0 {
+	// seen are the audit events sent from the store, whose live entries
+	// carry another time.
+	var seen map[string]bool
+	if prefix == kubernetes.AuditDN && !req.GetRecursive() && m.w.auditDir != "" {
+		var err error
+		if backlog, seen, err = auditBacklog(m.w.auditDir, req.GetBacklog()); err != nil {
+			return status.Errorf(codes.Internal, "reading the audit log: %v", err)
+		}
+	} else if req.GetBacklog() != 0 {
 		snap := lt.Read(prefix, 0)
 		if len(snap) > 0 {
 			last = snap[len(snap)-1].Time
@@ -162,7 +175,7 @@ func (m *nodeManagement) Logs(req *clusterpb.LogsRequest, srv grpc.ServerStreami
 		var out []logtree.Entry
 		for _, e := range batch {
 			// Already sent as backlog.
-			if !last.IsZero() && !e.Time.After(last) {
+			if !last.IsZero() && !e.Time.After(last) || seen[e.Message] {
 				continue
 			}
 			if match(e) {
@@ -263,4 +276,26 @@ func (m *nodeManagement) Reboot(ctx context.Context, _ *clusterpb.RebootRequest)
 
 func (m *nodeManagement) PowerOff(ctx context.Context, _ *clusterpb.PowerOffRequest) (*clusterpb.PowerOffResponse, error) {
 	return &clusterpb.PowerOffResponse{}, m.power(ctx, false)
+}
+
+// auditBacklog is the last n (-1: all; 0: none) audit events of the
+// store in dir, as log entries of kubernetes.AuditDN, and the lines of
+// those of the last minute, which the live stream may bring again.
+func auditBacklog(dir string, n int64) ([]logtree.Entry, map[string]bool, error) {
+	events, err := auditlog.Read(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n >= 0 && int64(len(events)) > n {
+		events = events[int64(len(events))-n:]
+	}
+	out := make([]logtree.Entry, len(events))
+	seen := map[string]bool{}
+	for i, e := range events {
+		out[i] = logtree.Entry{Time: e.Time, Level: slog.LevelInfo, DN: kubernetes.AuditDN, Message: e.Line}
+		if time.Since(e.Time) < time.Minute {
+			seen[e.Line] = true
+		}
+	}
+	return out, seen, nil
 }

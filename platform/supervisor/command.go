@@ -44,6 +44,10 @@ type Command struct {
 	// ProcessOutputSuffix.
 	Stdout        string
 	StdoutEntries int
+	// StdoutAlso, if set with Stdout, gets a copy of the standard output
+	// (the audit events' store on the data volume). Its Write must not
+	// fail or block for long: the process writes through it.
+	StdoutAlso io.Writer
 	// User, if set, is the user and groups the process runs as (an
 	// unprivileged user of its own: nil runs it as the core's, root).
 	User *syscall.Credential
@@ -72,6 +76,9 @@ func RunCommand(ctx context.Context, c Command) error {
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if c.Stdout != "" {
 		cmd.Stdout = streamWriter(ctx, c.Stdout, c.StdoutEntries)
+		if c.StdoutAlso != nil {
+			cmd.Stdout = io.MultiWriter(c.StdoutAlso, cmd.Stdout)
+		}
 	}
 	// Own process group, so the whole tree can be signalled; and killed
 	// if the core dies without stopping it.

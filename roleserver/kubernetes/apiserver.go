@@ -101,8 +101,9 @@ func policyArgs(kind string, f map[string]string) []string {
 		// admission.json configures both (admission.go).
 		return []string{"--enable-admission-plugins=NodeRestriction", "--admission-control-config-file=" + f[fileAdmission]}
 	case "audit":
-		// Who did what: one event per request, into the node's log tree
-		// (the runnable's stdout stream), nothing on a tmpfs file.
+		// Who did what: one event per request on its standard output,
+		// which the controller keeps on the data volume (auditlog) and
+		// streams into the node's log tree; nothing on a tmpfs file.
 		return []string{"--audit-policy-file=" + f[fileAuditPolicy], "--audit-log-path=-", "--audit-log-format=json",
 			"--audit-log-truncate-enabled=true", "--audit-log-truncate-max-event-size=" + strconv.Itoa(auditMaxEventSize)}
 	case "encryption":
@@ -198,11 +199,12 @@ var auditWriteVerbs = []string{"create", "update", "patch", "delete", "deletecol
 
 // auditMaxEventSize bounds each audit event in bytes (the API server's
 // --audit-log-truncate-max-event-size): a larger one loses its request
-// and answer bodies, and is dropped if that is not enough. The audit
+// and answer bodies, and is dropped if that is not enough. The live
 // stream keeps auditEntries events (controller.go), so it holds at most
 // auditEntries × auditMaxEventSize bytes (64 MiB; a Metadata event is
 // about 1 KiB, so some 4 MiB in practice): the log tree bounds streams
-// in entries, not bytes.
+// in entries, not bytes. The store on the data volume (auditlog) bounds
+// each class in bytes.
 const auditMaxEventSize = 16 << 10
 
 // apiServerCompactionInterval is the API server's

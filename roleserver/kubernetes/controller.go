@@ -22,6 +22,7 @@ import (
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/consensus/client"
+	"plinth.dev/plinth/roleserver/kubernetes/auditlog"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
@@ -192,10 +193,16 @@ func (r *controllerRun) startAPIServer(ctx context.Context) error {
 			return c.Consensus.ServeKubernetes(ctx, etcdSock, apiUser)
 		}},
 		{"apiserver", func(ctx context.Context) error {
-			// Its audit log (--audit-log-path=-) is a stream of the
-			// node's log tree: plinthctl logs NODE -audit.
+			// Its audit log (--audit-log-path=-) is kept on the data
+			// volume by class (auditlog) and followed live as a stream
+			// of the node's log tree: plinthctl logs NODE -audit.
+			store, err := auditlog.Open(c.Root.Data.Kubernetes.Audit.Path(), nil)
+			if err != nil {
+				return fmt.Errorf("the audit log: %w", err)
+			}
+			defer store.Close()
 			return supervisor.RunCommand(ctx, supervisor.Command{Path: c.kube(), Args: apiserverArgs(r.apiserver, c.Address, etcdSock),
-				User: c.user(layout.APIServerUser), Ready: ready, Stdout: AuditStream, StdoutEntries: auditEntries})
+				User: c.user(layout.APIServerUser), Ready: ready, Stdout: AuditStream, StdoutEntries: auditEntries, StdoutAlso: store})
 		}},
 	}); err != nil {
 		return err
@@ -339,10 +346,14 @@ func (c *Controller) kube() string {
 }
 
 // AuditStream is the log stream below the API server's runnable that its
-// audit events go to, one JSON object per entry; auditEntries bounds it
-// (about a few MiB: the shared log ring is not pushed out by it).
+// audit events go to as they come, one JSON object per entry, AuditDN
+// its whole DN; auditEntries bounds it (about a few MiB: the shared log
+// ring is not pushed out by it). What lasts is the store on the data
+// volume (auditlog), which NodeManagement.Logs reads for AuditDN's
+// backlog.
 const (
 	AuditStream  = "audit"
+	AuditDN      = "root.roleserver.kubernetes.controller.apiserver." + AuditStream
 	auditEntries = 4000
 )
 

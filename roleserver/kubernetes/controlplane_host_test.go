@@ -273,6 +273,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 	defer k8s.Close()
 	checkSecretsAtRest(t, ctx, kapi, k8s, pki.New(kv), nodeID)
 	checkAudit(t, lt, api, nodeID)
+	checkAuditPersists(t, ctx, kapi, root, status, policy)
 	resp, err := k8s.Get(ctx, "/registry/minions/plinth-test")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the Node is not under /kubernetes/registry: %v, %v", resp, err)

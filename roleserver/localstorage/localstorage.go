@@ -85,6 +85,9 @@ type DataKubernetesDirectory struct {
 	// LocalVolumes holds the node's local PersistentVolumes, a
 	// directory each with its own project quota (layout.LocalVolumesDir).
 	LocalVolumes Directory `dir:"local-volumes"`
+	// Audit is a controller's API server's audit log
+	// (roleserver/kubernetes/auditlog).
+	Audit Directory `dir:"audit"`
 }
 
 // DataNodeDirectory holds the node's own state.
