@@ -102,6 +102,9 @@ const (
 	// Change the cluster policy: what workloads may do, which keys sign
 	// the images nodes install. Owner only.
 	Permission_UPDATE_CLUSTER_POLICY Permission = 14
+	// Replace the owner key with a new one: every certificate of the old
+	// key is revoked. Owner only.
+	Permission_ROTATE_OWNER_KEY Permission = 15
 )
 
 // Enum value maps for Permission.
@@ -122,6 +125,7 @@ var (
 		12: "KUBERNETES_ADMIN",
 		13: "UPDATE_NODE_SOFTWARE",
 		14: "UPDATE_CLUSTER_POLICY",
+		15: "ROTATE_OWNER_KEY",
 	}
 	Permission_value = map[string]int32{
 		"PERMISSION_UNSPECIFIED": 0,
@@ -139,6 +143,7 @@ var (
 		"KUBERNETES_ADMIN":       12,
 		"UPDATE_NODE_SOFTWARE":   13,
 		"UPDATE_CLUSTER_POLICY":  14,
+		"ROTATE_OWNER_KEY":       15,
 	}
 )
 
@@ -273,7 +278,7 @@ var File_cluster_v1_authorization_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_authorization_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\xc7\x03\n" +
+	"\x1ecluster/v1/authorization.proto\x12\x11plinth.cluster.v1\x1a google/protobuf/descriptor.proto*\xe4\x03\n" +
 	"\n" +
 	"Permission\x12\x1a\n" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x1e\n" +
@@ -292,7 +297,8 @@ const file_cluster_v1_authorization_proto_rawDesc = "" +
 	"\x16ROTATE_REGISTER_TICKET\x10\v\x1a\x05\x92\xb5\x18\x01\x01\x12\x1b\n" +
 	"\x10KUBERNETES_ADMIN\x10\f\x1a\x05\x92\xb5\x18\x01\x01\x12\x1f\n" +
 	"\x14UPDATE_NODE_SOFTWARE\x10\r\x1a\x05\x92\xb5\x18\x01\x01\x12 \n" +
-	"\x15UPDATE_CLUSTER_POLICY\x10\x0e\x1a\x05\x92\xb5\x18\x01\x01*q\n" +
+	"\x15UPDATE_CLUSTER_POLICY\x10\x0e\x1a\x05\x92\xb5\x18\x01\x01\x12\x1b\n" +
+	"\x10ROTATE_OWNER_KEY\x10\x0f\x1a\x05\x92\xb5\x18\x01\x01*q\n" +
 	"\n" +
 	"CallerKind\x12\x1b\n" +
 	"\x17CALLER_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +

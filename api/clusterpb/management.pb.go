@@ -80,7 +80,116 @@ func (x RotateSecretsKeyRequest_Step) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RotateSecretsKeyRequest_Step.Descriptor instead.
 func (RotateSecretsKeyRequest_Step) EnumDescriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{0, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{2, 0}
+}
+
+type RotateOwnerKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new owner key, ed25519, 32 raw bytes.
+	NewPublicKey []byte `protobuf:"bytes,1,opt,name=new_public_key,json=newPublicKey,proto3" json:"new_public_key,omitempty"`
+	// ed25519 by the new key over "plinth owner key rotation v1\x00", the
+	// cluster CA certificate (DER) and new_public_key.
+	Signature     []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateOwnerKeyRequest) Reset() {
+	*x = RotateOwnerKeyRequest{}
+	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOwnerKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOwnerKeyRequest) ProtoMessage() {}
+
+func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOwnerKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateOwnerKeyRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RotateOwnerKeyRequest) GetNewPublicKey() []byte {
+	if x != nil {
+		return x.NewPublicKey
+	}
+	return nil
+}
+
+func (x *RotateOwnerKeyRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+type RotateOwnerKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many owner certificates were revoked.
+	Revoked uint32 `protobuf:"varint,1,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	// The owner's Kubernetes credential epoch from now on.
+	KubernetesOwnerEpoch uint64 `protobuf:"varint,2,opt,name=kubernetes_owner_epoch,json=kubernetesOwnerEpoch,proto3" json:"kubernetes_owner_epoch,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *RotateOwnerKeyResponse) Reset() {
+	*x = RotateOwnerKeyResponse{}
+	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOwnerKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOwnerKeyResponse) ProtoMessage() {}
+
+func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOwnerKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateOwnerKeyResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RotateOwnerKeyResponse) GetRevoked() uint32 {
+	if x != nil {
+		return x.Revoked
+	}
+	return 0
+}
+
+func (x *RotateOwnerKeyResponse) GetKubernetesOwnerEpoch() uint64 {
+	if x != nil {
+		return x.KubernetesOwnerEpoch
+	}
+	return 0
 }
 
 type RotateSecretsKeyRequest struct {
@@ -92,7 +201,7 @@ type RotateSecretsKeyRequest struct {
 
 func (x *RotateSecretsKeyRequest) Reset() {
 	*x = RotateSecretsKeyRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	mi := &file_cluster_v1_management_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +213,7 @@ func (x *RotateSecretsKeyRequest) String() string {
 func (*RotateSecretsKeyRequest) ProtoMessage() {}
 
 func (x *RotateSecretsKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[0]
+	mi := &file_cluster_v1_management_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +226,7 @@ func (x *RotateSecretsKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateSecretsKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateSecretsKeyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RotateSecretsKeyRequest) GetStep() RotateSecretsKeyRequest_Step {
@@ -141,7 +250,7 @@ type RotateSecretsKeyResponse struct {
 
 func (x *RotateSecretsKeyResponse) Reset() {
 	*x = RotateSecretsKeyResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	mi := &file_cluster_v1_management_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -153,7 +262,7 @@ func (x *RotateSecretsKeyResponse) String() string {
 func (*RotateSecretsKeyResponse) ProtoMessage() {}
 
 func (x *RotateSecretsKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[1]
+	mi := &file_cluster_v1_management_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -166,7 +275,7 @@ func (x *RotateSecretsKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateSecretsKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateSecretsKeyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RotateSecretsKeyResponse) GetGeneration() uint64 {
@@ -198,7 +307,7 @@ type RevokeKubernetesCredentialsRequest struct {
 
 func (x *RevokeKubernetesCredentialsRequest) Reset() {
 	*x = RevokeKubernetesCredentialsRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_management_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +319,7 @@ func (x *RevokeKubernetesCredentialsRequest) String() string {
 func (*RevokeKubernetesCredentialsRequest) ProtoMessage() {}
 
 func (x *RevokeKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[2]
+	mi := &file_cluster_v1_management_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +332,7 @@ func (x *RevokeKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use RevokeKubernetesCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKubernetesCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{2}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{4}
 }
 
 type RevokeKubernetesCredentialsResponse struct {
@@ -236,7 +345,7 @@ type RevokeKubernetesCredentialsResponse struct {
 
 func (x *RevokeKubernetesCredentialsResponse) Reset() {
 	*x = RevokeKubernetesCredentialsResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_management_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +357,7 @@ func (x *RevokeKubernetesCredentialsResponse) String() string {
 func (*RevokeKubernetesCredentialsResponse) ProtoMessage() {}
 
 func (x *RevokeKubernetesCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[3]
+	mi := &file_cluster_v1_management_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +370,7 @@ func (x *RevokeKubernetesCredentialsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use RevokeKubernetesCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKubernetesCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{3}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RevokeKubernetesCredentialsResponse) GetEpoch() uint64 {
@@ -287,7 +396,7 @@ type UpdateClusterPolicyRequest struct {
 
 func (x *UpdateClusterPolicyRequest) Reset() {
 	*x = UpdateClusterPolicyRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +408,7 @@ func (x *UpdateClusterPolicyRequest) String() string {
 func (*UpdateClusterPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateClusterPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[4]
+	mi := &file_cluster_v1_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +421,7 @@ func (x *UpdateClusterPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateClusterPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateClusterPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{4}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UpdateClusterPolicyRequest) GetKubernetes() *KubernetesPolicy {
@@ -339,7 +448,7 @@ type UpdateClusterPolicyResponse struct {
 
 func (x *UpdateClusterPolicyResponse) Reset() {
 	*x = UpdateClusterPolicyResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +460,7 @@ func (x *UpdateClusterPolicyResponse) String() string {
 func (*UpdateClusterPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateClusterPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[5]
+	mi := &file_cluster_v1_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +473,7 @@ func (x *UpdateClusterPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateClusterPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateClusterPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{5}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateClusterPolicyResponse) GetConfiguration() *ClusterConfiguration {
@@ -382,7 +491,7 @@ type GetRegisterTicketRequest struct {
 
 func (x *GetRegisterTicketRequest) Reset() {
 	*x = GetRegisterTicketRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +503,7 @@ func (x *GetRegisterTicketRequest) String() string {
 func (*GetRegisterTicketRequest) ProtoMessage() {}
 
 func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[6]
+	mi := &file_cluster_v1_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +516,7 @@ func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{6}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{8}
 }
 
 type GetRegisterTicketResponse struct {
@@ -421,7 +530,7 @@ type GetRegisterTicketResponse struct {
 
 func (x *GetRegisterTicketResponse) Reset() {
 	*x = GetRegisterTicketResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +542,7 @@ func (x *GetRegisterTicketResponse) String() string {
 func (*GetRegisterTicketResponse) ProtoMessage() {}
 
 func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[7]
+	mi := &file_cluster_v1_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +555,7 @@ func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{7}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRegisterTicketResponse) GetTicket() []byte {
@@ -464,7 +573,7 @@ type RotateRegisterTicketRequest struct {
 
 func (x *RotateRegisterTicketRequest) Reset() {
 	*x = RotateRegisterTicketRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +585,7 @@ func (x *RotateRegisterTicketRequest) String() string {
 func (*RotateRegisterTicketRequest) ProtoMessage() {}
 
 func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[8]
+	mi := &file_cluster_v1_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +598,7 @@ func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{8}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{10}
 }
 
 type RotateRegisterTicketResponse struct {
@@ -502,7 +611,7 @@ type RotateRegisterTicketResponse struct {
 
 func (x *RotateRegisterTicketResponse) Reset() {
 	*x = RotateRegisterTicketResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +623,7 @@ func (x *RotateRegisterTicketResponse) String() string {
 func (*RotateRegisterTicketResponse) ProtoMessage() {}
 
 func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[9]
+	mi := &file_cluster_v1_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +636,7 @@ func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{9}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RotateRegisterTicketResponse) GetTicket() []byte {
@@ -545,7 +654,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +666,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[10]
+	mi := &file_cluster_v1_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +679,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{10}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12}
 }
 
 type GetClusterInfoResponse struct {
@@ -592,7 +701,7 @@ type GetClusterInfoResponse struct {
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +713,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[11]
+	mi := &file_cluster_v1_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +726,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{11}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetClusterInfoResponse) GetDirectory() *ClusterDirectory {
@@ -661,7 +770,7 @@ type GetNodesRequest struct {
 
 func (x *GetNodesRequest) Reset() {
 	*x = GetNodesRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +782,7 @@ func (x *GetNodesRequest) String() string {
 func (*GetNodesRequest) ProtoMessage() {}
 
 func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[12]
+	mi := &file_cluster_v1_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +795,7 @@ func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{12}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetNodesRequest) GetFilter() string {
@@ -708,7 +817,7 @@ type ApproveNodeRequest struct {
 
 func (x *ApproveNodeRequest) Reset() {
 	*x = ApproveNodeRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +829,7 @@ func (x *ApproveNodeRequest) String() string {
 func (*ApproveNodeRequest) ProtoMessage() {}
 
 func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[13]
+	mi := &file_cluster_v1_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +842,7 @@ func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
 func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{13}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApproveNodeRequest) GetPublicKey() []byte {
@@ -751,7 +860,7 @@ type ApproveNodeResponse struct {
 
 func (x *ApproveNodeResponse) Reset() {
 	*x = ApproveNodeResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +872,7 @@ func (x *ApproveNodeResponse) String() string {
 func (*ApproveNodeResponse) ProtoMessage() {}
 
 func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[14]
+	mi := &file_cluster_v1_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +885,7 @@ func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
 func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{14}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16}
 }
 
 type UpdateNodeRolesRequest struct {
@@ -801,7 +910,7 @@ type UpdateNodeRolesRequest struct {
 
 func (x *UpdateNodeRolesRequest) Reset() {
 	*x = UpdateNodeRolesRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +922,7 @@ func (x *UpdateNodeRolesRequest) String() string {
 func (*UpdateNodeRolesRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[15]
+	mi := &file_cluster_v1_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +935,7 @@ func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{15}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateNodeRolesRequest) GetNode() isUpdateNodeRolesRequest_Node {
@@ -899,7 +1008,7 @@ type UpdateNodeRolesResponse struct {
 
 func (x *UpdateNodeRolesResponse) Reset() {
 	*x = UpdateNodeRolesResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1020,7 @@ func (x *UpdateNodeRolesResponse) String() string {
 func (*UpdateNodeRolesResponse) ProtoMessage() {}
 
 func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[16]
+	mi := &file_cluster_v1_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1033,7 @@ func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{16}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{18}
 }
 
 type DecommissionNodeRequest struct {
@@ -937,7 +1046,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_management_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1058,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[17]
+	mi := &file_cluster_v1_management_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1071,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{17}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DecommissionNodeRequest) GetId() string {
@@ -980,7 +1089,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[18]
+	mi := &file_cluster_v1_management_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1101,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[18]
+	mi := &file_cluster_v1_management_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1114,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{18}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{20}
 }
 
 type IssueKubernetesCredentialsRequest struct {
@@ -1020,7 +1129,7 @@ type IssueKubernetesCredentialsRequest struct {
 
 func (x *IssueKubernetesCredentialsRequest) Reset() {
 	*x = IssueKubernetesCredentialsRequest{}
-	mi := &file_cluster_v1_management_proto_msgTypes[19]
+	mi := &file_cluster_v1_management_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1141,7 @@ func (x *IssueKubernetesCredentialsRequest) String() string {
 func (*IssueKubernetesCredentialsRequest) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[19]
+	mi := &file_cluster_v1_management_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1154,7 @@ func (x *IssueKubernetesCredentialsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use IssueKubernetesCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{19}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IssueKubernetesCredentialsRequest) GetPublicKey() []byte {
@@ -1073,7 +1182,7 @@ type IssueKubernetesCredentialsResponse struct {
 
 func (x *IssueKubernetesCredentialsResponse) Reset() {
 	*x = IssueKubernetesCredentialsResponse{}
-	mi := &file_cluster_v1_management_proto_msgTypes[20]
+	mi := &file_cluster_v1_management_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1194,7 @@ func (x *IssueKubernetesCredentialsResponse) String() string {
 func (*IssueKubernetesCredentialsResponse) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[20]
+	mi := &file_cluster_v1_management_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1207,7 @@ func (x *IssueKubernetesCredentialsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use IssueKubernetesCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{20}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IssueKubernetesCredentialsResponse) GetCaCertificate() []byte {
@@ -1142,7 +1251,7 @@ type EscrowFromClient struct {
 
 func (x *EscrowFromClient) Reset() {
 	*x = EscrowFromClient{}
-	mi := &file_cluster_v1_management_proto_msgTypes[21]
+	mi := &file_cluster_v1_management_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1263,7 @@ func (x *EscrowFromClient) String() string {
 func (*EscrowFromClient) ProtoMessage() {}
 
 func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[21]
+	mi := &file_cluster_v1_management_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1276,7 @@ func (x *EscrowFromClient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{21}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EscrowFromClient) GetMessage() isEscrowFromClient_Message {
@@ -1224,7 +1333,7 @@ type EscrowFromServer struct {
 
 func (x *EscrowFromServer) Reset() {
 	*x = EscrowFromServer{}
-	mi := &file_cluster_v1_management_proto_msgTypes[22]
+	mi := &file_cluster_v1_management_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1345,7 @@ func (x *EscrowFromServer) String() string {
 func (*EscrowFromServer) ProtoMessage() {}
 
 func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[22]
+	mi := &file_cluster_v1_management_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1358,7 @@ func (x *EscrowFromServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{22}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EscrowFromServer) GetMessage() isEscrowFromServer_Message {
@@ -1303,7 +1412,7 @@ type RotateSecretsKeyResponse_Key struct {
 
 func (x *RotateSecretsKeyResponse_Key) Reset() {
 	*x = RotateSecretsKeyResponse_Key{}
-	mi := &file_cluster_v1_management_proto_msgTypes[23]
+	mi := &file_cluster_v1_management_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1424,7 @@ func (x *RotateSecretsKeyResponse_Key) String() string {
 func (*RotateSecretsKeyResponse_Key) ProtoMessage() {}
 
 func (x *RotateSecretsKeyResponse_Key) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[23]
+	mi := &file_cluster_v1_management_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1437,7 @@ func (x *RotateSecretsKeyResponse_Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateSecretsKeyResponse_Key.ProtoReflect.Descriptor instead.
 func (*RotateSecretsKeyResponse_Key) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{1, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{3, 0}
 }
 
 func (x *RotateSecretsKeyResponse_Key) GetName() string {
@@ -1362,7 +1471,7 @@ type EscrowFromClient_Parameters struct {
 
 func (x *EscrowFromClient_Parameters) Reset() {
 	*x = EscrowFromClient_Parameters{}
-	mi := &file_cluster_v1_management_proto_msgTypes[25]
+	mi := &file_cluster_v1_management_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1483,7 @@ func (x *EscrowFromClient_Parameters) String() string {
 func (*EscrowFromClient_Parameters) ProtoMessage() {}
 
 func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[25]
+	mi := &file_cluster_v1_management_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1496,7 @@ func (x *EscrowFromClient_Parameters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Parameters.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Parameters) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{21, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{23, 0}
 }
 
 func (x *EscrowFromClient_Parameters) GetRequestedIdentityName() string {
@@ -1415,7 +1524,7 @@ type EscrowFromClient_Proof struct {
 
 func (x *EscrowFromClient_Proof) Reset() {
 	*x = EscrowFromClient_Proof{}
-	mi := &file_cluster_v1_management_proto_msgTypes[26]
+	mi := &file_cluster_v1_management_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1536,7 @@ func (x *EscrowFromClient_Proof) String() string {
 func (*EscrowFromClient_Proof) ProtoMessage() {}
 
 func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[26]
+	mi := &file_cluster_v1_management_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1549,7 @@ func (x *EscrowFromClient_Proof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromClient_Proof.ProtoReflect.Descriptor instead.
 func (*EscrowFromClient_Proof) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{21, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{23, 1}
 }
 
 func (x *EscrowFromClient_Proof) GetSignature() []byte {
@@ -1462,7 +1571,7 @@ type EscrowFromServer_NeededProofs struct {
 
 func (x *EscrowFromServer_NeededProofs) Reset() {
 	*x = EscrowFromServer_NeededProofs{}
-	mi := &file_cluster_v1_management_proto_msgTypes[27]
+	mi := &file_cluster_v1_management_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1583,7 @@ func (x *EscrowFromServer_NeededProofs) String() string {
 func (*EscrowFromServer_NeededProofs) ProtoMessage() {}
 
 func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[27]
+	mi := &file_cluster_v1_management_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1596,7 @@ func (x *EscrowFromServer_NeededProofs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_NeededProofs.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_NeededProofs) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{22, 0}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{24, 0}
 }
 
 func (x *EscrowFromServer_NeededProofs) GetNonce() []byte {
@@ -1509,7 +1618,7 @@ type EscrowFromServer_Fulfilled struct {
 
 func (x *EscrowFromServer_Fulfilled) Reset() {
 	*x = EscrowFromServer_Fulfilled{}
-	mi := &file_cluster_v1_management_proto_msgTypes[28]
+	mi := &file_cluster_v1_management_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1630,7 @@ func (x *EscrowFromServer_Fulfilled) String() string {
 func (*EscrowFromServer_Fulfilled) ProtoMessage() {}
 
 func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_v1_management_proto_msgTypes[28]
+	mi := &file_cluster_v1_management_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1643,7 @@ func (x *EscrowFromServer_Fulfilled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscrowFromServer_Fulfilled.ProtoReflect.Descriptor instead.
 func (*EscrowFromServer_Fulfilled) Descriptor() ([]byte, []int) {
-	return file_cluster_v1_management_proto_rawDescGZIP(), []int{22, 1}
+	return file_cluster_v1_management_proto_rawDescGZIP(), []int{24, 1}
 }
 
 func (x *EscrowFromServer_Fulfilled) GetOwnerCertificate() []byte {
@@ -1548,7 +1657,13 @@ var File_cluster_v1_management_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_management_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcluster/v1/management.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"\xa9\x01\n" +
+	"\x1bcluster/v1/management.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"[\n" +
+	"\x15RotateOwnerKeyRequest\x12$\n" +
+	"\x0enew_public_key\x18\x01 \x01(\fR\fnewPublicKey\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"h\n" +
+	"\x16RotateOwnerKeyResponse\x12\x18\n" +
+	"\arevoked\x18\x01 \x01(\rR\arevoked\x124\n" +
+	"\x16kubernetes_owner_epoch\x18\x02 \x01(\x04R\x14kubernetesOwnerEpoch\"\xa9\x01\n" +
 	"\x17RotateSecretsKeyRequest\x12C\n" +
 	"\x04step\x18\x01 \x01(\x0e2/.plinth.cluster.v1.RotateSecretsKeyRequest.StepR\x04step\"I\n" +
 	"\x04Step\x12\x0f\n" +
@@ -1640,8 +1755,7 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x05nonce\x18\x01 \x01(\fR\x05nonce\x1a8\n" +
 	"\tFulfilled\x12+\n" +
 	"\x11owner_certificate\x18\x01 \x01(\fR\x10ownerCertificateB\t\n" +
-	"\amessage2\x9c\n" +
-	"\n" +
+	"\amessage2\x89\v\n" +
 	"\n" +
 	"Management\x12t\n" +
 	"\x11GetRegisterTicket\x12+.plinth.cluster.v1.GetRegisterTicketRequest\x1a,.plinth.cluster.v1.GetRegisterTicketResponse\"\x04\x88\xb5\x18\x01\x12}\n" +
@@ -1654,7 +1768,8 @@ const file_cluster_v1_management_proto_rawDesc = "" +
 	"\x1aIssueKubernetesCredentials\x124.plinth.cluster.v1.IssueKubernetesCredentialsRequest\x1a5.plinth.cluster.v1.IssueKubernetesCredentialsResponse\"\x04\x88\xb5\x18\f\x12\x92\x01\n" +
 	"\x1bRevokeKubernetesCredentials\x125.plinth.cluster.v1.RevokeKubernetesCredentialsRequest\x1a6.plinth.cluster.v1.RevokeKubernetesCredentialsResponse\"\x04\x88\xb5\x18\f\x12z\n" +
 	"\x13UpdateClusterPolicy\x12-.plinth.cluster.v1.UpdateClusterPolicyRequest\x1a..plinth.cluster.v1.UpdateClusterPolicyResponse\"\x04\x88\xb5\x18\x0e\x12q\n" +
-	"\x10RotateSecretsKey\x12*.plinth.cluster.v1.RotateSecretsKeyRequest\x1a+.plinth.cluster.v1.RotateSecretsKeyResponse\"\x04\x88\xb5\x18\f2c\n" +
+	"\x10RotateSecretsKey\x12*.plinth.cluster.v1.RotateSecretsKeyRequest\x1a+.plinth.cluster.v1.RotateSecretsKeyResponse\"\x04\x88\xb5\x18\f\x12k\n" +
+	"\x0eRotateOwnerKey\x12(.plinth.cluster.v1.RotateOwnerKeyRequest\x1a).plinth.cluster.v1.RotateOwnerKeyResponse\"\x04\x88\xb5\x18\x0f2c\n" +
 	"\x03AAA\x12\\\n" +
 	"\x06Escrow\x12#.plinth.cluster.v1.EscrowFromClient\x1a#.plinth.cluster.v1.EscrowFromServer\"\x04\x88\xb5\x18\n" +
 	"(\x010\x01B!Z\x1fplinth.dev/plinth/api/clusterpbb\x06proto3"
@@ -1672,83 +1787,87 @@ func file_cluster_v1_management_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_v1_management_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_cluster_v1_management_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_cluster_v1_management_proto_goTypes = []any{
 	(RotateSecretsKeyRequest_Step)(0),           // 0: plinth.cluster.v1.RotateSecretsKeyRequest.Step
-	(*RotateSecretsKeyRequest)(nil),             // 1: plinth.cluster.v1.RotateSecretsKeyRequest
-	(*RotateSecretsKeyResponse)(nil),            // 2: plinth.cluster.v1.RotateSecretsKeyResponse
-	(*RevokeKubernetesCredentialsRequest)(nil),  // 3: plinth.cluster.v1.RevokeKubernetesCredentialsRequest
-	(*RevokeKubernetesCredentialsResponse)(nil), // 4: plinth.cluster.v1.RevokeKubernetesCredentialsResponse
-	(*UpdateClusterPolicyRequest)(nil),          // 5: plinth.cluster.v1.UpdateClusterPolicyRequest
-	(*UpdateClusterPolicyResponse)(nil),         // 6: plinth.cluster.v1.UpdateClusterPolicyResponse
-	(*GetRegisterTicketRequest)(nil),            // 7: plinth.cluster.v1.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil),           // 8: plinth.cluster.v1.GetRegisterTicketResponse
-	(*RotateRegisterTicketRequest)(nil),         // 9: plinth.cluster.v1.RotateRegisterTicketRequest
-	(*RotateRegisterTicketResponse)(nil),        // 10: plinth.cluster.v1.RotateRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),               // 11: plinth.cluster.v1.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),              // 12: plinth.cluster.v1.GetClusterInfoResponse
-	(*GetNodesRequest)(nil),                     // 13: plinth.cluster.v1.GetNodesRequest
-	(*ApproveNodeRequest)(nil),                  // 14: plinth.cluster.v1.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),                 // 15: plinth.cluster.v1.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),              // 16: plinth.cluster.v1.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),             // 17: plinth.cluster.v1.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),             // 18: plinth.cluster.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),            // 19: plinth.cluster.v1.DecommissionNodeResponse
-	(*IssueKubernetesCredentialsRequest)(nil),   // 20: plinth.cluster.v1.IssueKubernetesCredentialsRequest
-	(*IssueKubernetesCredentialsResponse)(nil),  // 21: plinth.cluster.v1.IssueKubernetesCredentialsResponse
-	(*EscrowFromClient)(nil),                    // 22: plinth.cluster.v1.EscrowFromClient
-	(*EscrowFromServer)(nil),                    // 23: plinth.cluster.v1.EscrowFromServer
-	(*RotateSecretsKeyResponse_Key)(nil),        // 24: plinth.cluster.v1.RotateSecretsKeyResponse.Key
-	nil,                                         // 25: plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntry
-	(*EscrowFromClient_Parameters)(nil),         // 26: plinth.cluster.v1.EscrowFromClient.Parameters
-	(*EscrowFromClient_Proof)(nil),              // 27: plinth.cluster.v1.EscrowFromClient.Proof
-	(*EscrowFromServer_NeededProofs)(nil),       // 28: plinth.cluster.v1.EscrowFromServer.NeededProofs
-	(*EscrowFromServer_Fulfilled)(nil),          // 29: plinth.cluster.v1.EscrowFromServer.Fulfilled
-	(*KubernetesPolicy)(nil),                    // 30: plinth.cluster.v1.KubernetesPolicy
-	(*SignedStatement)(nil),                     // 31: plinth.cluster.v1.SignedStatement
-	(*ClusterConfiguration)(nil),                // 32: plinth.cluster.v1.ClusterConfiguration
-	(*ClusterDirectory)(nil),                    // 33: plinth.cluster.v1.ClusterDirectory
-	(*Node)(nil),                                // 34: plinth.cluster.v1.Node
+	(*RotateOwnerKeyRequest)(nil),               // 1: plinth.cluster.v1.RotateOwnerKeyRequest
+	(*RotateOwnerKeyResponse)(nil),              // 2: plinth.cluster.v1.RotateOwnerKeyResponse
+	(*RotateSecretsKeyRequest)(nil),             // 3: plinth.cluster.v1.RotateSecretsKeyRequest
+	(*RotateSecretsKeyResponse)(nil),            // 4: plinth.cluster.v1.RotateSecretsKeyResponse
+	(*RevokeKubernetesCredentialsRequest)(nil),  // 5: plinth.cluster.v1.RevokeKubernetesCredentialsRequest
+	(*RevokeKubernetesCredentialsResponse)(nil), // 6: plinth.cluster.v1.RevokeKubernetesCredentialsResponse
+	(*UpdateClusterPolicyRequest)(nil),          // 7: plinth.cluster.v1.UpdateClusterPolicyRequest
+	(*UpdateClusterPolicyResponse)(nil),         // 8: plinth.cluster.v1.UpdateClusterPolicyResponse
+	(*GetRegisterTicketRequest)(nil),            // 9: plinth.cluster.v1.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),           // 10: plinth.cluster.v1.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),         // 11: plinth.cluster.v1.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),        // 12: plinth.cluster.v1.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),               // 13: plinth.cluster.v1.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),              // 14: plinth.cluster.v1.GetClusterInfoResponse
+	(*GetNodesRequest)(nil),                     // 15: plinth.cluster.v1.GetNodesRequest
+	(*ApproveNodeRequest)(nil),                  // 16: plinth.cluster.v1.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),                 // 17: plinth.cluster.v1.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),              // 18: plinth.cluster.v1.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),             // 19: plinth.cluster.v1.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),             // 20: plinth.cluster.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),            // 21: plinth.cluster.v1.DecommissionNodeResponse
+	(*IssueKubernetesCredentialsRequest)(nil),   // 22: plinth.cluster.v1.IssueKubernetesCredentialsRequest
+	(*IssueKubernetesCredentialsResponse)(nil),  // 23: plinth.cluster.v1.IssueKubernetesCredentialsResponse
+	(*EscrowFromClient)(nil),                    // 24: plinth.cluster.v1.EscrowFromClient
+	(*EscrowFromServer)(nil),                    // 25: plinth.cluster.v1.EscrowFromServer
+	(*RotateSecretsKeyResponse_Key)(nil),        // 26: plinth.cluster.v1.RotateSecretsKeyResponse.Key
+	nil,                                         // 27: plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntry
+	(*EscrowFromClient_Parameters)(nil),         // 28: plinth.cluster.v1.EscrowFromClient.Parameters
+	(*EscrowFromClient_Proof)(nil),              // 29: plinth.cluster.v1.EscrowFromClient.Proof
+	(*EscrowFromServer_NeededProofs)(nil),       // 30: plinth.cluster.v1.EscrowFromServer.NeededProofs
+	(*EscrowFromServer_Fulfilled)(nil),          // 31: plinth.cluster.v1.EscrowFromServer.Fulfilled
+	(*KubernetesPolicy)(nil),                    // 32: plinth.cluster.v1.KubernetesPolicy
+	(*SignedStatement)(nil),                     // 33: plinth.cluster.v1.SignedStatement
+	(*ClusterConfiguration)(nil),                // 34: plinth.cluster.v1.ClusterConfiguration
+	(*ClusterDirectory)(nil),                    // 35: plinth.cluster.v1.ClusterDirectory
+	(*Node)(nil),                                // 36: plinth.cluster.v1.Node
 }
 var file_cluster_v1_management_proto_depIdxs = []int32{
 	0,  // 0: plinth.cluster.v1.RotateSecretsKeyRequest.step:type_name -> plinth.cluster.v1.RotateSecretsKeyRequest.Step
-	24, // 1: plinth.cluster.v1.RotateSecretsKeyResponse.keys:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.Key
-	25, // 2: plinth.cluster.v1.RotateSecretsKeyResponse.controllers:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntry
-	30, // 3: plinth.cluster.v1.UpdateClusterPolicyRequest.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
-	31, // 4: plinth.cluster.v1.UpdateClusterPolicyRequest.release_keys:type_name -> plinth.cluster.v1.SignedStatement
-	32, // 5: plinth.cluster.v1.UpdateClusterPolicyResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	33, // 6: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
-	32, // 7: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	26, // 8: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
-	27, // 9: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
-	28, // 10: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
-	29, // 11: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
-	7,  // 12: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
-	9,  // 13: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
-	11, // 14: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
-	13, // 15: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
-	14, // 16: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
-	16, // 17: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
-	18, // 18: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
-	20, // 19: plinth.cluster.v1.Management.IssueKubernetesCredentials:input_type -> plinth.cluster.v1.IssueKubernetesCredentialsRequest
-	3,  // 20: plinth.cluster.v1.Management.RevokeKubernetesCredentials:input_type -> plinth.cluster.v1.RevokeKubernetesCredentialsRequest
-	5,  // 21: plinth.cluster.v1.Management.UpdateClusterPolicy:input_type -> plinth.cluster.v1.UpdateClusterPolicyRequest
-	1,  // 22: plinth.cluster.v1.Management.RotateSecretsKey:input_type -> plinth.cluster.v1.RotateSecretsKeyRequest
-	22, // 23: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
-	8,  // 24: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
-	10, // 25: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
-	12, // 26: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
-	34, // 27: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
-	15, // 28: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
-	17, // 29: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
-	19, // 30: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
-	21, // 31: plinth.cluster.v1.Management.IssueKubernetesCredentials:output_type -> plinth.cluster.v1.IssueKubernetesCredentialsResponse
-	4,  // 32: plinth.cluster.v1.Management.RevokeKubernetesCredentials:output_type -> plinth.cluster.v1.RevokeKubernetesCredentialsResponse
-	6,  // 33: plinth.cluster.v1.Management.UpdateClusterPolicy:output_type -> plinth.cluster.v1.UpdateClusterPolicyResponse
-	2,  // 34: plinth.cluster.v1.Management.RotateSecretsKey:output_type -> plinth.cluster.v1.RotateSecretsKeyResponse
-	23, // 35: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
-	24, // [24:36] is the sub-list for method output_type
-	12, // [12:24] is the sub-list for method input_type
+	26, // 1: plinth.cluster.v1.RotateSecretsKeyResponse.keys:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.Key
+	27, // 2: plinth.cluster.v1.RotateSecretsKeyResponse.controllers:type_name -> plinth.cluster.v1.RotateSecretsKeyResponse.ControllersEntry
+	32, // 3: plinth.cluster.v1.UpdateClusterPolicyRequest.kubernetes:type_name -> plinth.cluster.v1.KubernetesPolicy
+	33, // 4: plinth.cluster.v1.UpdateClusterPolicyRequest.release_keys:type_name -> plinth.cluster.v1.SignedStatement
+	34, // 5: plinth.cluster.v1.UpdateClusterPolicyResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	35, // 6: plinth.cluster.v1.GetClusterInfoResponse.directory:type_name -> plinth.cluster.v1.ClusterDirectory
+	34, // 7: plinth.cluster.v1.GetClusterInfoResponse.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	28, // 8: plinth.cluster.v1.EscrowFromClient.parameters:type_name -> plinth.cluster.v1.EscrowFromClient.Parameters
+	29, // 9: plinth.cluster.v1.EscrowFromClient.proof:type_name -> plinth.cluster.v1.EscrowFromClient.Proof
+	30, // 10: plinth.cluster.v1.EscrowFromServer.needed_proofs:type_name -> plinth.cluster.v1.EscrowFromServer.NeededProofs
+	31, // 11: plinth.cluster.v1.EscrowFromServer.fulfilled:type_name -> plinth.cluster.v1.EscrowFromServer.Fulfilled
+	9,  // 12: plinth.cluster.v1.Management.GetRegisterTicket:input_type -> plinth.cluster.v1.GetRegisterTicketRequest
+	11, // 13: plinth.cluster.v1.Management.RotateRegisterTicket:input_type -> plinth.cluster.v1.RotateRegisterTicketRequest
+	13, // 14: plinth.cluster.v1.Management.GetClusterInfo:input_type -> plinth.cluster.v1.GetClusterInfoRequest
+	15, // 15: plinth.cluster.v1.Management.GetNodes:input_type -> plinth.cluster.v1.GetNodesRequest
+	16, // 16: plinth.cluster.v1.Management.ApproveNode:input_type -> plinth.cluster.v1.ApproveNodeRequest
+	18, // 17: plinth.cluster.v1.Management.UpdateNodeRoles:input_type -> plinth.cluster.v1.UpdateNodeRolesRequest
+	20, // 18: plinth.cluster.v1.Management.DecommissionNode:input_type -> plinth.cluster.v1.DecommissionNodeRequest
+	22, // 19: plinth.cluster.v1.Management.IssueKubernetesCredentials:input_type -> plinth.cluster.v1.IssueKubernetesCredentialsRequest
+	5,  // 20: plinth.cluster.v1.Management.RevokeKubernetesCredentials:input_type -> plinth.cluster.v1.RevokeKubernetesCredentialsRequest
+	7,  // 21: plinth.cluster.v1.Management.UpdateClusterPolicy:input_type -> plinth.cluster.v1.UpdateClusterPolicyRequest
+	3,  // 22: plinth.cluster.v1.Management.RotateSecretsKey:input_type -> plinth.cluster.v1.RotateSecretsKeyRequest
+	1,  // 23: plinth.cluster.v1.Management.RotateOwnerKey:input_type -> plinth.cluster.v1.RotateOwnerKeyRequest
+	24, // 24: plinth.cluster.v1.AAA.Escrow:input_type -> plinth.cluster.v1.EscrowFromClient
+	10, // 25: plinth.cluster.v1.Management.GetRegisterTicket:output_type -> plinth.cluster.v1.GetRegisterTicketResponse
+	12, // 26: plinth.cluster.v1.Management.RotateRegisterTicket:output_type -> plinth.cluster.v1.RotateRegisterTicketResponse
+	14, // 27: plinth.cluster.v1.Management.GetClusterInfo:output_type -> plinth.cluster.v1.GetClusterInfoResponse
+	36, // 28: plinth.cluster.v1.Management.GetNodes:output_type -> plinth.cluster.v1.Node
+	17, // 29: plinth.cluster.v1.Management.ApproveNode:output_type -> plinth.cluster.v1.ApproveNodeResponse
+	19, // 30: plinth.cluster.v1.Management.UpdateNodeRoles:output_type -> plinth.cluster.v1.UpdateNodeRolesResponse
+	21, // 31: plinth.cluster.v1.Management.DecommissionNode:output_type -> plinth.cluster.v1.DecommissionNodeResponse
+	23, // 32: plinth.cluster.v1.Management.IssueKubernetesCredentials:output_type -> plinth.cluster.v1.IssueKubernetesCredentialsResponse
+	6,  // 33: plinth.cluster.v1.Management.RevokeKubernetesCredentials:output_type -> plinth.cluster.v1.RevokeKubernetesCredentialsResponse
+	8,  // 34: plinth.cluster.v1.Management.UpdateClusterPolicy:output_type -> plinth.cluster.v1.UpdateClusterPolicyResponse
+	4,  // 35: plinth.cluster.v1.Management.RotateSecretsKey:output_type -> plinth.cluster.v1.RotateSecretsKeyResponse
+	2,  // 36: plinth.cluster.v1.Management.RotateOwnerKey:output_type -> plinth.cluster.v1.RotateOwnerKeyResponse
+	25, // 37: plinth.cluster.v1.AAA.Escrow:output_type -> plinth.cluster.v1.EscrowFromServer
+	25, // [25:38] is the sub-list for method output_type
+	12, // [12:25] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1761,15 +1880,15 @@ func file_cluster_v1_management_proto_init() {
 	}
 	file_cluster_v1_authorization_proto_init()
 	file_cluster_v1_common_proto_init()
-	file_cluster_v1_management_proto_msgTypes[15].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[17].OneofWrappers = []any{
 		(*UpdateNodeRolesRequest_Id)(nil),
 		(*UpdateNodeRolesRequest_PublicKey)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[21].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[23].OneofWrappers = []any{
 		(*EscrowFromClient_Parameters_)(nil),
 		(*EscrowFromClient_Proof_)(nil),
 	}
-	file_cluster_v1_management_proto_msgTypes[22].OneofWrappers = []any{
+	file_cluster_v1_management_proto_msgTypes[24].OneofWrappers = []any{
 		(*EscrowFromServer_NeededProofs_)(nil),
 		(*EscrowFromServer_Fulfilled_)(nil),
 	}
@@ -1779,7 +1898,7 @@ func file_cluster_v1_management_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_v1_management_proto_rawDesc), len(file_cluster_v1_management_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

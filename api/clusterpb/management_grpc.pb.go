@@ -36,6 +36,7 @@ const (
 	Management_RevokeKubernetesCredentials_FullMethodName = "/plinth.cluster.v1.Management/RevokeKubernetesCredentials"
 	Management_UpdateClusterPolicy_FullMethodName         = "/plinth.cluster.v1.Management/UpdateClusterPolicy"
 	Management_RotateSecretsKey_FullMethodName            = "/plinth.cluster.v1.Management/RotateSecretsKey"
+	Management_RotateOwnerKey_FullMethodName              = "/plinth.cluster.v1.Management/RotateOwnerKey"
 )
 
 // ManagementClient is the client API for Management service.
@@ -95,6 +96,13 @@ type ManagementClient interface {
 	// for; the owner's tool waits for every controller to run with one
 	// step before it asks for the next (plinthctl secrets-key rotate).
 	RotateSecretsKey(ctx context.Context, in *RotateSecretsKeyRequest, opts ...grpc.CallOption) (*RotateSecretsKeyResponse, error)
+	// RotateOwnerKey makes new_public_key the owner key: AAA.Escrow hands
+	// owner certificates to it alone from then on, every owner
+	// certificate issued before is put on the cluster CRL (which every
+	// node and the owner's tool check in every handshake), and the owner's
+	// Kubernetes credentials move to a new epoch. The new key signs the
+	// request (proof that its holder asks).
+	RotateOwnerKey(ctx context.Context, in *RotateOwnerKeyRequest, opts ...grpc.CallOption) (*RotateOwnerKeyResponse, error)
 }
 
 type managementClient struct {
@@ -224,6 +232,16 @@ func (c *managementClient) RotateSecretsKey(ctx context.Context, in *RotateSecre
 	return out, nil
 }
 
+func (c *managementClient) RotateOwnerKey(ctx context.Context, in *RotateOwnerKeyRequest, opts ...grpc.CallOption) (*RotateOwnerKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateOwnerKeyResponse)
+	err := c.cc.Invoke(ctx, Management_RotateOwnerKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -281,6 +299,13 @@ type ManagementServer interface {
 	// for; the owner's tool waits for every controller to run with one
 	// step before it asks for the next (plinthctl secrets-key rotate).
 	RotateSecretsKey(context.Context, *RotateSecretsKeyRequest) (*RotateSecretsKeyResponse, error)
+	// RotateOwnerKey makes new_public_key the owner key: AAA.Escrow hands
+	// owner certificates to it alone from then on, every owner
+	// certificate issued before is put on the cluster CRL (which every
+	// node and the owner's tool check in every handshake), and the owner's
+	// Kubernetes credentials move to a new epoch. The new key signs the
+	// request (proof that its holder asks).
+	RotateOwnerKey(context.Context, *RotateOwnerKeyRequest) (*RotateOwnerKeyResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -323,6 +348,9 @@ func (UnimplementedManagementServer) UpdateClusterPolicy(context.Context, *Updat
 }
 func (UnimplementedManagementServer) RotateSecretsKey(context.Context, *RotateSecretsKeyRequest) (*RotateSecretsKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RotateSecretsKey not implemented")
+}
+func (UnimplementedManagementServer) RotateOwnerKey(context.Context, *RotateOwnerKeyRequest) (*RotateOwnerKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateOwnerKey not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -536,6 +564,24 @@ func _Management_RotateSecretsKey_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_RotateOwnerKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateOwnerKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).RotateOwnerKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_RotateOwnerKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).RotateOwnerKey(ctx, req.(*RotateOwnerKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -582,6 +628,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RotateSecretsKey",
 			Handler:    _Management_RotateSecretsKey_Handler,
+		},
+		{
+			MethodName: "RotateOwnerKey",
+			Handler:    _Management_RotateOwnerKey_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

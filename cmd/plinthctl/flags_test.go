@@ -30,7 +30,7 @@ func TestListFlag(t *testing.T) {
 
 // Every verb is registered with a summary and a constructor.
 func TestVerbsRegistered(t *testing.T) {
-	for _, name := range []string{"build", "fetch-kernel", "run", "params", "launch", "takeownership", "nodes", "approve", "roles", "ticket", "logs", "reboot", "decommission", "kubeconfig", "kubernetes-credential", "status", "write-disk", "update", "release-key", "policy", "secrets-key"} {
+	for _, name := range []string{"build", "fetch-kernel", "run", "params", "launch", "takeownership", "nodes", "approve", "roles", "ticket", "logs", "reboot", "decommission", "kubeconfig", "kubernetes-credential", "status", "write-disk", "update", "release-key", "policy", "secrets-key", "owner-key"} {
 		c, ok := commands[name]
 		if !ok || c.summary == "" || c.new == nil || c.new() == nil {
 			t.Errorf("%s is not registered", name)

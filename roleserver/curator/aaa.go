@@ -3,6 +3,7 @@ package curator
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,9 +68,13 @@ func (a aaaServer) Escrow(srv clusterpb.AAA_EscrowServer) error {
 	if err != nil {
 		return err
 	}
-	cert, err := identity.IssueOwnerCertificate(ca, pub)
+	// Recorded, so that a rotation of the owner key revokes it.
+	cert, err := issueRecorded(ctx, kv, ownerCertsID, certOwner, func() (*x509.Certificate, error) { return identity.IssueOwnerCertificate(ca, pub) })
 	if err != nil {
-		return internalErr("issuing owner certificate", err)
+		return err
+	}
+	if err := checkOwnerCertificate(ctx, kv, pub); err != nil {
+		return err
 	}
 	return srv.Send(&clusterpb.EscrowFromServer{Message: &clusterpb.EscrowFromServer_Fulfilled_{
 		Fulfilled: &clusterpb.EscrowFromServer_Fulfilled{OwnerCertificate: cert.Raw},

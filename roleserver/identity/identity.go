@@ -112,6 +112,13 @@ func issue(ca *pki.CA, pub ed25519.PublicKey, cn, unit string, usage pki.Usage) 
 	return cert, nil
 }
 
+// OwnerKeyRotationMessage is what a new owner key signs to replace the
+// owner key of the cluster whose CA certificate is caDER
+// (Management.RotateOwnerKey).
+func OwnerKeyRotationMessage(caDER []byte, newKey ed25519.PublicKey) []byte {
+	return append(append([]byte("plinth owner key rotation v1\x00"), caDER...), newKey...)
+}
+
 // EphemeralCertificate is a self-signed TLS certificate for key: it proves
 // the caller holds key and nothing more.
 func EphemeralCertificate(key ed25519.PrivateKey) (tls.Certificate, error) {

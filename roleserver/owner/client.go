@@ -33,6 +33,11 @@ import (
 // use; a Client is safe for concurrent use.
 type Client struct {
 	creds *identity.Credentials
+	// dir is the configuration directory the cluster's CRL is kept in
+	// ("": not kept).
+	dir string
+	// crlChecked: the cluster's CRL was asked for once (management).
+	crlChecked bool
 
 	mu            sync.Mutex
 	endpoints     []string          // curator endpoints, in order
@@ -57,7 +62,7 @@ func Dial(cfg *Config) (*Client, error) {
 	if len(cfg.Curators) == 0 {
 		return nil, fmt.Errorf("owner: no curator endpoints in %s", cfg.Dir)
 	}
-	c := &Client{creds: cfg.Credentials, endpoints: slices.Clone(cfg.Curators), nodeEndpoints: maps.Clone(cfg.NodeEndpoints),
+	c := &Client{creds: cfg.Credentials, dir: cfg.Dir, endpoints: slices.Clone(cfg.Curators), nodeEndpoints: maps.Clone(cfg.NodeEndpoints),
 		curators: map[string]*grpc.ClientConn{}, nodes: map[string]*grpc.ClientConn{}}
 	if c.nodeEndpoints == nil {
 		c.nodeEndpoints = map[string]string{}
@@ -134,6 +139,7 @@ func (c *Client) management(ctx context.Context, fn func(clusterpb.ManagementCli
 		err = fn(clusterpb.NewManagementClient(cc))
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			if err == nil {
+				c.refreshCRL(ctx, clusterpb.NewManagementClient(cc))
 				c.mu.Lock()
 				if slices.Equal(c.endpoints, eps) {
 					c.preferred = k
@@ -154,7 +160,27 @@ func (c *Client) ClusterInfo(ctx context.Context) (*clusterpb.GetClusterInfoResp
 		out, err = m.GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
 		return err
 	})
+	if err == nil {
+		err = c.acceptCRL(out.GetCrl())
+	}
 	return out, err
+}
+
+// refreshCRL asks m for the cluster's CRL once per client, after its
+// first call went through: every later handshake is checked against it,
+// and it is kept for the next run (acceptCRL). A failure only means the
+// CRL held stays.
+func (c *Client) refreshCRL(ctx context.Context, m clusterpb.ManagementClient) {
+	c.mu.Lock()
+	done := c.crlChecked
+	c.crlChecked = true
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	if info, err := m.GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{}); err == nil {
+		c.acceptCRL(info.GetCrl())
+	}
 }
 
 // Nodes returns every node the cluster knows.

@@ -49,6 +49,11 @@ const (
 	CertFile      = "owner.pem" // owner certificate, PEM
 	CAFile        = "ca.pem"    // cluster CA certificate, PEM
 	EndpointsFile = "endpoints" // see Config.Save
+	// CRLFile is the newest cluster CRL the owner's tool received (DER):
+	// every handshake is checked against it, so that a server whose
+	// certificate the cluster revoked (a former consensus member still
+	// answering on its address) is refused.
+	CRLFile = "cluster-crl"
 )
 
 // Config is the owner's state on disk: the owner key, once ownership is
@@ -65,6 +70,9 @@ type Config struct {
 	// Curators are the curator endpoints (host:port) Management calls go
 	// to, tried in order.
 	Curators []string
+	// KeyPassphrase, if set, is the passphrase the key is kept
+	// encrypted with (ownerkey.go); Save keeps it so.
+	KeyPassphrase []byte
 	// NodeEndpoints override where a node's NodeManagement service is
 	// reached (node ID → host:port). Without an entry the node's first
 	// reported address and layout.NodeManagementPort are used; vmtest
@@ -93,7 +101,7 @@ func LoadConfig(dir string) (*Config, error) {
 	c := &Config{Dir: dir, NodeEndpoints: map[string]string{}}
 	keyPath := filepath.Join(dir, KeyFile)
 	if _, err := os.Stat(keyPath); err == nil {
-		if c.Key, err = ReadKeyFile(keyPath); err != nil {
+		if c.Key, c.KeyPassphrase, err = readKey(keyPath); err != nil {
 			return nil, err
 		}
 	}
@@ -114,6 +122,9 @@ func LoadConfig(dir string) (*Config, error) {
 		}
 		if c.Credentials, err = identity.NewCredentials(c.Key, cert.Raw, ca.Raw); err != nil {
 			return nil, fmt.Errorf("owner: %s: %w", dir, err)
+		}
+		if c.Credentials.Trust, err = loadTrust(ca, filepath.Join(dir, CRLFile)); err != nil {
+			return nil, err
 		}
 	case !errors.Is(certErr, os.ErrNotExist):
 		return nil, fmt.Errorf("owner: %w", certErr)
@@ -176,7 +187,7 @@ func (c *Config) Save() error {
 	}
 	files := map[string][]byte{EndpointsFile: c.endpointsText()}
 	if c.Key != nil {
-		k, err := pki.PrivateKeyPEM(c.Key)
+		k, err := keyFileBytes(c.Key, c.KeyPassphrase)
 		if err != nil {
 			return fmt.Errorf("owner: %w", err)
 		}
@@ -215,15 +226,9 @@ func (c *Config) endpointsText() []byte {
 }
 
 // ReadKeyFile reads an owner private key (PKCS#8 PEM, as `plinthctl
-// params` writes owner.key).
+// params` writes owner.key; or that, encrypted with a passphrase:
+// ownerkey.go).
 func ReadKeyFile(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("owner: %w", err)
-	}
-	k, err := pki.ParsePrivateKeyPEM(b)
-	if err != nil {
-		return nil, fmt.Errorf("owner: %s: %w", path, err)
-	}
-	return k, nil
+	k, _, err := readKey(path)
+	return k, err
 }

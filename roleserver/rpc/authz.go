@@ -141,7 +141,7 @@ func (a *Authorizer) authorize(ctx context.Context, fullMethod string) (context.
 	if errors.Is(err, identity.ErrRevoked) {
 		// Only a decommissioned node's node certificate is ever revoked
 		// for a caller; saying so lets the node drop what it holds.
-		return nil, Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "%s: %v (the node is decommissioned)", fullMethod, err)
+		return nil, Error(codes.PermissionDenied, clusterpb.ErrorReason_NODE_DECOMMISSIONED, "%s: %v (a decommissioned node's, or an owner key's that was replaced)", fullMethod, err)
 	}
 	if err != nil || p.Kind == identity.KindUnauthenticated {
 		if err == nil {

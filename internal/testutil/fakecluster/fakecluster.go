@@ -29,6 +29,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
 	"net"
 	"net/http/httptest"
 	"slices"
@@ -73,6 +74,7 @@ type Cluster struct {
 
 	CA           *pki.CA               // the cluster CA
 	Node         *identity.Credentials // the node's credentials (NodeManagement's certificate)
+	Curator      *x509.Certificate     // the certificate Addr is served with
 	OwnerKey     ed25519.PrivateKey    // the bootstrap owner's key
 	Addr         string                // AAA and Management, served with a curator certificate
 	NodeAddr     string                // NodeManagement, served with the node certificate
@@ -91,6 +93,10 @@ type Cluster struct {
 	update   updateRecord
 	kube     kubeState
 	policy   *clusterpb.ClusterConfiguration // as UpdateClusterPolicy left it
+	// ownerKey is the owner key now (OwnerKey until RotateOwnerKey), crl
+	// the CRL GetClusterInfo hands out (SetCRL).
+	ownerKey ed25519.PublicKey
+	crl      []byte
 }
 
 // updateRecord is what the node got in its last Update.
@@ -125,8 +131,8 @@ func New(t testing.TB, cfg Config) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Cluster{CA: cfg.CA, Node: node, OwnerKey: cfg.OwnerKey, KubernetesCA: NewCA(t, "fake Kubernetes CA"),
-		issuer: cfg.CA, infoCA: cfg.CA, ticket: []byte(FirstTicket)}
+	f := &Cluster{CA: cfg.CA, Node: node, Curator: curatorCert, OwnerKey: cfg.OwnerKey, KubernetesCA: NewCA(t, "fake Kubernetes CA"),
+		issuer: cfg.CA, infoCA: cfg.CA, ticket: []byte(FirstTicket), ownerKey: cfg.OwnerKey.Public().(ed25519.PublicKey)}
 	f.nodes = []*clusterpb.Node{
 		{Id: node.ID(), PublicKey: node.PublicKey(), State: clusterpb.NodeState_NODE_STATE_UP, Roles: &clusterpb.NodeRoles{
 			ConsensusMember:      &clusterpb.NodeRoles_ConsensusMember{},

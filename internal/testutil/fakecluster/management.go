@@ -22,9 +22,8 @@ import (
 func (f *Cluster) Escrow(s grpc.BidiStreamingServer[clusterpb.EscrowFromClient, clusterpb.EscrowFromServer]) error {
 	f.mu.Lock()
 	f.escrows++
-	issuer := f.issuer
+	issuer, pub := f.issuer, f.ownerKey
 	f.mu.Unlock()
-	pub := f.OwnerKey.Public().(ed25519.PublicKey)
 	p, err := identity.PeerFromContext(s.Context(), identity.NewTrust(f.CA.Certificate))
 	if err != nil || p.Kind != identity.KindEphemeral || !p.PublicKey.Equal(pub) {
 		return status.Error(codes.PermissionDenied, "not the owner key")
@@ -62,11 +61,12 @@ func (f *Cluster) GetClusterInfo(ctx context.Context, _ *clusterpb.GetClusterInf
 		return nil, err
 	}
 	f.mu.Lock()
-	infoCA, policy := f.infoCA, f.policy
+	infoCA, policy, crl := f.infoCA, f.policy, f.crl
 	f.mu.Unlock()
 	return &clusterpb.GetClusterInfoResponse{
 		Configuration: policy,
 		CaCertificate: infoCA.Certificate.Raw,
+		Crl:           crl,
 		Directory: &clusterpb.ClusterDirectory{Nodes: []*clusterpb.DirectoryNode{
 			{Id: f.Node.ID(), PublicKey: f.Node.PublicKey(), Addresses: []string{"10.42.0.10"}},
 		}},
@@ -156,4 +156,28 @@ func (f *Cluster) Policy() *clusterpb.ClusterConfiguration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.policy
+}
+
+// SetCRL makes GetClusterInfo hand out der as the cluster CRL.
+func (f *Cluster) SetCRL(der []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.crl = der
+}
+
+// RotateOwnerKey replaces the owner key Escrow certifies, as a curator
+// does: signed by the new key for this cluster's CA. (The fake keeps no
+// record of certificates to revoke: SetCRL is the test's.)
+func (f *Cluster) RotateOwnerKey(ctx context.Context, req *clusterpb.RotateOwnerKeyRequest) (*clusterpb.RotateOwnerKeyResponse, error) {
+	if err := f.owner(ctx); err != nil {
+		return nil, err
+	}
+	next := ed25519.PublicKey(req.GetNewPublicKey())
+	if len(next) != ed25519.PublicKeySize || !ed25519.Verify(next, identity.OwnerKeyRotationMessage(f.CA.Certificate.Raw, next), req.GetSignature()) {
+		return nil, status.Error(codes.InvalidArgument, "signature: not the new key's")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ownerKey = next
+	return &clusterpb.RotateOwnerKeyResponse{Revoked: 1}, nil
 }

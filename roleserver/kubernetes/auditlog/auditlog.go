@@ -69,10 +69,10 @@ var systemUsers = []string{"system:node:", "system:kube-", "system:serviceaccoun
 
 // event is what Classify reads of an audit event.
 type event struct {
-	Verb string `json:"verb"`
+	Verb             string    `json:"verb"`
 	User             userInfo  `json:"user"`
 	ImpersonatedUser *userInfo `json:"impersonatedUser"`
-	ObjectRef struct {
+	ObjectRef        struct {
 		APIGroup    string `json:"apiGroup"`
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/term"
+
+	"plinth.dev/plinth/roleserver/owner"
+)
+
+func init() {
+	register("owner-key", "replace the owner key (every certificate of the old one is revoked), or keep it encrypted with a passphrase", func() verb { return new(ownerKeyCmd) })
+	owner.Passphrase = askPassphrase
+}
+
+// ownerKeyCmd is `plinthctl owner-key (-rotate | -encrypt | -decrypt)`:
+//
+//	-rotate   a new owner key replaces the old: the cluster revokes every
+//	          certificate of the old one and moves the owner's Kubernetes
+//	          credentials to a new epoch; the new key's owner certificate
+//	          is taken and saved in place of the old (encrypted as the old
+//	          key was)
+//	-encrypt  owner.key is kept encrypted with a passphrase (age, scrypt):
+//	          asked on the terminal, or $PLINTH_OWNER_PASSPHRASE
+//	-decrypt  owner.key is kept in the clear again
+//
+// Rotate when the owner key may have been copied: the copy opens the
+// cluster until then. Whoever holds the old key can rotate too, first:
+// rotate as soon as a copy is suspected.
+type ownerKeyCmd struct {
+	config                   string
+	rotate, encrypt, decrypt bool
+}
+
+func (c *ownerKeyCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("owner-key", stderr)
+	configFlagVar(fs, &c.config)
+	fs.BoolVar(&c.rotate, "rotate", false, "replace the owner key with a new one; the old one's certificates are revoked")
+	fs.BoolVar(&c.encrypt, "encrypt", false, "keep owner.key encrypted with a passphrase")
+	fs.BoolVar(&c.decrypt, "decrypt", false, "keep owner.key in the clear")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	n := 0
+	for _, b := range []bool{c.rotate, c.encrypt, c.decrypt} {
+		if b {
+			n++
+		}
+	}
+	if n != 1 {
+		return errors.New("usage: plinthctl owner-key (-rotate | -encrypt | -decrypt)")
+	}
+	cfg, err := owner.LoadConfig(c.config)
+	if err != nil {
+		return err
+	}
+	if cfg.Key == nil {
+		return fmt.Errorf("no owner key in %s", c.config)
+	}
+	switch {
+	case c.encrypt:
+		if cfg.KeyPassphrase, err = newPassphrase(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "owner key in %s encrypted: plinthctl asks for its passphrase (or reads $%s)\n", c.config, owner.PassphraseEnv)
+		return cfg.Save()
+	case c.decrypt:
+		cfg.KeyPassphrase = nil
+		fmt.Fprintf(stdout, "owner key in %s kept in the clear\n", c.config)
+		return cfg.Save()
+	}
+	return c.rotateKey(ctx, cfg, stdout)
+}
+
+// rotateKey replaces cfg's key with a new one, and saves the new key and
+// its certificate (the old key's file is overwritten: its certificates
+// are revoked, and it opens nothing any more).
+func (c *ownerKeyCmd) rotateKey(ctx context.Context, cfg *owner.Config, stdout io.Writer) error {
+	cl, err := owner.Dial(cfg)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, next, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*callTimeout)
+	defer cancel()
+	var lastErr error
+	for _, ep := range cfg.Curators {
+		nc, resp, err := cl.RotateOwnerKey(ctx, next, ep)
+		if resp == nil {
+			lastErr = err
+			continue
+		}
+		// Rotated: the new key is kept whatever happens next, or the
+		// cluster is lost; without its certificate, takeownership
+		// with it takes one.
+		cfg.Key, cfg.Credentials = next, nc
+		if serr := cfg.Save(); serr != nil {
+			return fmt.Errorf("the owner key is replaced, but saving the new key failed (%v): it is lost", serr)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "owner key replaced: ed25519 %s; %d certificates of the old key revoked; the owner's Kubernetes credentials are at epoch %d\n",
+			hex.EncodeToString(next.Public().(ed25519.PublicKey)), resp.GetRevoked(), resp.GetKubernetesOwnerEpoch())
+		return nil
+	}
+	return fmt.Errorf("no curator rotated the owner key: %w", lastErr)
+}
+
+// askPassphrase reads the owner key's passphrase from
+// $PLINTH_OWNER_PASSPHRASE, else from the terminal.
+func askPassphrase(path string) ([]byte, error) {
+	if p := os.Getenv(owner.PassphraseEnv); p != "" {
+		return []byte(p), nil
+	}
+	if !term.IsTerminal(int(os.Stdin.Fd())) {
+		return nil, fmt.Errorf("%s is encrypted: give its passphrase in $%s (no terminal to ask on)", path, owner.PassphraseEnv)
+	}
+	fmt.Fprintf(os.Stderr, "passphrase of %s: ", path)
+	p, err := term.ReadPassword(int(os.Stdin.Fd()))
+	fmt.Fprintln(os.Stderr)
+	return p, err
+}
+
+// newPassphrase asks for a new passphrase twice (or takes
+// $PLINTH_OWNER_PASSPHRASE).
+func newPassphrase() ([]byte, error) {
+	if p := os.Getenv(owner.PassphraseEnv); p != "" {
+		return []byte(p), nil
+	}
+	if !term.IsTerminal(int(os.Stdin.Fd())) {
+		return nil, fmt.Errorf("no terminal to ask for a passphrase on: give it in $%s", owner.PassphraseEnv)
+	}
+	fmt.Fprint(os.Stderr, "new passphrase: ")
+	a, err := term.ReadPassword(int(os.Stdin.Fd()))
+	fmt.Fprintln(os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprint(os.Stderr, "again: ")
+	b, err := term.ReadPassword(int(os.Stdin.Fd()))
+	fmt.Fprintln(os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	if string(a) != string(b) || len(a) == 0 {
+		return nil, errors.New("the passphrases differ, or are empty")
+	}
+	return a, nil
+}
