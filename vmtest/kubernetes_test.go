@@ -196,7 +196,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 				return strings.Join(logLines(ctx, c, ctl, first, "controller.metrics-server", 4, "scrape", "Skipping", "rror"), "\n")
 			}, first.ID(), second.ID())
 		})
-		t.Run("pulls", func(t *testing.T) { t.Parallel(); checkPulls(t, ctx, k, reg) })
+		t.Run("pulls", func(t *testing.T) { t.Parallel(); checkPulls(t, ctx, k, reg, first.ID()) })
 		t.Run("volumes", func(t *testing.T) { t.Parallel(); checkVolumes(t, ctx, c, ctl, k, second) })
 		t.Run("networkpolicy", func(t *testing.T) { t.Parallel(); checkNetworkPolicy(t, ctx, k) })
 		t.Run("resize", func(t *testing.T) { t.Parallel(); checkResize(t, ctx, k) })

@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"maps"
 	"os"
@@ -115,20 +116,55 @@ spec:
 // as a mirror.
 const mirroredRef = "registry.invalid/" + pullRepo + ":v1"
 
-// pullPods are the three pods of the pull checks: the pull through the
+// pullPods are the pods of the pull checks: the pull through the
 // mirror on the worker (which then reboots: pulledAfterReboot), the
-// others on the controller.
+// others on the controller; and, in namespace pull-a, the one pulling
+// with its own Secret's credentials (pull-secret), whose image a pod of
+// namespace pull-b then tries to use (checkPullSecretImage).
 func pullPods(reg *Registry, digest, controller, worker string) []string {
+	auth := base64.StdEncoding.EncodeToString([]byte(reg.Username + ":" + reg.Password))
+	secret := fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q,"auth":%q}}}`, reg.OtherAuthHost(), reg.Username, reg.Password, auth)
 	return []string{
 		imagePod("pull-tag", worker, mirroredRef, "Always"),
 		imagePod("pull-digest", controller, reg.AuthHost()+"/"+pullRepo+"@"+digest, "Always"),
 		imagePod("pull-refused", controller, reg.OtherAuthHost()+"/"+pullRepo+":v1", "Always"),
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: pull-a}\n",
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: pull-b}\n",
+		`apiVersion: v1
+kind: Secret
+metadata: {name: regcred, namespace: pull-a}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '` + secret + `'}
+`,
+		strings.Replace(imagePod("pull-secret", controller, reg.OtherAuthHost()+"/"+pullRepo+":v1", "IfNotPresent"),
+			"metadata: {name: pull-secret}", "metadata: {name: pull-secret, namespace: pull-a}", 1) + "  imagePullSecrets: [{name: regcred}]\n",
 	}
+}
+
+// checkPullSecretImage: the kubelet's check of pulled images
+// (KubeletEnsureSecretPulledImages) as a tenant of another namespace
+// meets it: pull-secret pulled the image with its namespace's Secret
+// (the cluster policy's credentials for that registry are wrong); a pod
+// of namespace pull-b without that Secret, on the same node, with
+// imagePullPolicy IfNotPresent, does not start from the node's copy: it
+// must pull with its own credentials, and the registry refuses them.
+func checkPullSecretImage(t *testing.T, ctx context.Context, k kubectl, reg *Registry, controller string) {
+	t.Helper()
+	if out, err := k.wait(ctx, 10*time.Minute, "Ready", "-n", "pull-a", "pod/pull-secret"); err != nil {
+		t.Fatalf("pod pull-secret (its own Secret's credentials) not Ready: %v\n%s\n%s", err, out, k.run(t, ctx, "describe", "-n", "pull-a", "pod", "pull-secret"))
+	}
+	k.apply(t, ctx, strings.Replace(imagePod("pull-borrow", controller, reg.OtherAuthHost()+"/"+pullRepo+":v1", "IfNotPresent"),
+		"metadata: {name: pull-borrow}", "metadata: {name: pull-borrow, namespace: pull-b}", 1))
+	k.until(t, ctx, 10*time.Minute, "pod pull-borrow (another namespace, no Secret) refused the image pulled with pull-a's Secret", func(out string) bool {
+		reason, msg, _ := strings.Cut(out, "|")
+		return (reason == "ErrImagePull" || reason == "ImagePullBackOff") && strings.Contains(msg, reg.OtherAuthHost())
+	}, "get", "-n", "pull-b", "pod", "pull-borrow", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}`)
+	k.run(t, ctx, "delete", "namespace", "pull-a", "pull-b", "--wait=false")
 }
 
 // checkPulls waits for the pulled pods to run, and for the refused one
 // to say why.
-func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry) {
+func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry, controller string) {
 	t.Helper()
 	for _, p := range []string{"pull-tag", "pull-digest"} {
 		if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/"+p); err != nil {
@@ -146,6 +182,7 @@ func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry) {
 		return strings.Contains(out, reg.OtherAuthHost()) && strings.Contains(out, "401 Unauthorized")
 	}, "get", "events", "--field-selector", "involvedObject.name=pull-refused", "-o", "jsonpath={.items[*].message}")
 	t.Logf("pulled from the harness's registry: by tag through a mirror, by digest with credentials; a wrong password refused")
+	checkPullSecretImage(t, ctx, k, reg, controller)
 	// The test's later steps run without them, as before.
 	k.run(t, ctx, "delete", "pod", "pull-tag", "pull-digest", "pull-refused", "--wait=false")
 }
