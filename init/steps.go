@@ -192,7 +192,7 @@ func volumeOpened(l *slog.Logger, chip *tpm.TPM, root *localstorage.Root, r *dat
 	}
 	quota := "project quota on"
 	if !r.ProjectQuota {
-		quota = "no project quota (a filesystem made before Plinth set it up: no local volumes on this node)"
+		quota = "no project quota (a filesystem made before Plinth set it up)"
 	}
 	detail := fmt.Sprintf("%s %s: partition %s → %s (%.1f GiB) mounted at %s, %s", what, r.Disk, r.Partition, r.Mapped,
 		float64(r.Size)/(1<<30), root.Data.Path(), quota)

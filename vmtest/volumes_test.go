@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/volumefs"
 )
 
-// volumeSize is the claims' size in the volume checks: the project
-// quota that limits them.
+// volumeSize is the claims' size in the volume checks: their own
+// filesystems' (with their metadata: volumefs.ImageSize).
 const (
 	volumeSize  = "16Mi"
 	volumeBytes = 16 << 20
@@ -74,9 +75,10 @@ const keptText = "kept across restarts"
 
 // checkVolumes: the claims of the default StorageClass are bound to
 // volumes the worker's provisioner made in its local volumes directory,
-// on the worker alone; a pod that writes past its claim's size is
-// stopped by the quota (EDQUOT on ext4) while the node stays HEALTHY
-// and its containerd serves; a file kept in the volume is there for the
+// on the worker alone; a pod that writes past its claim's size, its
+// file's project ID reset first, is stopped by the volume's own
+// filesystem (ENOSPC) while the node stays HEALTHY, its containerd
+// serves and etcd keeps writing; a file kept in the volume is there for the
 // StatefulSet's new pod after a pod delete; a deleted claim's volume
 // goes with its data.
 func checkVolumes(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, worker *ClusterNode) {
@@ -92,16 +94,23 @@ func checkVolumes(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 		}
 	}
 	k.run(t, ctx, "exec", "db-0", "--", "/testpod", "write", "/data/keep", keptText)
-	// Past the quota: the write stops at the claim's size.
-	out, err := k.try(ctx, "exec", "db-0", "--", "/testpod", "fill", "/data/fill", strconv.Itoa(2*volumeBytes))
+	// Past the claim's size: the write stops at the volume's own
+	// filesystem (its image: the claim and the filesystem's metadata),
+	// though the file left any project quota first (`chattr -p 0`, as
+	// its owner may) and asks for 200 MiB.
+	t.Log(k.run(t, ctx, "exec", "db-0", "--", "/testpod", "setproject", "/data/fill", "0"))
+	out, err := k.try(ctx, "exec", "db-0", "--", "/testpod", "fill", "/data/fill", strconv.Itoa(200<<20))
 	m := regexp.MustCompile(`wrote (\d+) bytes, then: .* \((EDQUOT|ENOSPC)\)`).FindStringSubmatch(out)
 	if err == nil || m == nil {
-		t.Fatalf("writing twice the claim's size into its volume: %v\n%s", err, out)
+		t.Fatalf("writing 200 MiB into a volume of %d: %v\n%s", volumeBytes, err, out)
 	}
-	if n, _ := strconv.Atoi(m[1]); n > volumeBytes {
-		t.Fatalf("wrote %d bytes into a volume of %d before %s", n, volumeBytes, m[2])
+	if n, _ := strconv.Atoi(m[1]); int64(n) > volumefs.ImageSize(volumeBytes) {
+		t.Fatalf("wrote %d bytes into a volume of %d (image %d) before %s", n, volumeBytes, volumefs.ImageSize(volumeBytes), m[2])
 	}
-	t.Logf("a write past the volume's quota: %s", strings.TrimSpace(out))
+	t.Logf("a write past the volume's size, its file out of every project: %s", strings.TrimSpace(out))
+	// etcd keeps writing: the API server stores an object.
+	k.run(t, ctx, "create", "configmap", "after-the-fill", "--from-literal=written=yes")
+	k.run(t, ctx, "delete", "configmap", "after-the-fill")
 	// The node is unharmed: HEALTHY, and its containerd runs a command.
 	if _, err := c.waitNode(ctx, worker, "HEALTHY", upAndHealthy); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@
 //	testpod write FILE TEXT     write TEXT to FILE (synced)
 //	testpod fill FILE BYTES     write BYTES zero bytes to FILE (synced), or say which
 //	                            error stopped it (a volume's quota: EDQUOT or ENOSPC)
+//	testpod setproject FILE ID  make FILE and set its project ID (FS_IOC_FSSETXATTR,
+//	                            `chattr -p ID`): how a file leaves a project quota
 //	testpod dns NAME            resolve NAME, print its addresses (non-zero exit on failure)
 //	testpod api                 GET this namespace's pods from the Kubernetes API with
 //	                            the pod's service account (exit 0 only on HTTP 200)
@@ -33,6 +35,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,15 +53,16 @@ var commands = map[string]command{
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGCHLD)
 		return pause(sigs, os.Getpid() == 1, reapChildren)
 	}},
-	"serve":    {"serve [-port 8080]", serveCmd},
-	"print":    {"print TEXT...", printCmd},
-	"cat":      {"cat FILE...", catCmd},
-	"write":    {"write FILE TEXT", writeCmd},
-	"fill":     {"fill FILE BYTES", fillCmd},
-	"dns":      {"dns [-timeout 10s] NAME", dnsCmd},
-	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
-	"selftest": {"selftest", selftestCmd},
-	"get":      {"get [-timeout 10s] URL", getCmd},
+	"serve":      {"serve [-port 8080]", serveCmd},
+	"print":      {"print TEXT...", printCmd},
+	"cat":        {"cat FILE...", catCmd},
+	"write":      {"write FILE TEXT", writeCmd},
+	"fill":       {"fill FILE BYTES", fillCmd},
+	"setproject": {"setproject FILE ID", setProjectCmd},
+	"dns":        {"dns [-timeout 10s] NAME", dnsCmd},
+	"api":        {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
+	"selftest":   {"selftest", selftestCmd},
+	"get":        {"get [-timeout 10s] URL", getCmd},
 	"spin": {"spin", func(_ []string, _, _ io.Writer) int {
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
@@ -143,6 +147,49 @@ func fillCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return writeFile(args[0], io.LimitReader(zeros{}, n), stdout, stderr)
+}
+
+// fsxattr is struct fsxattr (linux/fs.h).
+type fsxattr struct {
+	Xflags, Extsize, Nextents, Projid, Cowextsize uint32
+	Pad                                           [8]byte
+}
+
+// FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (linux/fs.h).
+const (
+	fsIocFSGetXattr = 0x801c581f
+	fsIocFSSetXattr = 0x401c5820
+)
+
+func setProjectCmd(args []string, stdout, stderr io.Writer) int {
+	var id uint64
+	err := errors.New("no ID")
+	if len(args) == 2 {
+		id, err = strconv.ParseUint(args[1], 10, 32)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "usage: testpod setproject FILE ID")
+		return 2
+	}
+	f, err := os.OpenFile(args[0], os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(stderr, "testpod:", err)
+		return 1
+	}
+	defer f.Close()
+	var a fsxattr
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFSGetXattr, uintptr(unsafe.Pointer(&a))); e != 0 {
+		fmt.Fprintf(stderr, "testpod: FS_IOC_FSGETXATTR: %v (%s)\n", e, unix.ErrnoName(e))
+		return 1
+	}
+	was := a.Projid
+	a.Projid = uint32(id)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFSSetXattr, uintptr(unsafe.Pointer(&a))); e != 0 {
+		fmt.Fprintf(stderr, "testpod: FS_IOC_FSSETXATTR: %v (%s)\n", e, unix.ErrnoName(e))
+		return 1
+	}
+	fmt.Fprintf(stdout, "project of %s: %d, was %d\n", args[0], id, was)
+	return 0
 }
 
 // writeFile writes r to name and syncs it, saying how much it wrote and,

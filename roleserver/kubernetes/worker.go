@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/supervisor"
+	"plinth.dev/plinth/platform/volumefs"
 	kpki "plinth.dev/plinth/roleserver/kubernetes/pki"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
@@ -130,7 +132,7 @@ type Worker struct {
 // credentials from the curator, the processes, and a restart when the
 // certificates are renewed.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := w.prepareNode(); err != nil {
+	if err := w.prepareNode(supervisor.Logger(ctx)); err != nil {
 		return err
 	}
 	cred := w.renewed
@@ -164,7 +166,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // prepareNode makes the node ready to run pods: kernel modules, IPv4
 // forwarding, the DNS address, the machine ID, the worker's directories
 // and the bind mounts of the kubelet's and CNI's fixed paths.
-func (w *Worker) prepareNode() error {
+func (w *Worker) prepareNode(log *slog.Logger) error {
 	if w.LoadModules != nil {
 		if err := w.LoadModules(); err != nil {
 			return fmt.Errorf("loading kernel modules: %w", err)
@@ -181,10 +183,21 @@ func (w *Worker) prepareNode() error {
 	}
 	for _, d := range []*localstorage.Directory{&w.Root.Data.Containerd, &w.Root.Data.Kubernetes.Kubelet,
 		&w.Root.Data.Kubernetes.PodLogs, &w.Root.Ephemeral.Containerd.Directory, &w.Root.Ephemeral.Kubernetes.Worker,
-		&w.Root.Ephemeral.Kubernetes.CNI, &w.Root.Ephemeral.Kubernetes.VolumePlugins, &w.Root.Data.Kubernetes.LocalVolumes} {
+		&w.Root.Ephemeral.Kubernetes.CNI, &w.Root.Ephemeral.Kubernetes.VolumePlugins, &w.Root.Data.Kubernetes.LocalVolumes,
+		&w.Root.Data.Kubernetes.LocalVolumeImages} {
 		if err := os.MkdirAll(d.Path(), 0o700); err != nil {
 			return err
 		}
+	}
+	// The local volumes' filesystems, before the kubelet hands any to a
+	// pod (each directory beneath is immutable: an unmounted one takes
+	// nothing).
+	// One that does not mount is said and left: its pods fail, the
+	// others run.
+	if n, err := volumefs.AttachAll(w.Root.Data.Kubernetes.LocalVolumes.Path(), w.Root.Data.Kubernetes.LocalVolumeImages.Path()); err != nil {
+		log.Error("local volumes not mounted: their pods cannot run", "mounted", n, "err", err)
+	} else if n > 0 {
+		log.Info("local volumes mounted", "volumes", n)
 	}
 	if err := bindMount(w.Root.Data.Kubernetes.Kubelet.Path(), kubeletDir, true); err != nil {
 		return err
@@ -224,7 +237,7 @@ func (w *Worker) processes(paths map[string]string, certs *WorkerCertificates) [
 	}
 	if certs.LocalVolumes != nil {
 		optional = append(optional, named{"volumes", afterAPI(kubeCommand(supervisor.Command{Args: []string{"local-volumes", "-kubeconfig", paths[fileVolumesKubeconfig],
-			"-node", w.NodeID, "-dir", w.Root.Data.Kubernetes.LocalVolumes.Path()}}))})
+			"-node", w.NodeID, "-dir", w.Root.Data.Kubernetes.LocalVolumes.Path(), "-images", w.Root.Data.Kubernetes.LocalVolumeImages.Path()}}))})
 	}
 	return append(optional, []named{
 		{"apiproxy", proxy.run},

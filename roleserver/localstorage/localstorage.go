@@ -82,9 +82,11 @@ type DataKubernetesDirectory struct {
 	// PodLogs is where the kubelet and containerd keep containers' logs
 	// (the system image's /var/log is read-only).
 	PodLogs Directory `dir:"pod-logs"`
-	// LocalVolumes holds the node's local PersistentVolumes, a
-	// directory each with its own project quota (layout.LocalVolumesDir).
-	LocalVolumes Directory `dir:"local-volumes"`
+	// LocalVolumes holds the node's local PersistentVolumes, each a
+	// filesystem of its own mounted here (layout.LocalVolumesDir), its
+	// image in LocalVolumeImages (platform/volumefs).
+	LocalVolumes      Directory `dir:"local-volumes"`
+	LocalVolumeImages Directory `dir:"local-volume-images"`
 	// Audit is a controller's API server's audit log
 	// (roleserver/kubernetes/auditlog).
 	Audit Directory `dir:"audit"`

@@ -1,49 +1,42 @@
 // Package localvolumes is a node's local volume provisioner, run by the
 // worker as `kube local-volumes`: it makes the PersistentVolumes of
-// claims scheduled to its node, each a directory on the node's encrypted
-// data volume limited to the claim's size by a project quota, and
-// deletes them with their data when their claims are gone.
+// claims scheduled to its node, each a filesystem of its own on the
+// node's encrypted data volume (platform/volumefs), of the claim's size,
+// and deletes them with their data when their claims are gone.
 //
 //	scheduler ── claim.annotations[volume.kubernetes.io/selected-node] = this node
 //	    │         (StorageClass "local": WaitForFirstConsumer)
 //	    ▼
 //	provisioner (one per worker; user plinth:local-volumes:<node>)
 //	  claim Pending, its class's provisioner is layout.LocalVolumesProvisioner
-//	    ├─ the data volume has project quotas? no: a Warning Event, no volume
-//	    ├─ mkdir layout.LocalVolumesDir/pvc-<claim UID>        (0777: any pod UID)
-//	    ├─ a project ID unused on the filesystem, FS_XFLAG_PROJINHERIT
-//	    ├─ the project's hard limit = the claim's request
+//	    ├─ the data volume keeps its reserve after it? no: a Warning Event, no volume
+//	    ├─ image <images>/pvc-<claim UID>.img, allocated whole, ext4
+//	    ├─ mounted at layout.LocalVolumesDir/pvc-<claim UID>   (root 0777: any pod UID)
 //	    └─ PV: local path, node affinity this node, claimRef the claim
 //	                                      ──► the PV controller binds it
 //	  PV of this node Released, reclaim policy Delete
-//	    ├─ rm -r its directory (never following a link a pod left)
-//	    ├─ the project's limit lifted
+//	    ├─ unmounted, its image removed (a volume of an earlier version, a
+//	    │  directory with a project quota: removed, never following a link)
 //	    └─ PV deleted
+//	worker start (before the kubelet): every image mounted again (volumefs.AttachAll)
 //
 // Why in Plinth's own code: the static local volume provisioner cannot
 // provision, and the helper-pod provisioners need hostPath pods into the
 // node's state, which the host path policy refuses to every pod. Why a
-// project quota: a pod that fills its volume gets EDQUOT (ext4) or
-// ENOSPC (XFS) at its limit, and the node's etcd, containerd and kubelet
-// on the same filesystem keep their room. A node without project quotas
-// provisions nothing: a volume without a limit would let one pod fill
-// the node.
-//
-// Project IDs are kept below 1<<20: the kubelet's own quota monitoring
-// (LocalStorageCapacityIsolationFSQuotaMonitoring) picks its IDs above.
-// Each volume's ID is derived from its name and probed against the IDs
-// of the volumes on disk, so one process that makes volumes one at a
-// time never gives two the same.
+// filesystem per volume: a pod that fills its volume gets ENOSPC at its
+// size whatever it does to its files (a project quota it could leave
+// with `chattr -p 0`, see platform/volumefs), and the node's etcd,
+// containerd and kubelet on the data volume keep their room: the images
+// are allocated when they are made, and none is made that would leave
+// the data volume less than Reserve.
 package localvolumes
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,6 +57,7 @@ import (
 
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/storage"
+	"plinth.dev/plinth/platform/volumefs"
 )
 
 // Annotations the provisioner reads and writes.
@@ -73,29 +67,29 @@ const (
 	AnnSelectedNode = "volume.kubernetes.io/selected-node"
 	// AnnProvisionedBy marks a PersistentVolume with its provisioner.
 	AnnProvisionedBy = "pv.kubernetes.io/provisioned-by"
-	// AnnProject is the volume's project ID on its node's data volume.
-	AnnProject = "local.plinth.dev/project-id"
 )
 
-// Project IDs of local volumes: [firstProject, firstProject+projects).
-const (
-	firstProject = 1 << 16
-	projects     = 1<<20 - firstProject
-)
-
-// Quotas are the data volume's project quotas (platform/storage's
-// calls, KernelQuotas; a fake in tests).
-type Quotas interface {
-	// On reports whether the filesystem holding dir has project quotas.
-	On(dir string) (bool, error)
-	// Project is the project ID of path.
-	Project(path string) (uint32, error)
-	// SetProject tags the empty directory dir with id, inherited.
-	SetProject(dir string, id uint32) error
-	// SetLimit limits project id on the filesystem holding dir to
-	// limit bytes (0: no limit).
-	SetLimit(dir string, id uint32, limit uint64) error
+// Filesystems are the volumes' own filesystems (KernelFilesystems; a
+// fake in tests).
+type Filesystems interface {
+	// Make makes dir's filesystem in image, for size bytes, and mounts
+	// it at dir (volumefs.Make).
+	Make(ctx context.Context, dir, image string, size int64) error
+	// Remove removes volume dir with its data: its filesystem and image,
+	// or, for a volume of an earlier version (no image), the directory
+	// and its project quota's limit.
+	Remove(dir, image string) error
+	// ImageSize is how much of the data volume a volume of size takes.
+	ImageSize(size int64) int64
+	// Space is the size and the free space of the data volume holding
+	// dir, in bytes.
+	Space(dir string) (total, free uint64, err error)
 }
+
+// Reserve is what the data volume keeps free of volumes for the node's
+// own state (etcd, containerd, the kubelet, pods' logs and scratch
+// space): an eighth of it, at least 512 MiB.
+func Reserve(total uint64) uint64 { return max(total/8, 512<<20) }
 
 // Provisioner makes and deletes the local PersistentVolumes of one
 // node.
@@ -103,9 +97,11 @@ type Provisioner struct {
 	Client kubernetes.Interface
 	// Node is this node's name.
 	Node string
-	// Dir is where the volumes are made (layout.LocalVolumesDir).
-	Dir    string
-	Quotas Quotas
+	// Dir is where the volumes are made (layout.LocalVolumesDir), Images
+	// where their images are kept (not below Dir: no volume's path may
+	// reach them).
+	Dir, Images string
+	FS          Filesystems
 	// Events reports on claims (nil: to the API server).
 	Events record.EventRecorder
 	// Log says what the provisioner does (nil: nothing).
@@ -265,15 +261,15 @@ func (p *Provisioner) syncClaim(ctx context.Context, key string) error {
 		p.Events.Event(c, corev1.EventTypeWarning, "ProvisioningFailed", err.Error())
 		return err
 	}
-	p.Events.Eventf(c, corev1.EventTypeNormal, "ProvisioningSucceeded", "volume %s on node %s: %s limited to %s (project %s)",
-		pv.Name, p.Node, pv.Spec.Local.Path, pv.Spec.Capacity.Storage(), pv.Annotations[AnnProject])
-	p.Log("claim %s: made volume %s (%s, project %s)", key, pv.Name, pv.Spec.Capacity.Storage(), pv.Annotations[AnnProject])
+	p.Events.Eventf(c, corev1.EventTypeNormal, "ProvisioningSucceeded", "volume %s on node %s: %s, a filesystem of its own of %s",
+		pv.Name, p.Node, pv.Spec.Local.Path, pv.Spec.Capacity.Storage())
+	p.Log("claim %s: made volume %s (%s, a filesystem of its own)", key, pv.Name, pv.Spec.Capacity.Storage())
 	return nil
 }
 
-// Provision makes claim c's volume on this node: its directory with its
-// project and limit, and its PersistentVolume. A directory left by an
-// earlier try is used again with its project.
+// Provision makes claim c's volume on this node: its filesystem, mounted
+// at its directory, and its PersistentVolume. A filesystem an earlier
+// try made and mounted is used as it is.
 func (p *Provisioner) Provision(ctx context.Context, c *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (*corev1.PersistentVolume, error) {
 	refuse := func(format string, args ...any) error {
 		return fmt.Errorf("%w: node %s: %s", errNotProvisionable, p.Node, fmt.Sprintf(format, args...))
@@ -296,29 +292,21 @@ func (p *Provisioner) Provision(ctx context.Context, c *corev1.PersistentVolumeC
 	if !ok || size.Sign() <= 0 {
 		return nil, refuse("the claim requests no storage size")
 	}
-	on, err := p.Quotas.On(p.Dir)
+	total, free, err := p.FS.Space(p.Dir)
 	if err != nil {
 		return nil, err
 	}
-	if !on {
-		return nil, refuse("the data volume has no project quotas, so a volume here could not be limited to its size; " +
-			"volumes go to nodes whose data volume has them (made by this version of Plinth)")
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(p.Dir, &fs); err != nil {
-		return nil, fmt.Errorf("statfs %s: %w", p.Dir, err)
-	}
-	if total := fs.Blocks * uint64(fs.Bsize); size.CmpInt64(int64(min(total, 1<<62))) > 0 {
+	if size.CmpInt64(int64(min(total, 1<<62))) > 0 {
 		return nil, refuse("the claim's %s is more than the data volume's %s", &size, resource.NewQuantity(int64(total), resource.BinarySI))
 	}
-
 	name := "pvc-" + string(c.UID)
-	dir := filepath.Join(p.Dir, name)
-	id, err := p.project(dir)
-	if err != nil {
-		return nil, err
+	dir, image := filepath.Join(p.Dir, name), filepath.Join(p.Images, name+".img")
+	_, statErr := os.Stat(image)
+	if need := uint64(p.FS.ImageSize(size.Value())); statErr != nil && free < need+Reserve(total) {
+		return nil, refuse("the claim's %s would leave the data volume less than the %s it keeps for the node's own state (%s free)", &size,
+			resource.NewQuantity(int64(Reserve(total)), resource.BinarySI), resource.NewQuantity(int64(free), resource.BinarySI))
 	}
-	if err := p.Quotas.SetLimit(p.Dir, id, uint64(size.Value())); err != nil {
+	if err := p.FS.Make(ctx, dir, image, size.Value()); err != nil {
 		return nil, err
 	}
 	reclaim := corev1.PersistentVolumeReclaimDelete
@@ -329,7 +317,6 @@ func (p *Provisioner) Provision(ctx context.Context, c *corev1.PersistentVolumeC
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
 			AnnProvisionedBy: layout.LocalVolumesProvisioner,
-			AnnProject:       strconv.FormatUint(uint64(id), 10),
 		}},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
@@ -355,47 +342,6 @@ func (p *Provisioner) Provision(ctx context.Context, c *corev1.PersistentVolumeC
 	return made, nil
 }
 
-// project makes dir (if it is not there) with a project of its own, and
-// returns its ID.
-func (p *Provisioner) project(dir string) (uint32, error) {
-	switch err := os.Mkdir(dir, 0o777); {
-	case errors.Is(err, os.ErrExist):
-		if id, err := p.Quotas.Project(dir); err != nil || id != 0 {
-			return id, err
-		}
-	case err != nil:
-		return 0, err
-	}
-	// Mode 0777 whatever the umask: pods of any UID write here.
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return 0, err
-	}
-	used := map[uint32]bool{}
-	entries, err := os.ReadDir(p.Dir)
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		if e.IsDir() && e.Name() != filepath.Base(dir) {
-			id, err := p.Quotas.Project(filepath.Join(p.Dir, e.Name()))
-			if err != nil {
-				return 0, err
-			}
-			used[id] = true
-		}
-	}
-	h := fnv.New32a()
-	h.Write([]byte(filepath.Base(dir)))
-	start := h.Sum32() % projects
-	for i := uint32(0); i < projects; i++ {
-		id := firstProject + (start+i)%projects
-		if !used[id] {
-			return id, p.Quotas.SetProject(dir, id)
-		}
-	}
-	return 0, fmt.Errorf("no project ID left for %s", dir)
-}
-
 // syncVolume deletes volume name with its data if it is this node's,
 // released by its claim, with reclaim policy Delete.
 func (p *Provisioner) syncVolume(ctx context.Context, name string) error {
@@ -416,7 +362,7 @@ func (p *Provisioner) syncVolume(ctx context.Context, name string) error {
 	return nil
 }
 
-// Delete removes volume v's directory, lifts its project's limit and
+// Delete removes volume v with its data (Filesystems.Remove) and
 // deletes v. A volume whose path is not its directory here is refused:
 // its data is not this provisioner's to remove.
 func (p *Provisioner) Delete(ctx context.Context, v *corev1.PersistentVolume) error {
@@ -424,40 +370,56 @@ func (p *Provisioner) Delete(ctx context.Context, v *corev1.PersistentVolume) er
 	if v.Spec.Local == nil || filepath.Clean(v.Spec.Local.Path) != dir {
 		return fmt.Errorf("volume %s is not at %s: its data is left as it is", v.Name, dir)
 	}
-	id, err := p.Quotas.Project(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return err
-	default:
-		// os.RemoveAll opens every directory with O_NOFOLLOW relative to
-		// its parent: a link a pod left inside is removed, never followed.
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("removing volume %s's data: %w", v.Name, err)
-		}
-		if id != 0 {
-			if err := p.Quotas.SetLimit(p.Dir, id, 0); err != nil {
-				return err
-			}
-		}
+	if err := p.FS.Remove(dir, filepath.Join(p.Images, v.Name+".img")); err != nil {
+		return fmt.Errorf("removing volume %s's data: %w", v.Name, err)
 	}
 	uid := v.UID
-	err = p.Client.CoreV1().PersistentVolumes().Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err := p.Client.CoreV1().PersistentVolumes().Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting PersistentVolume %s: %w", v.Name, err)
 	}
 	return nil
 }
 
-// KernelQuotas are the kernel's project quotas (quotactl_fd and
-// FS_IOC_FS[GS]ETXATTR, platform/storage).
-var KernelQuotas Quotas = kernelQuotas{}
+// KernelFilesystems are the node's (platform/volumefs, and
+// platform/storage's project quotas for volumes of earlier versions).
+var KernelFilesystems Filesystems = kernelFilesystems{}
 
-type kernelQuotas struct{}
+type kernelFilesystems struct{}
 
-func (kernelQuotas) On(dir string) (bool, error)            { return storage.ProjectQuotaOnDir(dir) }
-func (kernelQuotas) Project(path string) (uint32, error)    { return storage.Project(path) }
-func (kernelQuotas) SetProject(dir string, id uint32) error { return storage.SetProject(dir, id) }
-func (kernelQuotas) SetLimit(dir string, id uint32, n uint64) error {
-	return storage.SetProjectLimit(dir, id, n)
+func (kernelFilesystems) Make(ctx context.Context, dir, image string, size int64) error {
+	return volumefs.Make(ctx, dir, image, size)
+}
+
+func (kernelFilesystems) ImageSize(size int64) int64 { return volumefs.ImageSize(size) }
+
+func (kernelFilesystems) Remove(dir, image string) error {
+	if _, err := os.Stat(image); err == nil {
+		return volumefs.Remove(dir, image)
+	}
+	// A volume of an earlier version: a directory with a project quota.
+	id, err := storage.Project(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// os.RemoveAll opens every directory with O_NOFOLLOW relative to its
+	// parent: a link a pod left inside is removed, never followed.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if id != 0 {
+		return storage.SetProjectLimit(filepath.Dir(dir), id, 0)
+	}
+	return nil
+}
+
+func (kernelFilesystems) Space(dir string) (total, free uint64, err error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return fs.Blocks * uint64(fs.Bsize), fs.Bavail * uint64(fs.Bsize), nil
 }

@@ -3,8 +3,6 @@ package localvolumes
 import (
 	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,72 +20,66 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"plinth.dev/plinth/platform/layout"
+	"plinth.dev/plinth/platform/volumefs"
 )
 
-// fakeQuotas are project quotas kept in memory, over real directories
-// (the host's kernel has no quota support to test with; the VM tests
-// use the real ones).
-type fakeQuotas struct {
-	mu       sync.Mutex
-	off      bool
-	projects map[string]uint32
-	limits   map[uint32]uint64
+// fakeFS are the volumes' filesystems as plain directories and image
+// files (the real ones, with loop devices and mounts, are
+// platform/volumefs's and its test's), on a data volume of the size and
+// free space the test says.
+type fakeFS struct {
+	mu          sync.Mutex
+	total, free uint64
 }
 
-func newFakeQuotas() *fakeQuotas {
-	return &fakeQuotas{projects: map[string]uint32{}, limits: map[uint32]uint64{}}
-}
-
-func (q *fakeQuotas) On(string) (bool, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return !q.off, nil
-}
-
-func (q *fakeQuotas) Project(p string) (uint32, error) {
-	if _, err := os.Lstat(p); err != nil {
-		return 0, err
+func (f *fakeFS) Make(_ context.Context, dir, image string, size int64) error {
+	if err := os.MkdirAll(filepath.Dir(image), 0o700); err != nil {
+		return err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.projects[p], nil
-}
-
-func (q *fakeQuotas) SetProject(dir string, id uint32) error {
-	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
-		return fmt.Errorf("SetProject %s: not an empty directory (%v)", dir, err)
+	if err := os.WriteFile(image, nil, 0o600); err != nil {
+		return err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.projects[dir] = id
-	return nil
+	if err := os.Truncate(image, volumefs.ImageSize(size)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o777); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.Chmod(dir, 0o777)
 }
 
-func (q *fakeQuotas) SetLimit(_ string, id uint32, n uint64) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if n == 0 {
-		delete(q.limits, id)
-	} else {
-		q.limits[id] = n
+func (f *fakeFS) Remove(dir, image string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Remove(image); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return nil
 }
 
-func (q *fakeQuotas) limit(id uint32) (uint64, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n, ok := q.limits[id]
-	return n, ok
+func (f *fakeFS) ImageSize(size int64) int64 { return volumefs.ImageSize(size) }
+
+func (f *fakeFS) Space(string) (uint64, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.total, f.free, nil
+}
+
+func (f *fakeFS) setFree(n uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.free = n
 }
 
 type fixture struct {
 	t      *testing.T
 	ctx    context.Context
 	client *fake.Clientset
-	quotas *fakeQuotas
+	fs     *fakeFS
 	events *record.FakeRecorder
 	dir    string
+	images string
 }
 
 func start(t *testing.T) *fixture {
@@ -96,7 +88,9 @@ func start(t *testing.T) *fixture {
 	del := corev1.PersistentVolumeReclaimDelete
 	retain := corev1.PersistentVolumeReclaimRetain
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	f := &fixture{t: t, ctx: ctx, quotas: newFakeQuotas(), events: record.NewFakeRecorder(100), dir: filepath.Join(t.TempDir(), "volumes"),
+	base := t.TempDir()
+	f := &fixture{t: t, ctx: ctx, fs: &fakeFS{total: 100 << 30, free: 90 << 30}, events: record.NewFakeRecorder(100),
+		dir: filepath.Join(base, "volumes"), images: filepath.Join(base, "images"),
 		client: fake.NewClientset(
 			&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: layout.LocalVolumesProvisioner,
 				ReclaimPolicy: &del, VolumeBindingMode: &wffc},
@@ -104,7 +98,7 @@ func start(t *testing.T) *fixture {
 				ReclaimPolicy: &retain, VolumeBindingMode: &wffc},
 			&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Provisioner: "example.com/other"},
 		)}
-	p := &Provisioner{Client: f.client, Node: "n1", Dir: f.dir, Quotas: f.quotas, Events: f.events, Log: t.Logf}
+	p := &Provisioner{Client: f.client, Node: "n1", Dir: f.dir, Images: f.images, FS: f.fs, Events: f.events, Log: t.Logf}
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	t.Cleanup(func() {
@@ -192,16 +186,17 @@ func (f *fixture) release(v *corev1.PersistentVolume) {
 }
 
 // TestProvisioner: a claim of a class of this provisioner, scheduled to
-// this node, gets a local volume at its directory with a project of its
-// own limited to its size, bound to this node and the claim; a released
-// volume goes with its data (a link inside is not followed) and its
-// limit; what is not this node's, or asks for what a local directory
-// cannot be, gets nothing.
+// this node, gets a local volume at its directory, a filesystem of its
+// own of the claim's size (its image), bound to this node and the
+// claim; a claim that would leave the data volume less than its reserve
+// gets none; a released volume goes with its data (a link inside is not
+// followed) and its image; what is not this node's, or asks for what a
+// local volume cannot be, gets nothing.
 func TestProvisioner(t *testing.T) {
 	f := start(t)
 	c := f.claim("data", "local", "n1", "1Gi", corev1.ReadWriteOnce)
 	v := f.volume("pvc-uid-data", false)
-	dir := filepath.Join(f.dir, "pvc-uid-data")
+	dir, image := filepath.Join(f.dir, "pvc-uid-data"), filepath.Join(f.images, "pvc-uid-data.img")
 	if v.Spec.Local == nil || v.Spec.Local.Path != dir || volumeNode(v) != "n1" || v.Spec.StorageClassName != "local" ||
 		v.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || v.Annotations[AnnProvisionedBy] != layout.LocalVolumesProvisioner ||
 		v.Spec.ClaimRef == nil || v.Spec.ClaimRef.UID != c.UID || v.Spec.ClaimRef.Name != "data" || v.Spec.ClaimRef.Namespace != "app" ||
@@ -213,27 +208,11 @@ func TestProvisioner(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o777 || !st.IsDir() {
 		t.Fatalf("the volume's directory: %v, %v", st, err)
 	}
-	id, _ := f.quotas.Project(dir)
-	if n, ok := f.quotas.limit(id); id < firstProject || id >= firstProject+projects || !ok || n != 1<<30 || v.Annotations[AnnProject] != fmt.Sprint(id) {
-		t.Fatalf("the volume's project %d (annotated %s): limit %d %v, want 1Gi", id, v.Annotations[AnnProject], n, ok)
+	if st, err := os.Stat(image); err != nil || st.Size() != volumefs.ImageSize(1<<30) {
+		t.Fatalf("the volume's image: %v, %v; want %d bytes", st, err, volumefs.ImageSize(1<<30))
 	}
-
-	// The next volume's name hashes to a project that is taken: it gets
-	// the one after.
-	h := fnv.New32a()
-	h.Write([]byte("pvc-uid-second"))
-	taken := firstProject + h.Sum32()%projects
-	if err := os.Mkdir(filepath.Join(f.dir, "other"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	f.quotas.mu.Lock()
-	f.quotas.projects[filepath.Join(f.dir, "other")] = taken
-	f.quotas.mu.Unlock()
 	f.claim("second", "local-retain", "n1", "10Mi", corev1.ReadWriteOncePod)
 	v2 := f.volume("pvc-uid-second", false)
-	if id2, _ := f.quotas.Project(filepath.Join(f.dir, v2.Name)); id2 != firstProject+(taken-firstProject+1)%projects || id2 == id {
-		t.Errorf("the second volume's project %d; %d is taken", id2, taken)
-	}
 	if v2.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
 		t.Errorf("a volume of a Retain class has reclaim policy %s", v2.Spec.PersistentVolumeReclaimPolicy)
 	}
@@ -241,21 +220,20 @@ func TestProvisioner(t *testing.T) {
 	// Not this provisioner's: another node's claim, another class.
 	elsewhere := f.claim("elsewhere", "local", "n2", "1Gi", corev1.ReadWriteOnce)
 	other := f.claim("other", "other", "n1", "1Gi", corev1.ReadWriteOnce)
-	// What a local directory cannot be: refused with an event, no volume.
+	// What a local volume cannot be: refused with an event, no volume.
 	many := f.claim("many", "local", "n1", "1Gi", corev1.ReadWriteMany)
 	f.event("Warning ProvisioningFailed", "ReadWriteMany")
 	huge := f.claim("huge", "local", "n1", "1Ei", corev1.ReadWriteOnce)
 	f.event("Warning ProvisioningFailed", "more than the data volume")
-	f.quotas.mu.Lock()
-	f.quotas.off = true
-	f.quotas.mu.Unlock()
-	noQuota := f.claim("no-quota", "local", "n1", "1Gi", corev1.ReadWriteOnce)
-	f.event("Warning ProvisioningFailed", "no project quotas")
-	for _, c := range []*corev1.PersistentVolumeClaim{elsewhere, other, many, huge, noQuota} {
+	// 20 GiB free of 100, 12.5 GiB kept: a claim of 8 GiB cuts into it.
+	f.fs.setFree(20 << 30)
+	greedy := f.claim("greedy", "local", "n1", "8Gi", corev1.ReadWriteOnce)
+	f.event("Warning ProvisioningFailed", "would leave the data volume less than")
+	for _, c := range []*corev1.PersistentVolumeClaim{elsewhere, other, many, huge, greedy} {
 		f.noVolume(c)
 	}
 
-	// Released: the data and the limit go, and the volume. A link to a
+	// Released: the data and the image go, and the volume. A link to a
 	// file outside is removed, not followed.
 	outside := filepath.Join(t.TempDir(), "precious")
 	if err := os.WriteFile(outside, []byte("keep"), 0o600); err != nil {
@@ -269,11 +247,10 @@ func TestProvisioner(t *testing.T) {
 	}
 	f.release(v)
 	f.volume(v.Name, true)
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the released volume's directory: %v", err)
-	}
-	if _, ok := f.quotas.limit(id); ok {
-		t.Error("the released volume's project keeps its limit")
+	for _, p := range []string{dir, image} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the released volume's %s: %v", p, err)
+		}
 	}
 	if b, err := os.ReadFile(outside); err != nil || string(b) != "keep" {
 		t.Errorf("the file a link in the volume named: %q, %v", b, err)
@@ -291,9 +268,7 @@ func TestProvisioner(t *testing.T) {
 	f.release(foreign)
 	// A volume released after them is deleted: the provisioner has
 	// seen both by then.
-	f.quotas.mu.Lock()
-	f.quotas.off = false
-	f.quotas.mu.Unlock()
+	f.fs.setFree(90 << 30)
 	f.claim("third", "local", "n1", "1Mi", corev1.ReadWriteOnce)
 	v3 := f.volume("pvc-uid-third", false)
 	f.release(v3)
