@@ -17,6 +17,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/releasekeys"
+	kpki "plinth.dev/plinth/roleserver/kubernetes/pki"
 )
 
 // TestKubernetesCredentials: the kubelet's certificates name exactly the
@@ -68,9 +69,10 @@ func TestKubernetesCredentials(t *testing.T) {
 			mustOK(t, what, err)
 			certs = append(certs, cert)
 		}
-		// kube-proxy's: the user the default roles give node-proxier.
-		if err := pki.Verify(certs[0], nil, certs[3], pki.UsageClient); err != nil || certs[3].Subject.CommonName != "system:kube-proxy" ||
-			len(certs[3].Subject.Organization) != 0 || !proxyPub.Equal(certs[3].PublicKey) {
+		// kube-proxy's: its node's user, in the group Plinth's RBAC
+		// binds to node-proxier.
+		if err := pki.Verify(certs[0], nil, certs[3], pki.UsageClient); err != nil || certs[3].Subject.CommonName != kpki.ProxyPrefix+b.id ||
+			!slices.Equal(certs[3].Subject.Organization, []string{kpki.ProxyGroup}) || !proxyPub.Equal(certs[3].PublicKey) {
 			t.Errorf("kube-proxy certificate: %v, %v", err, certs[3].Subject)
 		}
 		// The local volume provisioner's: its node's user, in the group
