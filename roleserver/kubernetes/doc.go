@@ -9,8 +9,13 @@
 //	  etcd member (in the core) ── consensus.ServeKubernetes: only /kubernetes/,
 //	        │                      a unix socket only the API server's UID, in the
 //	        │                      core's cgroup, may use (etcd.sock)
-//	  kube apiserver       uid 10001  :6443   admission (Pod Security, static host-path
-//	        │                                 policy), audit → log stream, Secrets encrypted
+//	  kube apiserver       uid 10001  :6443   admission (Pod Security, static policies:
+//	        │                                 host paths, local volumes, external IPs, Pod
+//	        │                                 Security labels), authorization (the
+//	        │                                 decommissioned nodes' webhook, Node, RBAC),
+//	        │                                 audit → /data by class (auditlog) and a log
+//	        │                                 stream, Secrets encrypted
+//	  authz-webhook        127.0.0.1:10252    decommissioned nodes' users denied (in the core)
 //	  kube controller-manager uid 10002        pod CIDRs, the usual controllers
 //	  kube scheduler       uid 10003
 //	  kube metrics-server  uid 10004  :10251  metrics.k8s.io, aggregated (APIService, Service,
@@ -25,7 +30,8 @@
 //	  containerd ── images (kube import-images: the node image's archives, once, pinned)
 //	  kubelet    ── containerd; serving certificate from its own CA
 //	  proxy      (kube-proxy, nftables)   netd (CNI config, routes)   dns (169.254.53.53)
-//	  volumes    (kube local-volumes) claims' volumes on /data, each with its project quota
+//	  volumes    (kube local-volumes) claims' volumes on /data, each a filesystem of
+//	             its own (platform/volumefs), mounted again before the kubelet starts
 //	  netpol     (kube network-policies) NetworkPolicy for the node's pods, one nftables table
 //
 // Certificates. The controller's come from the Kubernetes PKI kept in
@@ -34,7 +40,8 @@
 // which the API server's endpoint cannot read. A worker never sees a CA
 // key: it makes its keys and asks the curator (IssueCertificate, over
 // the node's mTLS connection) for the kubelet's client and serving and
-// kube-proxy's certificates; the serving certificate names only addresses
+// kube-proxy's certificates (a user per node, so that a decommissioned
+// node's are refused); the serving certificate names only addresses
 // the curator observed the node at. Owners reach the API server with
 // short-lived certificates from the curator too (plinthctl kubeconfig).
 //
