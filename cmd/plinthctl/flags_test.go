@@ -36,7 +36,7 @@ func TestVerbsRegistered(t *testing.T) {
 			t.Errorf("%s is not registered", name)
 		}
 	}
-	if len(commands) != 21 {
-		t.Errorf("%d commands registered, want 21", len(commands))
+	if len(commands) != 22 {
+		t.Errorf("%d commands registered, want 22", len(commands))
 	}
 }

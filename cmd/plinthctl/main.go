@@ -24,7 +24,9 @@
 //	plinthctl reboot NODE
 //	plinthctl update -image DIR NODE|-all [-stage|-activate|-cancel|-no-reboot]
 //	plinthctl decommission -yes NODE
-//	plinthctl policy [-pod-security LEVEL] [-allow-host-path P] [-add-release-key FILE]...
+//	plinthctl policy [-pod-security LEVEL] [-allow-host-path P] [-allow-external-ips CIDR]
+//	                 [-add-release-key KEY] [-remove-release-key KEY] [-sign-key KEY]...
+//	plinthctl owner-key -rotate|-encrypt|-decrypt
 //	plinthctl secrets-key status|rotate
 //	plinthctl kubeconfig [-server https://HOST:PORT] [-wait D] [-revoke-all] [-o FILE]
 //	plinthctl kubernetes-credential        kubectl's credential plugin (ExecCredential)
