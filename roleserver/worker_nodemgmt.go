@@ -120,7 +120,7 @@ func (m *nodeManagement) Logs(req *clusterpb.LogsRequest, srv grpc.ServerStreami
 	// seen are the audit events sent from the store, whose live entries
 	// carry another time.
 	var seen map[string]bool
-	if prefix == kubernetes.AuditDN && !req.GetRecursive() && m.w.auditDir != "" {
+	if prefix == kubernetes.AuditDN && m.w.auditDir != "" {
 		var err error
 		if backlog, seen, err = auditBacklog(m.w.auditDir, req.GetBacklog()); err != nil {
 			return status.Errorf(codes.Internal, "reading the audit log: %v", err)
