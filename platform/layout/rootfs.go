@@ -84,7 +84,8 @@ const HostVolumesDir = DataMount + "/volumes"
 
 // LocalVolumesDir holds the node's local PersistentVolumes, made by its
 // provisioner (`kube local-volumes`): a directory per volume, named as
-// its PersistentVolume, each limited by its own project quota. It is
+// its PersistentVolume, each a filesystem of its own mounted there
+// (platform/volumefs). It is
 // node state like the rest of DataMount: no pod may use it as a host
 // path, and only the node's own provisioner may create a local volume in
 // it (the API server's local volume policy).
