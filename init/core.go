@@ -211,7 +211,11 @@ func enterSystemImage() (string, error) {
 		return "", fmt.Errorf("making / shared: %w", err)
 	}
 	if err := mount.All([]mount.Mount{
-		{Source: "tmp", Target: layout.TmpMount, FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
+		// /tmp is the pods' (host paths may name it: nothing of the
+		// node's lives here), bounded, and no symbolic link inside it
+		// is followed: a link one pod plants there leads another's
+		// host path nowhere (layout.TmpMount says why).
+		{Source: "tmp", Target: layout.TmpMount, FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOSYMFOLLOW, Data: layout.TmpMountOptions},
 		{Source: "ephemeral", Target: "/ephemeral", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755"},
 	}); err != nil {
 		return "", err

@@ -189,6 +189,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 			t.Parallel()
 			attackNode(t, ctx, k)
 			attackAsTenants(t, ctx, k, nodeIP(t, ctx, k, first))
+			attackTmpLink(t, ctx, k, first.ID())
 		})
 		t.Run("metrics", func(t *testing.T) {
 			t.Parallel()

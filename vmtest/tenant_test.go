@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"plinth.dev/plinth/platform/layout"
 )
 
 // tenantRBAC gives three tenants the rights a cluster owner gives
@@ -100,4 +103,47 @@ func nodeIP(t *testing.T, ctx context.Context, k kubectl, n *ClusterNode) string
 		t.Fatalf("%s reports no InternalIP", n.Name)
 	}
 	return ip
+}
+
+// attackTmpLink: a pod of a namespace whose level allows host paths
+// plants a link in the node's /tmp to the data volume; another pod's host
+// path through it gets no container (the kernel follows no link on /tmp,
+// so containerd's stat of the path fails: ELOOP) and never runs, so it
+// sees nothing of /data. A plain directory below /tmp is a host path as
+// the upstream conformance Jobs use it (DirectoryOrCreate, written).
+func attackTmpLink(t *testing.T, ctx context.Context, k kubectl, node string) {
+	t.Helper()
+	pod := func(name, volume, args string) string {
+		return `apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, namespace: attack}
+spec:
+  nodeSelector: {kubernetes.io/hostname: ` + node + `}
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: ` + layout.TestImage + `
+    imagePullPolicy: Never
+    args: [` + args + `]
+    volumeMounts: [{name: h, mountPath: /host}]
+  volumes: [{name: h, hostPath: ` + volume + `}]
+`
+	}
+	k.apply(t, ctx, pod("planter", `{path: /tmp, type: Directory}`, "link, /data, /host/plinth-link"))
+	k.apply(t, ctx, pod("tmp-user", `{path: /tmp/job-e2e-plinth, type: DirectoryOrCreate}`, "write, /host/marker, kept"))
+	phase := func(name, want string) {
+		t.Helper()
+		k.until(t, ctx, 5*time.Minute, "pod "+name+" "+want, func(out string) bool { return out == want },
+			"get", "-n", "attack", "pod", name, "-o", "jsonpath={.status.phase}")
+	}
+	phase("planter", "Succeeded")
+	phase("tmp-user", "Succeeded")
+	k.apply(t, ctx, pod("follower", `{path: /tmp/plinth-link}`, "pause"))
+	k.until(t, ctx, 5*time.Minute, "pod follower's container is not made through the link", func(out string) bool {
+		return strings.HasPrefix(out, "CreateContainerError|") && strings.Contains(out, "too many levels of symbolic links")
+	}, "get", "-n", "attack", "pod", "follower", "-o", `jsonpath={.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}`)
+	if out := k.run(t, ctx, "get", "-n", "attack", "pod", "follower", "-o", "jsonpath={.status.phase}"); out == "Running" {
+		t.Errorf("the pod whose host path is a link in /tmp runs")
+	}
+	k.run(t, ctx, "delete", "-n", "attack", "pod", "planter", "tmp-user", "follower", "--wait=false")
 }

@@ -11,6 +11,7 @@
 //	testpod write FILE TEXT     write TEXT to FILE (synced)
 //	testpod fill FILE BYTES     write BYTES zero bytes to FILE (synced), or say which
 //	                            error stopped it (a volume's quota: EDQUOT or ENOSPC)
+//	testpod link TARGET NAME    make NAME a symbolic link to TARGET
 //	testpod setproject FILE ID  make FILE and set its project ID (FS_IOC_FSSETXATTR,
 //	                            `chattr -p ID`): how a file leaves a project quota
 //	testpod dns NAME            resolve NAME, print its addresses (non-zero exit on failure)
@@ -59,10 +60,22 @@ var commands = map[string]command{
 	"write":      {"write FILE TEXT", writeCmd},
 	"fill":       {"fill FILE BYTES", fillCmd},
 	"setproject": {"setproject FILE ID", setProjectCmd},
-	"dns":        {"dns [-timeout 10s] NAME", dnsCmd},
-	"api":        {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
-	"selftest":   {"selftest", selftestCmd},
-	"get":        {"get [-timeout 10s] URL", getCmd},
+	"link": {"link TARGET NAME", func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: testpod link TARGET NAME")
+			return 2
+		}
+		if err := os.Symlink(args[0], args[1]); err != nil {
+			fmt.Fprintln(stderr, "testpod:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s -> %s\n", args[1], args[0])
+		return 0
+	}},
+	"dns":      {"dns [-timeout 10s] NAME", dnsCmd},
+	"api":      {"api [-server URL] [-account DIR] [-timeout 10s]", apiCmd},
+	"selftest": {"selftest", selftestCmd},
+	"get":      {"get [-timeout 10s] URL", getCmd},
 	"spin": {"spin", func(_ []string, _, _ io.Writer) int {
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)

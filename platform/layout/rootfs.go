@@ -48,8 +48,23 @@ var SystemLinks = []Link{
 // into the system image when it switches root.
 var MovedMounts = []string{"/dev", "/proc", "/sys", "/run"}
 
-// TmpMount is the tmpfs /init mounts on /tmp.
+// TmpMount is the tmpfs /init mounts on /tmp, with TmpMountOptions,
+// nosuid, nodev and nosymfollow. The node keeps nothing of its own
+// there, so pods may name it as a host path (the upstream conformance
+// Jobs keep a marker in /tmp/job-e2e). Why nosymfollow: /tmp is the one
+// directory outside the node's state that any such pod can write, and a
+// link planted there (/tmp/x -> /data) would otherwise lead another
+// pod's host path /tmp/x into node state. With it the kernel follows no
+// link on /tmp: containerd's stat of the host path fails (ELOOP) and the
+// other pod's container is not made. (containerd resolves a host path's
+// links itself after that stat: a link swapped in between would still
+// be followed. Both pods need a namespace whose Pod Security level
+// allows host paths, where pods can be node root anyway.) Guarded by
+// TestKubernetesTwoNodes (attackTmpLink).
 const TmpMount = "/tmp"
+
+// TmpMountOptions bound /tmp: a tenth of the memory, 65536 inodes.
+const TmpMountOptions = "mode=1777,size=10%,nr_inodes=65536"
 
 // ESPMount is where /init mounts the boot disk's ESP (read-only, while it
 // reads the parameters and the update state).
@@ -102,16 +117,15 @@ const LocalVolumesProvisioner = "plinth.dev/local-volumes"
 // the kernel's filesystems and /run (the devices, the decrypted data
 // volume and the TPM among them; every process's root; the cgroups the
 // confined endpoint trusts; the ESP below /run), the worker's mounts on
-// fixed paths (the kubelet's directory holds pods' Secrets), /tmp (the
-// one other writable directory: a pod writing there could plant a link
-// into the others for another's host path to follow) and the system
-// image's links with their targets. / and every directory above one of
+// fixed paths (the kubelet's directory holds pods' Secrets) and the
+// system image's links with their targets. Not /tmp: the pods' own,
+// whose links are never followed (TmpMount). / and every directory above one of
 // them contain them. No pod or PersistentVolume may use any of them, and
 // the cluster policy may open none of them but HostVolumesDir: the
 // Kubernetes controller's host path policy and the policy's check
 // (clusterpb.KubernetesPolicy.Check) both derive from this one list.
 func ProtectedHostPaths() []string {
-	ps := []string{DataMount, EphemeralMount, KubeletDir, CNICacheDir, ESPMount, TmpMount}
+	ps := []string{DataMount, EphemeralMount, KubeletDir, CNICacheDir, ESPMount}
 	ps = append(ps, MovedMounts...)
 	for _, l := range SystemLinks {
 		ps = append(ps, l.Path, l.Target)

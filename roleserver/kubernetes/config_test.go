@@ -283,10 +283,14 @@ func TestProtectedHostPaths(t *testing.T) {
 	}
 	ps := layout.ProtectedHostPaths()
 	for _, want := range []string{"/data", "/ephemeral", "/run", "/var/run", "/var/lib/kubelet", "/var/lib/cni", "/var/log", "/run/plinth/esp",
-		"/proc", "/sys", "/dev", "/tmp", "/etc/hosts", "/etc/resolv.conf", "/etc/machine-id", "/etc/hostname"} {
+		"/proc", "/sys", "/dev", "/etc/hosts", "/etc/resolv.conf", "/etc/machine-id", "/etc/hostname"} {
 		if !slices.Contains(ps, want) {
 			t.Errorf("%s is not protected: %v", want, ps)
 		}
+	}
+	// /tmp is the pods' (its links are never followed: layout.TmpMount).
+	if slices.Contains(ps, layout.TmpMount) {
+		t.Errorf("%s is protected: %v", layout.TmpMount, ps)
 	}
 }
 
@@ -301,7 +305,7 @@ func TestHostPathsPolicy(t *testing.T) {
 	policy := hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, []string{"/data/volumes/db", "/ephemeral", "/tmp", "/proc"})
 	for _, p := range []string{"/ephemeral", "/ephemeral/kubernetes/controller/apiserver", "/data", "//data", "/data/", "/./data", "/data/etcd",
 		"/data/volumes", "/data/volumes/x", "/data/volumesx", "/", "/var", "/var/run", "/var/lib/kubelet/pods", "/etc", "/etc/hosts",
-		"/run/plinth/esp", "/proc/1/root", "/dev/mapper", "/sys/fs/cgroup", "/tmp", "/tmp/x", "/var/log", "data/etcd"} {
+		"/run/plinth/esp", "/proc/1/root", "/dev/mapper", "/sys/fs/cgroup", "/var/log", "data/etcd"} {
 		for _, object := range []map[string]any{
 			{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}}},
 			{"kind": "PersistentVolume", "spec": map[string]any{"local": map[string]any{"path": p}}},
@@ -312,7 +316,7 @@ func TestHostPathsPolicy(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/data/volumes/db", "/data/volumes/db/x", "//data/volumes/./db/", "/usr/share", "/database", "/lib/modules", "/temp"} {
+	for _, p := range []string{"/data/volumes/db", "/data/volumes/db/x", "//data/volumes/./db/", "/usr/share", "/database", "/lib/modules", "/temp", "/tmp", "/tmp/job-e2e/x"} {
 		pod := map[string]any{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}}}
 		if ok, refused := evalHostPathsPolicy(t, policy, pod); !ok {
 			t.Errorf("a pod with host path %q: refused %v", p, refused)
