@@ -44,6 +44,7 @@ func systemTree(b *buildState) ([]sysFile, error) {
 	files := []sysFile{
 		// PLINTH_RELEASE: the release an update may not go below
 		// (platform/update.CheckRelease).
+		{Path: strings.TrimPrefix(layout.HostsFile, "/"), Mode: 0o644, Data: []byte(layout.HostsFileContent)},
 		{Path: strings.TrimPrefix(layout.OSReleasePath, "/"), Mode: 0o644, Data: []byte(fmt.Sprintf(
 			"NAME=Plinth\nID=plinth\nPRETTY_NAME=\"Plinth (%s)\"\nVERSION_ID=%s\nPLINTH_BOARD=%s\nPLINTH_RELEASE=%d\n", b.board.Name, b.version, b.board.Name, b.Release))},
 	}

@@ -11,6 +11,7 @@ import (
 	"plinth.dev/plinth/platform/kmod"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/network"
+	"plinth.dev/plinth/platform/nodenames"
 	"plinth.dev/plinth/platform/power"
 	"plinth.dev/plinth/platform/reaper"
 	datadisk "plinth.dev/plinth/platform/storage"
@@ -40,12 +41,18 @@ type node struct {
 	// volume is the open data volume, for an update's reseal: the one
 	// the boot opened, or the one enrolment opens for a registering node.
 	volume atomic.Pointer[datadisk.Result]
+	// names is the node ID → address map the Role Server keeps and this
+	// process resolves node IDs through.
+	names *nodenames.Table
 }
 
 // runNode runs the supervisor tree until a shutdown request, then stops
 // it, closes the data volume and returns PID 1's exit code.
 func runNode(b *boot) int {
-	n := &node{boot: b, shutdown: make(chan int, 1)}
+	n := &node{boot: b, shutdown: make(chan int, 1), names: nodenames.NewTable()}
+	// etcd finds its peers by node ID: from the Role Server's map, never
+	// through /etc/hosts, which pods may mount (platform/nodenames).
+	nodenames.Install(n.names)
 	if b.volume != nil {
 		n.volume.Store(b.volume)
 	}
@@ -92,7 +99,7 @@ func (n *node) roleServerConfig(net *network.Service) roleserver.Config {
 		BootProblems: unmeasuredProblem(n.firmware),
 		Version:      n.version,
 		BootTime:     bootTime(),
-		HostsPath:    "/run/hosts",
+		Names:        n.names,
 		Power: func(reboot bool) {
 			if reboot {
 				n.requestShutdown(reaper.ExitReboot)

@@ -21,7 +21,7 @@
 //	        │               slot and updates (Config.Updates)
 //	        ├── heartbeat   every curator.HeartbeatInterval; an answer is
 //	        │               due within two intervals, else reconnect
-//	        ├── hosts       node ID → address into HostsPath (+ cache)
+//	        ├── hosts       node ID → address into Config.Names (+ cache)
 //	        └── kubernetes  controller and worker by the Kubernetes roles
 //	   nodemgmt: NodeManagement on :7836 (Logs, Status, Reboot, PowerOff,
 //	             Update: streamed into Config.Updates, platform/update)
@@ -58,8 +58,8 @@
 // workers share is a small type with its own lock, handed to each as a
 // field: problems (the node's ongoing problems, in its status),
 // resolverEndpoints (the resolver's curator endpoints), rolesFile
-// (/data/node/roles and its retried writes), hostsFile (HostsPath and its
-// cache) and clusterKeyRequests (the ClusterKey requests, clusterkey.go).
+// (/data/node/roles and its retried writes), hostsFile (Config.Names and
+// its cache) and clusterKeyRequests (the ClusterKey requests, clusterkey.go).
 // The supervisor's runnables (in the node's status, crash loops as
 // problems) come through each worker's own context
 // (supervisor.Snapshot). The values between the workers:

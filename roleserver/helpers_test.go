@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/platform/logtree"
+	"plinth.dev/plinth/platform/nodenames"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
@@ -39,7 +40,7 @@ func genKey(t *testing.T) ed25519.PrivateKey {
 type testNode struct {
 	t     *testing.T
 	root  localstorage.Root
-	hosts string
+	names *nodenames.Table
 	lt    *logtree.Tree
 	old   []*logtree.Tree // of earlier runs, for the failure dump
 	knobs knobs
@@ -63,7 +64,7 @@ func newTestNode(t *testing.T) *testNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	n := &testNode{t: t, lt: logtree.New(50000), hosts: dir + "/run-hosts", power: make(chan bool, 4)}
+	n := &testNode{t: t, lt: logtree.New(50000), names: nodenames.NewTable(), power: make(chan bool, 4)}
 	if err := localstorage.Place(&n.root, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func (n *testNode) start() {
 		Version:     "v0.0.0-test",
 		BootCount:   3,
 		BootTime:    time.Unix(1700000000, 0),
-		HostsPath:   n.hosts,
+		Names:       n.names,
 		Power:       func(reboot bool) { n.power <- reboot },
 		knobs:       &k,
 	}

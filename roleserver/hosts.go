@@ -5,28 +5,29 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
-	"plinth.dev/plinth/platform/atomicfile"
+	"plinth.dev/plinth/platform/nodenames"
 	"plinth.dev/plinth/roleserver/localstorage"
 )
 
-// hostsFile is HostsPath and its cache on /data: every node ID of the
-// cluster at its address, and this node at its own. The hosts worker
-// sets the nodes; the control plane writes the file before etcd starts.
+// hostsFile is the node's map of node IDs to addresses: every node ID of
+// the cluster at its address, and this node at its own. It lives in
+// Names (the resolver's table: platform/nodenames) and in a cache on
+// /data for a cold start; never in /etc/hosts, which pods may mount.
+// The hosts worker sets the nodes; the control plane refreshes the map
+// before etcd starts.
 type hostsFile struct {
-	path      string             // HostsPath
+	names     *nodenames.Table   // Config.Names
 	root      *localstorage.Root // the cache, root.Data.Node.Hosts
 	addresses func() []string    // the node's addresses, most preferred first
 
 	mu      sync.Mutex
 	loaded  bool
 	nodes   map[string]string // node ID → address, from the curator or the cache
-	written []byte            // last content written to path
+	written []byte            // last content put into names and the cache
 }
 
 // known is how many nodes are known (from the curator or the cache).
@@ -60,7 +61,7 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-// refresh writes HostsPath and the cache if their content changed: the
+// refresh sets Names and writes the cache if their content changed: the
 // known nodes plus this node (self) at its current address.
 func (h *hostsFile) refresh(self string) error {
 	h.mu.Lock()
@@ -80,9 +81,7 @@ func (h *hostsFile) refresh(self string) error {
 	if bytes.Equal(content, h.written) {
 		return nil
 	}
-	if err := writeHosts(h.path, content); err != nil {
-		return err
-	}
+	h.names.Set(parseHosts(content))
 	h.written = content
 	if err := localstorage.Create(&h.root.Data.Node, 0o700); err != nil {
 		return err
@@ -90,7 +89,7 @@ func (h *hostsFile) refresh(self string) error {
 	return cache.Write(content, 0o644)
 }
 
-const hostsHeader = "# Written by the Plinth Role Server: cluster nodes by node ID.\n"
+const hostsHeader = "# The Plinth Role Server's cache: cluster nodes by node ID.\n"
 
 // renderHosts is a hosts file: localhost, self at own, then the other
 // nodes sorted by ID.
@@ -130,12 +129,4 @@ func parseHosts(b []byte) map[string]string {
 		out[f[1]] = f[0]
 	}
 	return out
-}
-
-// writeHosts replaces a hosts file (0644), creating its directory.
-func writeHosts(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.Write(path, data, 0o644)
 }

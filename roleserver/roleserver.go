@@ -18,6 +18,7 @@ import (
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/network"
+	"plinth.dev/plinth/platform/nodenames"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/consensus"
 	"plinth.dev/plinth/roleserver/identity"
@@ -43,9 +44,11 @@ type Config struct {
 	Version   string
 	BootCount int64
 	BootTime  time.Time
-	// HostsPath is where the node ID → address map is written; default
-	// "/run/hosts" (the system image links /etc/hosts there).
-	HostsPath string
+	// Names receives the node ID → address map; the process resolves node
+	// IDs through it (init installs its resolver as net.DefaultResolver:
+	// platform/nodenames). nil: a table of the Role Server's own that
+	// nothing resolves through (tests, whose etcd members use addresses).
+	Names *nodenames.Table
 	// Power reboots (true) or powers off (false) the node, for
 	// NodeManagement.Reboot/PowerOff. nil: those RPCs fail.
 	Power func(reboot bool)
@@ -229,8 +232,8 @@ type Service struct {
 
 // New makes a Role Server; nothing runs until Run and a Provide*Data call.
 func New(c Config) *Service {
-	if c.HostsPath == "" {
-		c.HostsPath = "/run/hosts"
+	if c.Names == nil {
+		c.Names = nodenames.NewTable()
 	}
 	if c.ResolvConf == "" {
 		c.ResolvConf = "/run/resolv.conf"
@@ -240,7 +243,7 @@ func New(c Config) *Service {
 	if c.knobs != nil {
 		s.rolesFile.beforeWrite, s.rolesFile.retryEvery = c.knobs.saveRoles, c.knobs.retryInterval
 	}
-	s.hosts = hostsFile{path: c.HostsPath, root: c.StorageRoot, addresses: s.addresses}
+	s.hosts = hostsFile{names: c.Names, root: c.StorageRoot, addresses: s.addresses}
 	s.clusterKey = clusterKeyRequests{value: &s.ClusterKey}
 	if c.StorageRoot != nil {
 		s.releaseTrust.file = &c.StorageRoot.Data.Node.ReleaseTrust

@@ -143,11 +143,11 @@ func TestBootstrap(t *testing.T) {
 	if err := proto.Unmarshal(b, roles); err != nil || roles.GetConsensusMember() == nil {
 		t.Errorf("persisted roles %v (%v)", roles, err)
 	}
-	for _, p := range []string{n.hosts, n.root.Data.Node.Hosts.Path()} {
-		h, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(h), "127.0.0.1\t"+id+"\n") {
-			t.Errorf("%s: %q (%v), want an entry for %s", p, h, err, id)
-		}
+	if h, err := n.root.Data.Node.Hosts.Read(); err != nil || !strings.Contains(string(h), "127.0.0.1\t"+id+"\n") {
+		t.Errorf("node map cache: %q (%v), want an entry for %s", h, err, id)
+	}
+	if a, ok := n.names.Lookup(id); !ok || len(a) != 1 || a[0].String() != "127.0.0.1" {
+		t.Errorf("Names.Lookup(%s) = %v, %v; want 127.0.0.1", id, a, ok)
 	}
 
 	// NodeManagement over mTLS with the owner certificate.

@@ -323,7 +323,7 @@ func (w *workerControlPlane) startConsensus(ctx context.Context, key ed25519.Pri
 	// Members advertise https://<node ID>:7834: this node's own name must
 	// resolve before etcd starts.
 	if err := w.hosts.refresh(nodeID); err != nil {
-		supervisor.Logger(ctx).Warn("writing hosts file", "err", err)
+		supervisor.Logger(ctx).Warn("saving the node map", "err", err)
 	}
 	cfg := consensus.Config{
 		Data:           &root.Data.Etcd,

@@ -17,14 +17,14 @@ import (
 // address.
 const hostsRefresh = 5 * time.Second
 
-// workerHosts keeps HostsPath (and its cache on /data) mapping every node
-// ID of the cluster to its address, so etcd peer URLs
+// workerHosts keeps the node's map (Config.Names and its cache on /data)
+// of every node ID of the cluster to its address, so etcd peer URLs
 // https://<node ID>:7834 resolve, also on a cold start before any curator
 // is reachable. It also makes every consensus member's curator an
 // endpoint of the resolver.
 //
 // It consumes the node data and the curator connection, and watches all
-// of the cluster's nodes at the curator. It produces the hosts file
+// of the cluster's nodes at the curator. It produces the node map
 // (hosts), the resolver's directory and former-node endpoints
 // (endpoints), the curators' directory for enrolment (directory:
 // Service.Directory) and the cluster's Kubernetes API servers
@@ -50,14 +50,14 @@ func (w *workerHosts) run(ctx context.Context) error {
 		return err
 	}
 	if err := w.hosts.refresh(nd.nodeID); err != nil {
-		log.Warn("writing hosts file", "err", err)
+		log.Warn("saving the node map", "err", err)
 	} else if n := w.hosts.known(); n > 0 {
-		log.Info("hosts file restored from cache", "nodes", n)
+		log.Info("node map restored from cache", "nodes", n)
 	}
 	go func() {
 		for supervisor.Sleep(ctx, hostsRefresh) == nil {
 			if err := w.hosts.refresh(nd.nodeID); err != nil {
-				log.Warn("writing hosts file", "err", err)
+				log.Warn("saving the node map", "err", err)
 			}
 		}
 	}()
@@ -149,9 +149,9 @@ func (w *workerHosts) watchAllNodes(ctx context.Context, conn *CuratorConnection
 		}
 		changed := w.hosts.setNodes(addrs)
 		if err := w.hosts.refresh(self); err != nil {
-			log.Warn("writing hosts file", "err", err)
+			log.Warn("saving the node map", "err", err)
 		} else if changed {
-			log.Info("hosts file updated", "nodes", len(addrs))
+			log.Info("node map updated", "nodes", len(addrs))
 		}
 	}
 }

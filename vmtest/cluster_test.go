@@ -231,7 +231,7 @@ func TestCluster(t *testing.T) {
 
 	// Cold start: the whole cluster goes down and comes back with no
 	// curator anywhere to ask — each member opens its disk on its own
-	// sealed keys and etcd finds its peers through the cached hosts file.
+	// sealed keys and etcd finds its peers through the cached node map.
 	for _, n := range []*ClusterNode{first, second} {
 		if err := c.StopNode(ctx, n, time.Minute); err != nil {
 			t.Fatal(err)

@@ -190,6 +190,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 			attackNode(t, ctx, k)
 			attackAsTenants(t, ctx, k, nodeIP(t, ctx, k, first))
 			attackTmpLink(t, ctx, k, first.ID())
+			attackEtcHosts(t, ctx, k, first.ID(), second.ID())
 		})
 		t.Run("metrics", func(t *testing.T) {
 			t.Parallel()

@@ -113,22 +113,7 @@ func nodeIP(t *testing.T, ctx context.Context, k kubectl, n *ClusterNode) string
 // the upstream conformance Jobs use it (DirectoryOrCreate, written).
 func attackTmpLink(t *testing.T, ctx context.Context, k kubectl, node string) {
 	t.Helper()
-	pod := func(name, volume, args string) string {
-		return `apiVersion: v1
-kind: Pod
-metadata: {name: ` + name + `, namespace: attack}
-spec:
-  nodeSelector: {kubernetes.io/hostname: ` + node + `}
-  restartPolicy: Never
-  containers:
-  - name: c
-    image: ` + layout.TestImage + `
-    imagePullPolicy: Never
-    args: [` + args + `]
-    volumeMounts: [{name: h, mountPath: /host}]
-  volumes: [{name: h, hostPath: ` + volume + `}]
-`
-	}
+	pod := func(name, volume, args string) string { return hostPathPod(name, node, volume, args) }
 	k.apply(t, ctx, pod("planter", `{path: /tmp, type: Directory}`, "link, /data, /host/plinth-link"))
 	k.apply(t, ctx, pod("tmp-user", `{path: /tmp/job-e2e-plinth, type: DirectoryOrCreate}`, "write, /host/marker, kept"))
 	phase := func(name, want string) {
@@ -146,4 +131,48 @@ spec:
 		t.Errorf("the pod whose host path is a link in /tmp runs")
 	}
 	k.run(t, ctx, "delete", "-n", "attack", "pod", "planter", "tmp-user", "follower", "--wait=false")
+}
+
+// hostPathPod is a pod of namespace attack on node running the test
+// image with args, a host path volume (its YAML) mounted at /host.
+func hostPathPod(name, node, volume, args string) string {
+	return `apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, namespace: attack}
+spec:
+  nodeSelector: {kubernetes.io/hostname: ` + node + `}
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: ` + layout.TestImage + `
+    imagePullPolicy: Never
+    args: [` + args + `]
+    volumeMounts: [{name: h, mountPath: /host}]
+  volumes: [{name: h, hostPath: ` + volume + `}]
+`
+}
+
+// attackEtcHosts: a pod of a namespace whose level allows host paths
+// mounts the node's /etc/hosts as the upstream conformance suite does
+// (FileOrCreate, writable) and tries to point the other node's ID at an
+// address of its own: the write fails (the file is the read-only
+// image's), and another pod reads only localhost there. The node finds
+// its etcd peers from a map of its own (platform/nodenames), which
+// TestCluster's members use.
+func attackEtcHosts(t *testing.T, ctx context.Context, k kubectl, node, other string) {
+	t.Helper()
+	volume := `{path: ` + layout.HostsFile + `, type: FileOrCreate}`
+	k.apply(t, ctx, hostPathPod("hosts-writer", node, volume, `write, /host, "10.66.66.66 `+other+`\n"`))
+	k.apply(t, ctx, hostPathPod("hosts-reader", node, volume, "cat, /host"))
+	for name, want := range map[string]string{"hosts-writer": "Failed", "hosts-reader": "Succeeded"} {
+		k.until(t, ctx, 5*time.Minute, "pod "+name+" "+want, func(out string) bool { return out == want },
+			"get", "-n", "attack", "pod", name, "-o", "jsonpath={.status.phase}")
+	}
+	if out := k.run(t, ctx, "logs", "-n", "attack", "hosts-writer"); !strings.Contains(out, "read-only file system") {
+		t.Errorf("a pod's write to the node's %s: %q, want a read-only file system", layout.HostsFile, out)
+	}
+	if out := k.run(t, ctx, "logs", "-n", "attack", "hosts-reader"); out != layout.HostsFileContent {
+		t.Errorf("the node's %s as a pod reads it: %q, want %q", layout.HostsFile, out, layout.HostsFileContent)
+	}
+	k.run(t, ctx, "delete", "-n", "attack", "pod", "hosts-writer", "hosts-reader", "--wait=false")
 }

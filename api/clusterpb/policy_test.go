@@ -34,7 +34,7 @@ func TestCheckAllowedHostPaths(t *testing.T) {
 		{"/var/lib", "/var/lib/cni", "contains"},
 		{"/var", "/var/lib/cni", "contains"},
 		{"/etc", "/etc/hostname", "contains"},
-		{"/etc/hosts", "/etc/hosts", "is"},
+		{"/etc/resolv.conf", "/etc/resolv.conf", "is"},
 		{"/proc/1", "/proc", "lies under"},
 		{"/dev/mapper", "/dev", "lies under"},
 		{"/sys/fs/cgroup", "/sys", "lies under"},
@@ -49,7 +49,7 @@ func TestCheckAllowedHostPaths(t *testing.T) {
 			t.Errorf("the refusal does not say which path and why: %s", msg)
 		}
 	}
-	for _, ok := range [][]string{nil, {layout.HostVolumesDir}, {"/data/volumes/db", "/data/volumes/x/y"}, {"/usr/share", "/database", "/lib/modules"}} {
+	for _, ok := range [][]string{nil, {layout.HostVolumesDir}, {"/data/volumes/db", "/data/volumes/x/y"}, {"/usr/share", "/database", "/lib/modules", "/etc/hosts"}} {
 		if err := (&KubernetesPolicy{AllowedHostPaths: ok}).Check(); err != nil {
 			t.Errorf("allowing %v: %v", ok, err)
 		}

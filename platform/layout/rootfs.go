@@ -23,6 +23,7 @@ import (
 //	/var/lib/kubelet       KubeletDir: the kubelet's directory on /data
 //	/var/lib/cni           CNICacheDir: containerd's CNI cache on /ephemeral
 //	/etc/resolv.conf …     SystemLinks: files written at run time, in /run
+//	/etc/hosts             HostsFile: the image's, localhost only
 //	/var/run /var/log      SystemLinks: directories elsewhere
 
 // Link is a symbolic link of the system image.
@@ -37,12 +38,26 @@ var SystemLinks = []Link{
 	{"/etc/resolv.conf", "/run/resolv.conf"},
 	// Written by the Kubernetes worker (the kubelet wants one).
 	{"/etc/machine-id", "/run/machine-id"},
-	{"/etc/hosts", "/run/hosts"},
 	{"/etc/hostname", "/run/hostname"},
 	{"/etc/mtab", "/proc/self/mounts"},
 	{"/var/run", "/run"},
 	{"/var/log", "/ephemeral/log"},
 }
+
+// HostsFile is a file of the system image, read-only, holding
+// HostsFileContent (localhost) and nothing the node relies on: node IDs
+// resolve from the Role Server's map in memory (platform/nodenames), so
+// no pod that names /etc/hosts as a host path can change how the node
+// resolves anything. The upstream conformance suite mounts it into a pod,
+// writable, and reads it; a write fails (the image is read-only). It is
+// no protected host path; its neighbours that change at run time are
+// links into /run (SystemLinks) and stay protected. Guarded by
+// TestResolver, TestHostPathsPolicy and TestKubernetesTwoNodes
+// (attackEtcHosts).
+const HostsFile = "/etc/hosts"
+
+// HostsFileContent is HostsFile's content.
+const HostsFileContent = "127.0.0.1\tlocalhost\n::1\tlocalhost\n"
 
 // MovedMounts are the filesystems /init mounts in the initramfs and moves
 // into the system image when it switches root.
@@ -119,7 +134,8 @@ const LocalVolumesProvisioner = "plinth.dev/local-volumes"
 // confined endpoint trusts; the ESP below /run), the worker's mounts on
 // fixed paths (the kubelet's directory holds pods' Secrets) and the
 // system image's links with their targets. Not /tmp: the pods' own,
-// whose links are never followed (TmpMount). / and every directory above one of
+// whose links are never followed (TmpMount); nor /etc/hosts, read-only
+// and trusted by nothing (HostsFile). / and every directory above one of
 // them contain them. No pod or PersistentVolume may use any of them, and
 // the cluster policy may open none of them but HostVolumesDir: the
 // Kubernetes controller's host path policy and the policy's check

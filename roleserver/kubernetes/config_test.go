@@ -271,8 +271,8 @@ func TestAdmissionConfiguration(t *testing.T) {
 
 // TestProtectedHostPaths: the protected host paths (platform/layout) are
 // the local storage tree's roots as the node places them, and hold the
-// node's sockets, credentials, mounts and links, /tmp among them (where
-// a pod could plant a link for another's host path to follow).
+// node's sockets, credentials, mounts and links; not /tmp (whose links
+// are never followed) nor /etc/hosts (read-only, trusted by nothing).
 func TestProtectedHostPaths(t *testing.T) {
 	root := testRoot(t)
 	if root.Data.Kubernetes.LocalVolumes.Path() != layout.LocalVolumesDir {
@@ -283,14 +283,17 @@ func TestProtectedHostPaths(t *testing.T) {
 	}
 	ps := layout.ProtectedHostPaths()
 	for _, want := range []string{"/data", "/ephemeral", "/run", "/var/run", "/var/lib/kubelet", "/var/lib/cni", "/var/log", "/run/plinth/esp",
-		"/proc", "/sys", "/dev", "/etc/hosts", "/etc/resolv.conf", "/etc/machine-id", "/etc/hostname"} {
+		"/proc", "/sys", "/dev", "/etc/resolv.conf", "/etc/machine-id", "/etc/hostname"} {
 		if !slices.Contains(ps, want) {
 			t.Errorf("%s is not protected: %v", want, ps)
 		}
 	}
-	// /tmp is the pods' (its links are never followed: layout.TmpMount).
-	if slices.Contains(ps, layout.TmpMount) {
-		t.Errorf("%s is protected: %v", layout.TmpMount, ps)
+	// /tmp is the pods' (its links are never followed: layout.TmpMount);
+	// /etc/hosts is the image's (layout.HostsFile).
+	for _, p := range []string{layout.TmpMount, layout.HostsFile} {
+		if slices.Contains(ps, p) {
+			t.Errorf("%s is protected: %v", p, ps)
+		}
 	}
 }
 
@@ -304,7 +307,8 @@ func TestProtectedHostPaths(t *testing.T) {
 func TestHostPathsPolicy(t *testing.T) {
 	policy := hostPathsPolicy(layout.ProtectedHostPaths(), layout.HostVolumesDir, []string{"/data/volumes/db", "/ephemeral", "/tmp", "/proc"})
 	for _, p := range []string{"/ephemeral", "/ephemeral/kubernetes/controller/apiserver", "/data", "//data", "/data/", "/./data", "/data/etcd",
-		"/data/volumes", "/data/volumes/x", "/data/volumesx", "/", "/var", "/var/run", "/var/lib/kubelet/pods", "/etc", "/etc/hosts",
+		"/data/volumes", "/data/volumes/x", "/data/volumesx", "/", "/var", "/var/run", "/var/lib/kubelet/pods", "/etc", "/etc/",
+		"/etc/hostname", "/etc/resolv.conf", "/etc/machine-id", "/run/hosts",
 		"/run/plinth/esp", "/proc/1/root", "/dev/mapper", "/sys/fs/cgroup", "/var/log", "data/etcd"} {
 		for _, object := range []map[string]any{
 			{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}}},
@@ -316,7 +320,8 @@ func TestHostPathsPolicy(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/data/volumes/db", "/data/volumes/db/x", "//data/volumes/./db/", "/usr/share", "/database", "/lib/modules", "/temp", "/tmp", "/tmp/job-e2e/x"} {
+	for _, p := range []string{"/data/volumes/db", "/data/volumes/db/x", "//data/volumes/./db/", "/usr/share", "/database", "/lib/modules", "/temp", "/tmp", "/tmp/job-e2e/x",
+		"/etc/hosts", "//etc/./hosts"} {
 		pod := map[string]any{"kind": "Pod", "spec": map[string]any{"volumes": []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": p}}}}}
 		if ok, refused := evalHostPathsPolicy(t, policy, pod); !ok {
 			t.Errorf("a pod with host path %q: refused %v", p, refused)
