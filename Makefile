@@ -48,7 +48,7 @@ help:
 	@echo "make bench     benchmarks, written to $(OUT)/bench.json"
 	@echo "make generate  regenerate generated code"
 	@echo "make e2e       build the upstream end-to-end suite (e2e.test), ginkgo and the conformance images' programs (not in make test)"
-	@echo "make conformance  run the upstream conformance tests on a two-node cluster (FOCUS=, SKIP=, NAMES=, CONFORMANCE=quick or serial)"
+	@echo "make conformance  run the upstream conformance tests on a two-node cluster (FOCUS=, SKIP=, NAMES=, CONFORMANCE=quick, serial or certify)"
 	@echo "make deps      install missing host packages"
 
 deps:
@@ -188,11 +188,15 @@ image-conformance: deps $(CONFORMANCE_IMAGE)/manifest.json
 # afterwards; CONFORMANCE=quick the specs of conformance/quick.txt (a
 # subset of the default selection that fits 45 minutes here: the README
 # says how it was chosen); SEED=N the order of the run whose summary
-# printed seed N (a failure that depends on the spec before it).
+# printed seed N (a failure that depends on the spec before it);
+# CONFORMANCE=certify every [Conformance] spec in one run, nothing
+# skipped, and from a run that passes them all a certification
+# submission in out/conformance/submission (conformance/run/submission.go).
 conformance: e2e image-conformance $(BIN)/kubectl
 	$(NOCGO) go run -trimpath ./conformance/run -image $(CONFORMANCE_IMAGE) -out $(OUT)/conformance \
 	  $(if $(FOCUS),-focus '$(FOCUS)') $(if $(SKIP),-skip '$(SKIP)') $(if $(NAMES),-names '$(NAMES)') \
 	  $(if $(filter quick,$(CONFORMANCE)),-names conformance/quick.txt) $(if $(filter serial,$(CONFORMANCE)),-serial) \
+	  $(if $(filter certify,$(CONFORMANCE)),-certify) \
 	  $(if $(SEED),-seed $(SEED))
 
 $(STAMP)/containerd: $(GO_MOD) $(call missing,$(BIN)/containerd)

@@ -57,7 +57,11 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	// too: the same seed gives a selection's specs the same order in
 	// every attempt and round, and in a later run with another selection.
 	args := []string{"run", "--no-color", fmt.Sprintf("--procs=%d", procs), fmt.Sprintf("--seed=%d", c.seed), "--timeout=" + c.timeout.String(),
-		"--focus=" + focus, "--skip=" + skip, "--poll-progress-after=10m", c.e2e, "--"}
+		"--focus=" + focus, "--skip=" + skip, "--poll-progress-after=10m"}
+	if c.verbose {
+		args = append(args, "-v") // each spec's output: the log a certification submits
+	}
+	args = append(args, c.e2e, "--")
 	suite := e2especs.SuiteFlags(kubeconfig, c.kubectl, c.out)
 	if c.leftBehind > 0 {
 		suite = append(suite, fmt.Sprintf("--allowed-not-ready-nodes=%d", c.leftBehind))

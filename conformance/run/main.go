@@ -14,6 +14,8 @@
 //	CONFORMANCE=serial: the [Serial] conformance specs, one at a time
 //	summary (passed / failed / skipped, each failure's first line) ──► OUT/summary.txt
 //	OUT/junit_01.xml (the suite's report), OUT/e2e-*.log
+//	CONFORMANCE=certify: one round of every [Conformance] spec instead, and
+//	  from a run that qualifies, OUT/submission/ (submission.go)
 //	each node's logs ──► OUT/nodes/NAME.log (nodelogs.go); the cluster powered off
 //
 // Why a program and not a script: the cluster comes from the VM test
@@ -74,6 +76,9 @@ type runCmd struct {
 	nodeEvery, nodeWait                         time.Duration // looks at the nodes during an attempt; the wait for them after one interrupted for a node
 	leftBehind                                  int           // nodes not Ready after that wait: the suite's --allowed-not-ready-nodes
 	seed                                        int64         // ginkgo's random seed: the order of the specs
+	certify                                     bool          // one round of every [Conformance] spec, then the submission
+	product                                     string        // PRODUCT.yaml template of the submission
+	verbose                                     bool          // ginkgo -v: every spec's output in the e2e log
 }
 
 func main() {
@@ -97,11 +102,22 @@ func main() {
 	flag.DurationVar(&c.nodeWait, "node-wait", 10*time.Minute, "after a node stopped being Ready during a round (its specs interrupted), wait this long for it before the round goes on")
 	flag.BoolVar(&c.hold, "hold", false, "keep the launched cluster running after the summary, until interrupted (to look into a failure, or run more against it with -kubeconfig)")
 	flag.IntVar(&c.memoryMiB, "memory", conformanceMemoryMiB, "each launched node's memory in MiB")
+	flag.BoolVar(&c.certify, "certify", false, "run every [Conformance] spec once, nothing skipped (the serial ones last), and write a certification submission from a run that qualifies (CONFORMANCE=certify; not with -focus, -skip, -names or -serial)")
+	flag.StringVar(&c.product, "product", "conformance/PRODUCT.yaml", "the submission's PRODUCT.yaml, its version set from the image")
 	flag.Int64Var(&c.seed, "seed", 0, "ginkgo's random seed, which orders the specs (0: a new one; the summary prints it, and -seed N with any selection runs the specs it shares with that run in the same order, to replay a failure that depends on the spec before)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "conformance: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	if c.certify {
+		flag.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "focus", "skip", "names", "serial":
+				fmt.Fprintf(os.Stderr, "conformance: -certify runs every [Conformance] spec: not with -%s\n", f.Name)
+				os.Exit(2)
+			}
+		})
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -116,7 +132,7 @@ func main() {
 }
 
 func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
-	for _, p := range []*string{&c.image, &c.out, &c.e2e, &c.ginkgo, &c.kubectl, &c.plinthctl} {
+	for _, p := range []*string{&c.image, &c.out, &c.e2e, &c.ginkgo, &c.kubectl, &c.plinthctl, &c.product} {
 		if *p, err = filepath.Abs(*p); err != nil {
 			return false, err
 		}
@@ -148,6 +164,11 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 	rounds := []round{{name: "selection", focus: c.focus, skip: c.skip, procs: c.procs}}
 	if c.serial {
 		rounds = append(rounds, round{name: "serial", focus: serialFocus, procs: 1})
+	}
+	if c.certify {
+		// ginkgo runs the [Serial] specs after the others, one at a time.
+		rounds = []round{{name: "certification", focus: certifyFocus, procs: c.procs}}
+		c.verbose = true
 	}
 	for i, r := range rounds {
 		names, err := c.dryRun(ctx, r.focus, r.skip)
@@ -184,6 +205,9 @@ func (c *runCmd) run(ctx context.Context) (failed bool, err error) {
 		planned = append(planned, r.planned...)
 	}
 	failed, err = results.summary(os.Stdout, filepath.Join(c.out, "summary.txt"), time.Since(start), planned)
+	if c.certify && err == nil {
+		c.submit(rounds[0], results)
+	}
 	if c.hold && c.kubeconfig == "" {
 		fmt.Printf("conformance: -hold: the cluster stays up (KUBECONFIG=%s PLINTH_CONFIG=%s); Ctrl-C powers it off\n",
 			kubeconfig, filepath.Join(c.out, "cluster", "owner"))
@@ -198,6 +222,8 @@ type round struct {
 	name, focus, skip string
 	procs             int
 	planned           []string // the names the dry run listed
+	attempts          int      // ginkgo runs it took
+	lastLog           string   // the last attempt's e2e log
 }
 
 // runRounds runs each round in attempts: the first runs the selection;
@@ -208,7 +234,8 @@ type round struct {
 // stays failed (it hangs: results.missing), and an attempt that finishes
 // nothing ends the round, so a run always ends.
 func (c *runCmd) runRounds(ctx context.Context, kubeconfig string, rounds []round, results *results) {
-	for _, r := range rounds {
+	for i := range rounds {
+		r := &rounds[i]
 		left := r.planned
 		for attempt := 1; len(left) > 0 && ctx.Err() == nil; attempt++ {
 			focus, skip := r.focus, r.skip
@@ -217,6 +244,7 @@ func (c *runCmd) runRounds(ctx context.Context, kubeconfig string, rounds []roun
 				focus, skip = e2especs.NamesFocus(left), ""
 			}
 			log := filepath.Join(c.out, fmt.Sprintf("e2e-%s-%d.log", r.name, attempt))
+			r.attempts, r.lastLog = attempt, log
 			fmt.Printf("conformance: %s, attempt %d: %d specs, %d at a time (log %s)\n", r.name, attempt, len(left), r.procs, log)
 			finished, nodeLost, err := c.ginkgoRun(ctx, kubeconfig, focus, skip, r.procs, log, results, len(left))
 			left = results.missing(left)
