@@ -16,7 +16,8 @@
 //	OUT/junit_01.xml (the suite's report), OUT/e2e-*.log
 //	CONFORMANCE=certify: one round of every [Conformance] spec instead, and
 //	  from a run that qualifies, OUT/submission/ (submission.go)
-//	each node's logs ──► OUT/nodes/NAME.log (nodelogs.go); the cluster powered off
+//	each node's logs ──► OUT/nodes/NAME.log, the API server's and kubelets'
+//	  metrics ──► OUT/nodes/*.metrics (nodelogs.go); the cluster powered off
 //
 // Why a program and not a script: the cluster comes from the VM test
 // harness (vmtest.LaunchCluster, as plinthctl launch), and it must be
@@ -297,6 +298,7 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 		for _, n := range cl.Nodes() {
 			nodes = append(nodes, nodeRef{name: n.Name, id: n.ID()})
 		}
+		c.saveMetrics(filepath.Join(dir, "kubeconfig"), nodes, filepath.Join(c.out, "nodes"))
 		c.saveNodeLogs(cl.OwnerDir(), nodes, filepath.Join(c.out, "nodes"))
 		cl.Close()
 		reg.Close()

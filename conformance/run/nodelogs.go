@@ -69,3 +69,33 @@ func (c *runCmd) nodeLogs(ownerDir, id, file string) (err error) {
 	}
 	return nil
 }
+
+// saveMetrics writes the API server's metrics to dir/apiserver.metrics
+// and each node's kubelet's (through the API server's node proxy) to
+// dir/NAME.kubelet.metrics before the cluster is powered off: where a
+// run's time went, for a spec that failed on time alone (the kubelet's
+// pod status sync durations, the API server's request durations by verb
+// and resource, its priority and fairness queue waits). A source that
+// does not answer has the reason in its file.
+func (c *runCmd) saveMetrics(kubeconfig string, nodes []nodeRef, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Printf("conformance: metrics: %v\n", err)
+		return
+	}
+	sources := map[string]string{"apiserver.metrics": "/metrics"}
+	for _, n := range nodes {
+		sources[n.name+".kubelet.metrics"] = "/api/v1/nodes/" + n.id + "/proxy/metrics"
+	}
+	for file, path := range sources {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, c.kubectl, "--kubeconfig", kubeconfig, "get", "--raw", path).Output()
+		cancel()
+		if err != nil {
+			out = fmt.Appendf(out, "conformance: kubectl get --raw %s: %v\n", path, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), out, 0o644); err != nil {
+			fmt.Printf("conformance: metrics: %v\n", err)
+		}
+	}
+	fmt.Printf("conformance: the API server's and the kubelets' metrics are in %s\n", dir)
+}

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 		os.Exit(fakePlinthctl(os.Args[2:]))
 	}
 	if nodes := os.Getenv(fakeKubectlEnv); nodes != "" && len(os.Args) > 1 && os.Args[1] == "--kubeconfig" {
-		os.Exit(fakeKubectl(nodes))
+		os.Exit(fakeKubectl(nodes, os.Args[1:]))
 	}
 	if specs := os.Getenv(fakeGinkgoEnv); specs != "" {
 		os.Exit(fakeGinkgo(specs, os.Args[1:]))
@@ -48,8 +48,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeKubectl prints the nodes file.
-func fakeKubectl(nodes string) int {
+// fakeKubectl prints the nodes file; `get --raw PATH`, "metrics of
+// PATH" (a PATH naming node "dead": an error).
+func fakeKubectl(nodes string, args []string) int {
+	if i := slices.Index(args, "--raw"); i >= 0 && i+1 < len(args) {
+		if strings.Contains(args[i+1], "/dead/") {
+			fmt.Fprintln(os.Stderr, "Error from server (ServiceUnavailable)")
+			return 1
+		}
+		fmt.Printf("metrics of %s\n", args[i+1])
+		return 0
+	}
 	b, err := os.ReadFile(nodes)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -424,6 +433,29 @@ func TestNodeLogsSaved(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		} else if got := string(b); !strings.Contains(got, want) {
 			t.Errorf("%s.log is %q, want it to hold %q", name, got, want)
+		}
+	}
+}
+
+// TestMetricsSaved: the API server's metrics and each node's kubelet's,
+// through the node proxy, each in a file; a node that does not answer
+// has the reason in its file.
+func TestMetricsSaved(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(fakeKubectlEnv, filepath.Join(t.TempDir(), "nodes"))
+	dir := t.TempDir()
+	c := &runCmd{kubectl: self}
+	c.saveMetrics("kubeconfig", []nodeRef{{"node0", "id0"}, {"node1", "dead"}}, dir)
+	for file, want := range map[string]string{
+		"apiserver.metrics":     "metrics of /metrics\n",
+		"node0.kubelet.metrics": "metrics of /api/v1/nodes/id0/proxy/metrics\n",
+		"node1.kubelet.metrics": "kubectl get --raw /api/v1/nodes/dead/proxy/metrics: exit status 1",
+	} {
+		if b, err := os.ReadFile(filepath.Join(dir, file)); err != nil || !strings.Contains(string(b), want) {
+			t.Errorf("%s: %q (%v), want it to hold %q", file, b, err, want)
 		}
 	}
 }
