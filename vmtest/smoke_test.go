@@ -143,7 +143,9 @@ func runSmoke(t *testing.T, ctx context.Context, dir string, k kubectl) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"run", "--no-color", "--procs=3", "--timeout=" + smokeTimeout.String(),
+	// -v: every spec's output and the suite's setup in the log, as a
+	// certification run's (conformance/run -certify) must have them.
+	args := []string{"run", "--no-color", "-v", "--procs=3", "--timeout=" + smokeTimeout.String(),
 		"--focus=" + e2especs.NamesFocus(names), e2e, "--"}
 	cmd := exec.CommandContext(ctx, ginkgo, append(args, e2especs.SuiteFlags(k.kubeconfig, k.bin, out)...)...)
 	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+progress)
@@ -175,6 +177,10 @@ func runSmoke(t *testing.T, ctx context.Context, dir string, k kubectl) {
 		}
 	}
 	t.Logf("conformance smoke: %d of %d specs passed in %v", passed, len(names), time.Since(start).Round(time.Second))
+	// The line a certification submission's log is checked for.
+	if v, _, err := e2especs.SuiteVersion(logPath); err != nil || !strings.HasPrefix(v, "v1.") {
+		t.Errorf("conformance smoke: the suite's version in its log: %q, %v", v, err)
+	}
 	if len(failed) > 0 || runErr != nil {
 		b, _ := os.ReadFile(logPath)
 		var events []string // the failed specs' namespaces' events (e2especs.SuiteFlags)

@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"text/template"
 
 	"go.yaml.in/yaml/v2"
 
+	"plinth.dev/plinth/internal/testutil/e2especs"
 	"plinth.dev/plinth/vmtest"
 )
 
@@ -45,10 +44,6 @@ const productName = "plinth"
 // repository's checks); product_logo_url is optional.
 var productFields = []string{"vendor", "name", "version", "type", "description", "website_url", "repo_url", "documentation_url"}
 
-// versionLine is the e2e log's line naming the suite's version, which
-// the conformance repository's checks read.
-var versionLine = regexp.MustCompile(`e2e test version: (v1\.[0-9]+)(\.[0-9]+)?\s*$`)
-
 // errNotSubmittable: the run does not qualify for a submission.
 var errNotSubmittable = errors.New("no certification submission")
 
@@ -75,9 +70,9 @@ func writeSubmission(out string, r submissionRun) (string, error) {
 	case r.plinthVersion == "":
 		return "", fmt.Errorf("%w: the image's version is unknown", errNotSubmittable)
 	}
-	kube, minor, err := suiteVersion(r.log)
+	kube, minor, err := e2especs.SuiteVersion(r.log)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", errNotSubmittable, err)
 	}
 	junit, err := os.ReadFile(r.junit)
 	if err != nil {
@@ -108,27 +103,6 @@ func writeSubmission(out string, r submissionRun) (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-// suiteVersion is the Kubernetes version the e2e log names (v1.37.2)
-// and its minor version (v1.37).
-func suiteVersion(log string) (version, minor string, err error) {
-	f, err := os.Open(log)
-	if err != nil {
-		return "", "", fmt.Errorf("%w: the e2e log: %v", errNotSubmittable, err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if m := versionLine.FindStringSubmatch(sc.Text()); m != nil {
-			return m[1] + m[2], m[1], nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", "", err
-	}
-	return "", "", fmt.Errorf("%w: the e2e log %s names no e2e test version", errNotSubmittable, log)
 }
 
 // productYAML is the template at path with version set, every required

@@ -7,11 +7,13 @@
 //	SuiteFlags ──► e2e.test -- …
 //	NAMES file ──ReadNames──► names ──NamesFocus──► ginkgo --focus
 //	e2e.test ──PLINTH_CONFORMANCE_PROGRESS──► progress.jsonl ──ReadProgress──► []Spec
+//	ginkgo -v's log ──SuiteVersion──► the suite's Kubernetes version
 package e2especs
 
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -101,4 +103,33 @@ func NamesFocus(names []string) string {
 		q[i] = regexp.QuoteMeta(n)
 	}
 	return " (" + strings.Join(q, "|") + ")$"
+}
+
+// versionLine is the line the suite logs before its first spec, which
+// the CNCF conformance repository's checks read from a submission's log.
+var versionLine = regexp.MustCompile(`e2e test version: (v1\.[0-9]+)(\.[0-9]+)?\s*$`)
+
+// ErrNoSuiteVersion: the log names no suite version (ginkgo shows the
+// suite's setup output only with -v).
+var ErrNoSuiteVersion = errors.New("the log names no e2e test version")
+
+// SuiteVersion is the Kubernetes version of the suite whose ginkgo log
+// is at path (v1.37.2) and its minor version (v1.37).
+func SuiteVersion(path string) (version, minor string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if m := versionLine.FindStringSubmatch(sc.Text()); m != nil {
+			return m[1] + m[2], m[1], nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", "", err
+	}
+	return "", "", fmt.Errorf("%s: %w", path, ErrNoSuiteVersion)
 }

@@ -1,6 +1,7 @@
 package e2especs
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,5 +48,17 @@ func TestSmokeNamesAreQuick(t *testing.T) {
 		if !slices.Contains(quick, n) {
 			t.Errorf("smoke.txt names %q, which quick.txt has not", n)
 		}
+	}
+}
+
+func TestSuiteVersion(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	os.WriteFile(p, []byte("Running Suite\n  I1207 12:00:01.000000 1 e2e.go:245] e2e test version: v1.37.2\nRan 1 of 2 Specs\n"), 0o644)
+	if v, minor, err := SuiteVersion(p); err != nil || v != "v1.37.2" || minor != "v1.37" {
+		t.Errorf("SuiteVersion = %q, %q, %v", v, minor, err)
+	}
+	os.WriteFile(p, []byte("Ran 1 of 2 Specs\nSUCCESS!\n"), 0o644)
+	if _, _, err := SuiteVersion(p); !errors.Is(err, ErrNoSuiteVersion) {
+		t.Errorf("a log without the version line: %v", err)
 	}
 }
