@@ -189,8 +189,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 			t.Parallel()
 			attackNode(t, ctx, k)
 			attackAsTenants(t, ctx, k, nodeIP(t, ctx, k, first))
+			checkEtcHosts := attackEtcHosts(t, ctx, k, first.ID(), second.ID())
 			attackTmpLink(t, ctx, k, first.ID())
-			attackEtcHosts(t, ctx, k, first.ID(), second.ID())
+			checkEtcHosts()
 		})
 		t.Run("metrics", func(t *testing.T) {
 			t.Parallel()

@@ -158,12 +158,18 @@ spec:
 // address of its own: the write fails (the file is the read-only
 // image's), and another pod reads only localhost there. The node finds
 // its etcd peers from a map of its own (platform/nodenames), which
-// TestCluster's members use.
-func attackEtcHosts(t *testing.T, ctx context.Context, k kubectl, node, other string) {
+// TestCluster's members use. It applies its pods and returns the check,
+// so that they start beside another attack's.
+func attackEtcHosts(t *testing.T, ctx context.Context, k kubectl, node, other string) (check func()) {
 	t.Helper()
 	volume := `{path: ` + layout.HostsFile + `, type: FileOrCreate}`
 	k.apply(t, ctx, hostPathPod("hosts-writer", node, volume, `write, /host, "10.66.66.66 `+other+`\n"`))
 	k.apply(t, ctx, hostPathPod("hosts-reader", node, volume, "cat, /host"))
+	return func() { checkEtcHostsAttack(t, ctx, k) }
+}
+
+func checkEtcHostsAttack(t *testing.T, ctx context.Context, k kubectl) {
+	t.Helper()
 	for name, want := range map[string]string{"hosts-writer": "Failed", "hosts-reader": "Succeeded"} {
 		k.until(t, ctx, 5*time.Minute, "pod "+name+" "+want, func(out string) bool { return out == want },
 			"get", "-n", "attack", "pod", name, "-o", "jsonpath={.status.phase}")
