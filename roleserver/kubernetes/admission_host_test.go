@@ -63,14 +63,15 @@ func checkAdmission(t *testing.T, ctx context.Context, kapi *owner.KubeAPI) {
 	hostPath := func(p string) string { return fmt.Sprintf(`,"volumes":[{"name":"h","hostPath":{"path":%q}}]`, p) }
 
 	for _, p := range []string{"/ephemeral/x", "/data", "//data", "/data/", "/./data", "/", "/var/run", "/var/run/x",
-		"/var/lib/kubelet", "/var/lib/kubelet/pods", "/var/lib", "/var", "/etc", "/etc/hosts", "/run/plinth/esp", "/proc/1",
+		"/var/lib/kubelet", "/var/lib/kubelet/pods", "/var/lib", "/var", "/etc", "/etc/hostname", "/etc/resolv.conf", "/run/plinth/esp", "/proc/1",
 		"/dev", "/sys/kernel", "/var/log", "/data/volumesx"} {
 		code, b, _ := pod("priv", hostPath(p), "")
 		if code != http.StatusForbidden || !strings.Contains(b, hostPathsPolicyName) || !strings.Contains(b, "node state or secrets") {
 			t.Errorf("a pod with host path %q in a privileged namespace: %d %s; want 403 from %s", p, code, b, hostPathsPolicyName)
 		}
 	}
-	for _, p := range []string{"/data/volumes", "/data/volumes/x", "//data/volumes/./y/", "/usr/share", "/database", "/lib/modules", "/tmp", "/tmp/job-e2e/x"} {
+	for _, p := range []string{"/data/volumes", "/data/volumes/x", "//data/volumes/./y/", "/usr/share", "/database", "/lib/modules", "/tmp", "/tmp/job-e2e/x",
+		"/etc/hosts"} {
 		if code, b, _ := pod("priv", hostPath(p), ""); code != http.StatusCreated {
 			t.Errorf("a pod with host path %q (not protected, or allow-listed below %v) in a privileged namespace: %d %s", p, testAdmissionAllowed, code, b)
 		}
