@@ -33,6 +33,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,6 +95,13 @@ func spin(stop <-chan os.Signal) int {
 		}
 	}
 }
+
+// The main goroutine keeps the main thread, the task /proc/self names:
+// the kernel lets only a task itself read some of its files
+// (timerslack_ns: another needs CAP_SYS_NICE), and Go would otherwise
+// run a read on whichever thread is free. Guarded by
+// TestKubernetesTwoNodes (the timer slack of a pod's process).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
