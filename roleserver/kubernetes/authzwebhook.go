@@ -31,24 +31,29 @@ import (
 // servers within a minute, though their certificates live on (the API
 // server checks no CRL):
 //
-//	--authorization-config=authorization.json
-//	  Webhook plinth-decommissioned   only for the per-node users (matchConditions):
-//	    https://127.0.0.1:10252        system:node:<id>, plinth:node-proxies:<id>,
-//	    (this controller, authzWebhook) plinth:local-volumes:<id>
-//	    ─► denied if <id> is decommissioned (the curator's store, every
-//	       decommissionCheck), no opinion otherwise or if it cannot answer
+//	--authorization-config=authorization.json (reloaded on change)
+//	  Webhook plinth-decommissioned   only while a node is decommissioned, and
+//	    https://127.0.0.1:10252        only for its users (matchConditions list
+//	    (this controller, authzWebhook) them): system:node:<id>,
+//	                                   plinth:node-proxies:<id>,
+//	                                   plinth:local-volumes:<id>
+//	    ─► denied (failurePolicy Deny: also when it cannot answer)
 //	  Node, RBAC                     as before
+//	authzWebhook reads the decommissioned nodes every decommissionCheck
+//	and rewrites authorization.json when they change.
 //
 // Why an authorizer and not a shorter certificate life: a worker's
 // certificates last KubeletValidity so that a node cut off from the
 // curator keeps running its pods; a decommission is the owner saying the
 // node is gone, and every API server applies it at once.
 //
-// Why no opinion when the webhook is down: it runs beside the API server
-// on the same node, and refusing every kubelet while it restarts would
-// stop the cluster's nodes; the denial is for nodes the owner retired,
-// which then wait one more check. Denials are cached for
-// authzDeniedTTL. Guarded by TestControlPlaneOnHost
+// Why the retired users are listed in the configuration rather than
+// every node user asked about: a webhook call is a round trip to
+// another process on every request of every kubelet. Under load it
+// was most of a kubelet request's time (a status patch's included),
+// and a timed-out call let the request through anyway. Now the API
+// server decides for serving nodes in process, and the webhook only
+// answers for nodes already retired. Guarded by TestControlPlaneOnHost
 // (checkDecommissionedIdentities).
 
 // Files of the authorization configuration, in the API server's
@@ -69,33 +74,56 @@ const (
 // its kubelet, its service components, its local volume provisioner.
 var nodeUserPrefixes = []string{"system:node:", pki.ProxyPrefix, pki.LocalVolumesPrefix}
 
-// authorizationFiles are the API server's authorization configuration:
-// the webhook (its certificate caPEM), then Node and RBAC.
-func authorizationFiles(dir string, caPEM []byte) files {
-	var match []string
-	for _, p := range nodeUserPrefixes {
-		match = append(match, "request.user.startsWith('"+p+"')")
+// authorizationConfig is the API server's authorization configuration:
+// with decommissioned nodes, the webhook for their users alone; then
+// Node and RBAC. The same set gives the same bytes (the API server
+// reloads on a change of them).
+func authorizationConfig(dir string, decommissioned []string) []byte {
+	var authorizers []any
+	if users := decommissionedUsers(decommissioned); len(users) > 0 {
+		quoted := make([]string, len(users))
+		for i, u := range users {
+			quoted[i] = strconv.Quote(u)
+		}
+		authorizers = append(authorizers, map[string]any{"type": "Webhook", "name": "plinth-decommissioned", "webhook": map[string]any{
+			"timeout":                    "3s",
+			"subjectAccessReviewVersion": "v1",
+			"matchConditionSubjectAccessReviewVersion": "v1",
+			"failurePolicy":   "Deny",
+			"authorizedTTL":   "1s",
+			"unauthorizedTTL": authzDeniedTTL.String(),
+			"connectionInfo":  map[string]any{"type": "KubeConfigFile", "kubeConfigFile": dir + "/" + fileAuthzWebhookConfig},
+			"matchConditions": []any{map[string]string{"expression": "request.user in [" + strings.Join(quoted, ", ") + "]"}},
+		}})
 	}
-	config := map[string]any{
-		"apiVersion": "apiserver.config.k8s.io/v1",
-		"kind":       "AuthorizationConfiguration",
-		"authorizers": []any{
-			map[string]any{"type": "Webhook", "name": "plinth-decommissioned", "webhook": map[string]any{
-				"timeout":                    "3s",
-				"subjectAccessReviewVersion": "v1",
-				"matchConditionSubjectAccessReviewVersion": "v1",
-				"failurePolicy":   "NoOpinion",
-				"authorizedTTL":   "1s",
-				"unauthorizedTTL": authzDeniedTTL.String(),
-				"connectionInfo":  map[string]any{"type": "KubeConfigFile", "kubeConfigFile": dir + "/" + fileAuthzWebhookConfig},
-				"matchConditions": []any{map[string]string{"expression": strings.Join(match, " || ")}},
-			}},
-			map[string]any{"type": "Node", "name": "node"},
-			map[string]any{"type": "RBAC", "name": "rbac"},
-		},
+	authorizers = append(authorizers,
+		map[string]any{"type": "Node", "name": "node"},
+		map[string]any{"type": "RBAC", "name": "rbac"})
+	return mustJSON(map[string]any{
+		"apiVersion":  "apiserver.config.k8s.io/v1",
+		"kind":        "AuthorizationConfiguration",
+		"authorizers": authorizers,
+	})
+}
+
+// decommissionedUsers are the users of the nodes ids, sorted.
+func decommissionedUsers(ids []string) []string {
+	var users []string
+	for _, id := range ids {
+		for _, p := range nodeUserPrefixes {
+			users = append(users, p+id)
+		}
 	}
+	slices.Sort(users)
+	return slices.Compact(users)
+}
+
+// authorizationFiles are the API server's authorization configuration
+// (decommissioned as last read) and the webhook's connection (its
+// certificate caPEM).
+func authorizationFiles(dir string, caPEM []byte, decommissioned []string) files {
 	return files{
-		fileAuthorization: mustJSON(config),
+		fileAuthorization: authorizationConfig(dir, decommissioned),
 		fileAuthzWebhookConfig: mustJSON(map[string]any{
 			"apiVersion": "v1", "kind": "Config",
 			"clusters": []any{map[string]any{"name": "webhook", "cluster": map[string]any{
@@ -138,14 +166,12 @@ func webhookCertificate() (tls.Certificate, []byte, error) {
 type decommissionedSet struct {
 	mu  sync.Mutex
 	ids []string
-	// read is when they were read (zero: never).
-	read time.Time
 }
 
 func (d *decommissionedSet) set(ids []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.ids, d.read = ids, time.Now()
+	d.ids = ids
 }
 
 // node is the node user names, if it is one of a decommissioned node's.
@@ -192,14 +218,18 @@ func (d *decommissionedSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authzWebhook is the runnable serving the webhook with cert, reading
-// the decommissioned nodes with decommissioned every interval.
-func authzWebhook(cert tls.Certificate, decommissioned func(context.Context) ([]string, error), interval time.Duration) supervisor.Runnable {
+// the decommissioned nodes with decommissioned every interval and
+// handing each new set to configure (which rewrites the API server's
+// authorization configuration); applied is the set the API server
+// started with.
+func authzWebhook(cert tls.Certificate, decommissioned func(context.Context) ([]string, error), interval time.Duration, applied []string, configure func([]string) error) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		lis, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(layout.KubernetesAuthzWebhookPort))
 		if err != nil {
 			return fmt.Errorf("authorization webhook: %w", err)
 		}
 		set := &decommissionedSet{}
+		set.set(applied)
 		srv := &http.Server{Handler: set, ReadHeaderTimeout: 10 * time.Second,
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}}
 		errc := make(chan error, 1)
@@ -207,12 +237,21 @@ func authzWebhook(cert tls.Certificate, decommissioned func(context.Context) ([]
 		defer srv.Close()
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		log := supervisor.Logger(ctx)
+		applied = decommissionedUsers(applied)
 		for {
 			if decommissioned != nil {
 				if ids, err := decommissioned(ctx); err != nil {
 					log.Warn("reading the decommissioned nodes (tried again later)", "err", err)
 				} else {
 					set.set(ids)
+					if users := decommissionedUsers(ids); !slices.Equal(users, applied) {
+						if err := configure(ids); err != nil {
+							log.Warn("writing the authorization configuration (tried again later)", "err", err)
+						} else {
+							applied = users
+							log.Info("authorization configuration: decommissioned nodes refused", "nodes", ids)
+						}
+					}
 				}
 			}
 			select {

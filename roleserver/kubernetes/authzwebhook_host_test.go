@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,9 @@ import (
 // certificates that live on, work until the node is decommissioned and
 // are refused for reads and writes within a minute after (the
 // authorization webhook, authzwebhook.go); another node's keep working.
+// The API server asks the webhook about the decommissioned node's users
+// alone: never while no node is decommissioned, never for a serving
+// node's (its metrics count the calls).
 // decommission adds nodes to the curator's list as the test's store
 // lists them.
 func checkDecommissionedIdentities(t *testing.T, ctx context.Context, p *pki.PKI, server string, node net.IP, api func(method, path, body string) (int, []byte), decommission func(ids ...string)) {
@@ -85,6 +89,9 @@ func checkDecommissionedIdentities(t *testing.T, ctx context.Context, p *pki.PKI
 			}
 		}
 	}
+	if n := webhookCalls(t, api); n != 0 {
+		t.Errorf("the API server asked the webhook %d times with no node decommissioned", n)
+	}
 	decommission(gone)
 	deadline := time.Now().Add(time.Minute)
 	for _, i := range goneIDs {
@@ -104,6 +111,10 @@ func checkDecommissionedIdentities(t *testing.T, ctx context.Context, p *pki.PKI
 			}
 		}
 	}
+	calls := webhookCalls(t, api)
+	if calls == 0 {
+		t.Error("the decommissioned node's users were refused without the webhook")
+	}
 	for _, i := range keptIDs {
 		if code, b := do(i.client, "GET", i.read, ""); code != http.StatusOK {
 			t.Errorf("%s of another node reads %s: %d %s", i.what, i.read, code, b)
@@ -114,4 +125,28 @@ func checkDecommissionedIdentities(t *testing.T, ctx context.Context, p *pki.PKI
 			}
 		}
 	}
+	if n := webhookCalls(t, api); n != calls {
+		t.Errorf("the API server asked the webhook %d times about a serving node's users", n-calls)
+	}
+}
+
+// webhookCalls is how many times the API server asked the authorization
+// webhook, from its metrics.
+func webhookCalls(t *testing.T, api func(method, path, body string) (int, []byte)) int {
+	t.Helper()
+	code, b := api("GET", "/metrics", "")
+	if code != http.StatusOK {
+		t.Fatalf("the API server's metrics: %d %s", code, b)
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "apiserver_authorization_webhook_duration_seconds_count{"); ok && strings.Contains(rest, `name="plinth-decommissioned"`) {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' ')+1:]), 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			n += int(v)
+		}
+	}
+	return n
 }

@@ -48,7 +48,8 @@ type Status struct {
 //	metrics-api                ── its APIService, Service and this node's endpoint
 //	rbac                       ── the roles Plinth's worker components need
 //	volumes                    ── decommissioned nodes' local volumes deleted (decommission.go)
-//	authz-webhook              ── 127.0.0.1:10252: decommissioned nodes' users denied (authzwebhook.go)
+//	authz-webhook              ── 127.0.0.1:10252: decommissioned nodes' users denied, the API server's
+//	                              authorization configuration kept naming them (authzwebhook.go)
 //
 // Each is a child runnable (a child process where it is a program), so
 // the supervisor restarts it with backoff and counts its crashes.
@@ -132,6 +133,10 @@ type controllerRun struct {
 	// webhook is the authorization webhook's serving certificate, which
 	// the API server's files trust (authzwebhook.go).
 	webhook tls.Certificate
+	// decommissioned are the nodes the API server's first authorization
+	// configuration refuses (read in prepare; the webhook keeps it
+	// current).
+	decommissioned []string
 	// apiserver, controllerManager, scheduler, metricsServer are each
 	// one's files, by name, written into its own directory as its own
 	// user.
@@ -156,8 +161,13 @@ func (c *Controller) prepare(ctx context.Context, kv client.Namespaced, admissio
 	if r.webhook, webhookCA, err = webhookCertificate(); err != nil {
 		return nil, err
 	}
+	if c.DecommissionedNodes != nil {
+		// Unread, the webhook's first check (within decommissionCheck)
+		// writes them.
+		r.decommissioned, _ = c.DecommissionedNodes(ctx)
+	}
 	api := apiserverFiles(r.creds, admission, r.secrets, ctl.APIServer.Path())
-	maps.Copy(api, authorizationFiles(ctl.APIServer.Path(), webhookCA))
+	maps.Copy(api, authorizationFiles(ctl.APIServer.Path(), webhookCA, r.decommissioned))
 	if r.apiserver, err = api.writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser)); err != nil {
 		return nil, err
 	}
@@ -187,7 +197,11 @@ func (r *controllerRun) startAPIServer(ctx context.Context) error {
 	}
 	served, ready := servedOnce(apiReady(apiServerLocalEndpoint, r.creds.CACertificate))
 	if err := runAll(ctx, []named{
-		{"authz-webhook", authzWebhook(r.webhook, c.DecommissionedNodes, cmp.Or(c.DecommissionPoll, decommissionCheck))},
+		{"authz-webhook", authzWebhook(r.webhook, c.DecommissionedNodes, cmp.Or(c.DecommissionPoll, decommissionCheck), r.decommissioned, func(ids []string) error {
+			dir := c.Root.Ephemeral.Kubernetes.Controller.APIServer.Path()
+			_, err := files{fileAuthorization: authorizationConfig(dir, ids)}.writeAs(dir, c.user(layout.APIServerUser))
+			return err
+		})},
 		{"etcd", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return c.Consensus.ServeKubernetes(ctx, etcdSock, apiUser)
