@@ -77,6 +77,7 @@ func core() int {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	fmt.Println("CORE NICE", niceOf("self"))
 	mode := os.Getenv("REAPER_TEST_CORE")
 	if mode == "wait-signal" {
 		sigs := make(chan os.Signal, 1)
@@ -88,6 +89,18 @@ func core() int {
 	}
 	code, _ := strconv.Atoi(strings.TrimPrefix(mode, "exit:"))
 	return code
+}
+
+// niceOf is the nice value of process pid's main thread ("self": this
+// one's), the 19th field of /proc/PID/stat.
+func niceOf(pid string) string {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return err.Error()
+	}
+	// The command (field 2) may hold spaces; the fields after it do not.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return fields[16]
 }
 
 func runPID1(t *testing.T, coreMode string, during func(p *os.Process, out *bytes.Buffer)) (string, syscall.WaitStatus) {
@@ -181,4 +194,14 @@ func TestSignalForwardedToCore(t *testing.T) {
 		t.Errorf("SIGTERM to PID 1 was not forwarded to the core:\n%s", out)
 	}
 	checkEnd(t, out, ws, syscall.SIGINT, "core finished, powering off")
+}
+
+// TestCorePriority: the core runs above the default priority (CoreNice),
+// from its first thread on.
+func TestCorePriority(t *testing.T) {
+	out, ws := runPID1(t, "exit:0", nil)
+	checkEnd(t, out, ws, syscall.SIGINT, "core finished, powering off")
+	if want := fmt.Sprintf("CORE NICE %d\n", CoreNice); !strings.Contains(out, want) {
+		t.Errorf("the core's priority: want %q in\n%s", want, out)
+	}
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"plinth.dev/plinth/platform/logtree"
 )
 
@@ -225,7 +227,16 @@ func setPID(ctx context.Context, pid int) {
 // it wrote ended (TestKubernetesTwoNodes, 2026-12-06).
 func startChild(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
-	spawnerThread() <- func() { errc <- cmd.Start() }
+	spawnerThread() <- func() {
+		// A child inherits its parent thread's nice value: the core runs
+		// above the default (reaper.CoreNice), its children at it.
+		// Guarded by TestChildPriority.
+		if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 0); err != nil {
+			errc <- fmt.Errorf("the default priority for children: %w", err)
+			return
+		}
+		errc <- cmd.Start()
+	}
 	return <-errc
 }
 

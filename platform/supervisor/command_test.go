@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"plinth.dev/plinth/internal/testutil/cgrouptest"
 	"plinth.dev/plinth/platform/logtree"
 )
@@ -179,6 +181,34 @@ func TestRunCommandCgroup(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("the process's cgroup (v2): %q, want %q", got, want)
+	}
+}
+
+// TestChildPriority: a child starts at the default priority (nice 0)
+// though every thread of its parent runs above it, as the core's do
+// (reaper.CoreNice).
+func TestChildPriority(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("needs root (make unit runs as root) to raise a priority")
+	}
+	renice := func(nice int) {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range tasks {
+			tid, _ := strconv.Atoi(task.Name())
+			_ = unix.Setpriority(unix.PRIO_PROCESS, tid, nice)
+		}
+	}
+	renice(-5)
+	t.Cleanup(func() { renice(0) })
+	lt, errs := runOnce(t, map[string]Command{"nice": {Path: "/bin/sh", Args: []string{"-c", `cut -d" " -f19 /proc/self/stat`}}})
+	if err := errs["nice"]; err != nil {
+		t.Fatal(err)
+	}
+	if out := lt.Read("root.nice"+logtree.ProcessOutputSuffix, 0); len(out) != 1 || out[0].Message != "0" {
+		t.Errorf("the child's nice value: %v, want 0", out)
 	}
 }
 
