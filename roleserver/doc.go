@@ -22,6 +22,7 @@
 //	        ├── heartbeat   every curator.HeartbeatInterval; an answer is
 //	        │               due within two intervals, else reconnect
 //	        ├── hosts       node ID → address into Config.Names (+ cache)
+//	        ├── policyfetch the cluster policy: registries, release keys
 //	        └── kubernetes  controller and worker by the Kubernetes roles
 //	   nodemgmt: NodeManagement on :7836 (Logs, Status, Reboot, PowerOff,
 //	             Update: streamed into Config.Updates, platform/update)

@@ -39,8 +39,10 @@ const volumeKeyInfo = "plinth data volume v1 "
 // Why:
 //   - The NUK is sealed in the TPM; on worker nodes the CUK is held by the
 //     cluster, so a stolen disk together with its TPM is still unreadable
-//     without the cluster. Consensus members (and a node before a cluster
-//     exists) pass a nil CUK. Both keys have a fixed length, so the
+//     without the cluster. A consensus member keeps its CUK sealed in its
+//     own join state too (it must open its disk when no other member
+//     answers); the bootstrap node, set up before any cluster exists,
+//     passes a nil CUK. Both keys have a fixed length, so the
 //     concatenation is unambiguous: no (NUK, CUK) pair can produce the IKM
 //     of another. Whether a CUK is mixed in is fixed when the partition is
 //     set up, and the header's KeyPolicy records it.

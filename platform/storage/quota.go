@@ -12,8 +12,9 @@ import (
 // Project quotas on the data volume: a directory tree tagged with a
 // project ID is limited to that project's quota, whoever writes in it
 // (ext4's quota feature with prjquota, set at mkfs; XFS's prjquota mount
-// option). They are what bounds a local volume, so that a pod that fills
-// its volume gets ENOSPC while the node's own state on /data keeps room.
+// option). Local volumes were such directories before each became a
+// filesystem of its own (platform/volumefs); the provisioner still reads
+// and clears them when it removes a volume of that kind.
 //
 // Why quotactl(2) and no quota tools: the generic commands work alike on
 // ext4 and XFS (Q_GETINFO, Q_SETQUOTA), and the node carries no

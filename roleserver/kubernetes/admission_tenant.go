@@ -34,7 +34,7 @@ import (
 // owner's group changes with its epoch, cluster-admin (the owner) and
 // system:masters (Plinth's controller) pass it, and the owner may
 // delegate it with RBAC. Guarded by TestControlPlaneOnHost
-// (checkTenantAdmission) and TestKubernetesTwoNodes (attackCluster).
+// (checkTenantAdmission) and TestKubernetesTwoNodes (attackAsTenants).
 
 // The virtual resource whose "use" (a looser level) and "pin" (an
 // enforce-version other than latest) verbs the namespace label policy

@@ -36,7 +36,7 @@ const (
 // (consensus ServeKubernetes), so the API server never sees the curator's
 // keys. Authorization is the decommissioned nodes' webhook, Node and
 // RBAC; the kubelet's serving certificate is verified against the
-// Kubernetes CA.
+// kubelet serving CA.
 func apiserverArgs(f map[string]string, advertise net.IP, etcdSocket string) []string {
 	args := []string{
 		"apiserver",

@@ -94,8 +94,8 @@ func netdArgs(kubeconfig, node, cniConfDir, ipamDir string, podCIDR *net.IPNet) 
 //	registries  the policy's mirrors, CAs and credentials for pulls (registries.go)
 //	netpol      NetworkPolicy for this node's pods (kube network-policies: nftables)
 //	volumes     the local volume provisioner (kube local-volumes): the
-//	            node's PersistentVolumes, each a directory of
-//	            layout.LocalVolumesDir with its own project quota
+//	            node's PersistentVolumes, each a filesystem of its own
+//	            (platform/volumefs) below layout.LocalVolumesDir
 //
 // Nothing here ever deletes /data/containerd or the kubelet's state: a
 // worker that cannot reach a controller retries (its runnables back off)
