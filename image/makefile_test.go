@@ -10,9 +10,8 @@ import (
 
 // TestMakeRebuildsOnImportedPackages: make rebuilds a binary when a file
 // of any package of this module it imports changes, not only its own
-// directory (scripts/godeps). Until 2026-12-06 kube watched only
-// cmd/kube, and the NetworkPolicy enforcer's fix in
-// roleserver/kubernetes/netpol never reached a local image. Each case
+// directory (scripts/godeps): a change in roleserver/kubernetes/netpol
+// must reach the kube binary, not only one in cmd/kube. Each case
 // asks `make -n` what it would do with fresh binaries and stamps under a
 // temporary OUT and one file taken as changed (-W).
 func TestMakeRebuildsOnImportedPackages(t *testing.T) {

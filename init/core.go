@@ -276,17 +276,12 @@ func setupCgroups() (string, error) {
 	//
 	// The core above the runtime: while pods start, the runtime's many
 	// threads (a shim per pod, crun, CNI plugins) would otherwise take the
-	// vCPUs the API server and etcd need (measured: 100 pods on two 4 GiB
-	// TCG nodes, the replication controller reported them after 168 s and
-	// the controller manager lost its lease; with the runtime in a cgroup
-	// of its own at a fifth of the core's weight, after 45 s, no lease
-	// lost). Not far above: beside a busy control plane a controller's
-	// runtime at a fifth of the CPU (four or five times less weight than
-	// the core) pulled a 23 MB image in over four minutes, started pods
-	// in up to four, and its kubelet did not answer metrics-server's
-	// scrapes within their 13 s. The runtime above the pods: below them
-	// (weight 20), an image pull beside three spinning pods took 3 min
-	// 45 s where it took 16 s on the idle node.
+	// vCPUs the API server and etcd need (100 pods under TCG: reported in
+	// a quarter of the time, no controller lease lost). Not far above: at
+	// a fifth of the core's weight a busy controller's runtime pulled a
+	// small image in minutes and its kubelet missed metrics scrapes. The
+	// runtime above the pods: below them, an image pull beside three
+	// spinning pods took over ten times as long as on an idle node.
 	if err := os.WriteFile(filepath.Join(leaf, "cpu.weight"), []byte(strconv.Itoa(coreCPUWeight)), 0); err != nil {
 		return "", fmt.Errorf("core cgroup: %w", err)
 	}

@@ -22,7 +22,7 @@ import (
 const failoverBound = 90 * time.Second
 
 // failover cuts the power of the curator leader of c, three voting
-// members, as a user did in the issue that brought keepalives:
+// members, as a power cut does:
 //   - the curator leader's QEMU is killed (no shutdown, no FIN: its
 //     packets just stop): within failoverBound `plinthctl nodes list`
 //     shows both survivors HEALTHY at a new leader (heartbeats since that

@@ -461,7 +461,7 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 
 // updateWorker activates the update of Kubernetes worker n of c to next
 // that stageUpdate staged, with `plinthctl update NODE -activate` draining it
-// through other's API server, and checks what the issue asks of a
+// through other's API server, and checks what an operator expects of a
 // worker's update: its pods are evicted before it reboots (pod b is
 // gone; the mover Deployment's pod, applied with the test's other
 // workloads, ran on n, which it preferred, and moves to other, which it

@@ -117,7 +117,7 @@ func failedRollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plin
 
 // rollingUpdate updates every node of c to img with `plinthctl update
 // -all` while a clusterWriter keeps writing through the cluster's
-// Management API, and checks what the issue asks of a rolling update:
+// Management API, and checks what an operator expects of a rolling update:
 //   - every node ends on img's version in slot b, HEALTHY, an etcd voter,
 //     with no update pending;
 //   - no write was lost: every acknowledged write read back as written,

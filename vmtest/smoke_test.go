@@ -39,12 +39,10 @@ import (
 // list names images no conformance spec uses, which the registry does not
 // serve): a spec waits five minutes for its pod, pull included.
 //
-// The smoke runs alone, before the test's workloads. Beside them and the
-// checks (as it did until 2026-12-05) the two TCG nodes had more to do
-// than the host's two cores: pods took two minutes to start, a trivial
-// GET took the API server seconds (its etcd reads averaged a third of a
-// second), and the smoke took 10 min 41 s in one rehearsal and had not
-// finished its first spec after 10 minutes in the next run.
+// The smoke runs alone, before the test's workloads: beside them and the
+// checks, the two TCG nodes have more to do than the host's two cores
+// (pods take minutes to start, a trivial GET seconds), and the smoke
+// takes twice as long or does not finish.
 
 // smokeTimeout bounds the smoke's ginkgo run.
 const smokeTimeout = 15 * time.Minute

@@ -54,13 +54,10 @@ const (
 // collector's serial specs ask for 100, half of them on the controller),
 // and pods cost their node memory outside their own cgroups too (their
 // containerd shims: 100 pods on one node, 0.8 GiB in the pods' cgroups
-// and 1.9 GiB in the node's system cgroup). Measured 2026-12-04: 100
-// idle pods on two 2 GiB nodes left the controller 337 MiB available,
-// its Kubernetes programs' pages were evicted and read again, the
-// controller manager and the scheduler lost their leases, and the
-// replication controller reported its 100 pods after 493 s; on two 4 GiB
-// nodes after 168 s (the controller's working set 1.7 GiB, no lease lost
-// by the controller manager).
+// and 1.9 GiB in the node's system cgroup). On 2 GiB nodes 100 idle pods
+// left the controller so little memory that its programs' pages were
+// evicted and its controllers lost their leases; on 4 GiB nodes the
+// replication controller reported them in a third of the time.
 const conformanceMemoryMiB = 4096
 
 type runCmd struct {

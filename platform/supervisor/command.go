@@ -222,9 +222,8 @@ func setPID(ctx context.Context, pid int) {
 // the OS thread that forked it, not the process: the runtime ends the
 // thread of a goroutine that exits locked to it (runtime.LockOSThread, as
 // sysimage.Verify's paced reader does), and any child that thread had
-// forked for another goroutine would get SIGKILL with it. A worker's
-// kubelet died so, under TCG, the moment an update's check of the slot
-// it wrote ended (TestKubernetesTwoNodes, 2026-12-06).
+// forked for another goroutine would get SIGKILL with it. Guarded by
+// TestChildOutlivesItsStartersThread.
 func startChild(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	spawnerThread() <- func() {

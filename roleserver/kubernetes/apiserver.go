@@ -219,23 +219,16 @@ const apiServerCompactionInterval = 365 * 24 * time.Hour
 // within the renew deadline exits, and is restarted: a whole start, which
 // then waits out its predecessor's lease. Each renewal request times out
 // after half the renew deadline (client-go's resourcelock), so two
-// answers slower than that in a row lose the lease. On a busy machine —
-// every component starting at once, or a VM without hardware
-// virtualisation — the API server's answers take that long: during a
-// conformance run on two TCG nodes (2026-12-03) 17 of 708 lease updates
-// took over 10 s and 2 over 20 s, and with 30 s, 20 s, 4 s the controller
-// manager lost its lease twice and the scheduler three times in 25
-// minutes; each loss stops every controller for a minute or more
-// (namespaces without their default service account, a garbage
-// collector that rebuilds its graph). A renew deadline of 40 s needs two
-// answers slower than 20 s in a row. The price: a dead leader's successor
-// takes over after up to 60 s, and so does a restarted one. The retry
-// period is how often the leader renews, and each renewal is a write
-// through the API server into etcd that every lease watcher is sent:
-// renewing every 10 s instead of 4 leaves the renew deadline room for
-// four tries and took an idle one-node cluster's host CPU under TCG from
-// 0.79 to 0.74 of a core (side by side, 2026-12-05); a successor notices
-// an expired lease up to 10 s later.
+// answers slower than that in a row lose the lease. On a busy machine
+// (every component starting at once, a VM without hardware
+// virtualisation) the API server's answers take that long: in a
+// conformance run on two TCG nodes 17 of 708 lease updates took over
+// 10 s, and each loss stops every controller for a minute or more. A
+// renew deadline of 40 s needs two answers slower than 20 s in a row;
+// the price is a successor that takes over after up to 60 s. Renewing
+// every 10 s instead of 4 (each renewal is an etcd write sent to every
+// lease watcher) leaves room for four tries and costs an idle node less
+// CPU; a successor notices an expired lease up to 10 s later.
 var leaderElection = struct{ lease, renew, retry time.Duration }{60 * time.Second, 40 * time.Second, 10 * time.Second}
 
 // leaderElectionArgs are the controller manager's and scheduler's leader

@@ -97,12 +97,10 @@ func kubeReserved(p kubeletParams) map[string]string {
 // The kubelet weighs the pods' cgroup by what is left (init's
 // setupCgroups), so that the pods on a busy controller yield CPU to the
 // API server and etcd, and the scheduler counts requests against it.
-// Measured 2026-12-06 under TCG, 2 vCPUs: while the garbage collector's
-// spec started 100 pods, half of them on the controller, its API server,
-// core (etcd), controller manager and scheduler used 0.9 of its two
-// vCPUs; with this the API server's requests took a third less (README,
-// Conformance). The scheduler still spread that spec's pods half and
-// half: its default topology spreading outweighs the free CPU.
+// Under TCG, with 2 vCPUs, a controller's control plane used 0.9 of them
+// while 50 pods started beside it; with this its API server's requests
+// took a third less time. The scheduler still spreads pods half and half:
+// its default topology spreading outweighs the free CPU.
 func controlPlaneCPU(cpus int) int {
 	return min(cpus*500, 2000)
 }
