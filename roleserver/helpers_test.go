@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/internal/testutil/poll"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/nodenames"
 	"plinth.dev/plinth/platform/pki"
@@ -165,19 +166,8 @@ func (n *testNode) nodeMgmtAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.knobs.nodeMgmtPort))
 }
 
-// eventually retries fn until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = fn(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-}
+// eventually is poll.Until.
+var eventually = poll.Until
 
 func logContains(lt *logtree.Tree, dnSuffix, msg string) bool {
 	for _, e := range lt.Read("", 0) {

@@ -64,7 +64,7 @@ func TestClusterMatch(t *testing.T) {
 func TestClusterNodeLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*bootTimeout)
 	defer cancel()
-	c, err := newCluster(ctx, ClusterOptions{Nodes: 1, SpareSlots: 1, Image: testImage(t), Dir: TestDir(t),
+	c, err := newCluster(ctx, ClusterOptions{Nodes: 1, SpareSlots: 1, Image: testImage(t), Dir: testDir(t),
 		DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	ctl := buildPlinthctl(t)
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: testDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}

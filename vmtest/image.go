@@ -126,3 +126,23 @@ func (i *Image) FlashDisk(disk string, size int64, params string) error {
 	}
 	return image.WriteDisk(context.Background(), image.WriteDiskConfig{ImageDir: i.Dir, Parameters: raw, Target: disk, Size: size})
 }
+
+// repoRoot walks up from the working directory to the directory holding
+// go.mod; `go test` runs in the package directory, so this finds the
+// checkout the test belongs to.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -44,7 +44,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	img := testImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	dir := TestDir(t)
+	dir := testDir(t)
 	reg, digest := startPullRegistry(t)
 	regLog, err := os.Create(filepath.Join(dir, "registry.log"))
 	if err != nil {

@@ -20,7 +20,7 @@ func TestNetBoot(t *testing.T) {
 	parallel(t, 130*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: TestDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}, NetBoot: true})
+	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: testDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}, NetBoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}

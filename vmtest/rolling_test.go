@@ -35,7 +35,7 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	defer cancel()
 	ctl := buildPlinthctl(t)
 	next := nextImage(t)
-	dir := TestDir(t)
+	dir := testDir(t)
 	c := launchMembers(t, ctx, ctl, ClusterOptions{Image: testImage(t), Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
 	defer c.Close()
 	nodes := c.Nodes()

@@ -35,7 +35,7 @@ func TestRunFirstMinutes(t *testing.T) {
 	k := newKubectl(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	dir := TestDir(t)
+	dir := testDir(t)
 	state := filepath.Join(dir, "state")
 	ports := freePorts(t, 3)
 	args := []string{"run", "-image", img.Dir, "-state", state,

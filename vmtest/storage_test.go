@@ -29,7 +29,7 @@ type machine struct {
 
 func newMachine(t *testing.T, p *nodepb.Parameters) *machine {
 	t.Helper()
-	return newMachineIn(t, TestDir(t), p)
+	return newMachineIn(t, testDir(t), p)
 }
 
 // newMachineIn keeps the machine's disk, TPM and logs in dir (tests with
@@ -70,7 +70,7 @@ func (m *machine) boot(t *testing.T, ctx context.Context, name string, mutate ..
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return LaunchT(t, ctx, o)
+	return launchT(t, ctx, o)
 }
 
 func powerOff(t *testing.T, ctx context.Context, n *Node) {

@@ -26,7 +26,7 @@ func TestNodesShareL2Network(t *testing.T) {
 	}
 	defer sw.Close()
 
-	base := TestDir(t)
+	base := testDir(t)
 	addrs := map[string]bool{}
 	for _, name := range []string{"a", "b"} {
 		args, err := sw.Port(name)

@@ -57,7 +57,7 @@ func TestUpdate(t *testing.T) {
 	if x.Manifest.Version == y.Manifest.Version || x.Manifest.Verity.RootHash == y.Manifest.Verity.RootHash {
 		t.Fatalf("the next image is not another version: %s and %s", x.Manifest.Version, y.Manifest.Version)
 	}
-	dir := TestDir(t)
+	dir := testDir(t)
 	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: x, Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
 	if err != nil {
 		t.Fatal(err)

@@ -90,7 +90,7 @@ func TestBareBoot(t *testing.T) {
 	defer cancel()
 	var console bytes.Buffer
 	start := time.Now()
-	n := LaunchT(t, ctx, NodeOptions{
+	n := launchT(t, ctx, NodeOptions{
 		Kernel:        kernel,
 		Initramfs:     initrd,
 		Cmdline:       "console=ttyS0 panic=-1",
@@ -170,7 +170,7 @@ func TestQMPAndKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// SeaBIOS prints nothing on the serial port.
-	n := LaunchT(t, ctx, NodeOptions{NoTPM: true, NoNetwork: true, MemoryMiB: 128, CPUs: 1, SilentStart: -1})
+	n := launchT(t, ctx, NodeOptions{NoTPM: true, NoNetwork: true, MemoryMiB: 128, CPUs: 1, SilentStart: -1})
 	ret, err := n.qmp(ctx, "query-status", nil)
 	if err != nil || !bytes.Contains(ret, []byte(`"status"`)) {
 		t.Fatalf("query-status: %s %v", ret, err)
@@ -210,7 +210,7 @@ func TestQMPAndKill(t *testing.T) {
 func TestSilentStartLaunchedAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := TestDir(t)
+	dir := testDir(t)
 	var progress bytes.Buffer
 	n, err := Launch(ctx, NodeOptions{
 		Name: "silent", WorkDir: dir, NoNetwork: true, MemoryMiB: 128, CPUs: 1,

@@ -18,7 +18,7 @@ import (
 // in this very process, through function calls: no socket anyone else
 // could connect to (etcd's keyspace holds the cluster CA key and the
 // unlock keys). Tests may build one on a real client instead
-// (TestServiceHandle).
+// (serviceHandleOf, in the tests).
 //
 // KV, Cluster and Maintenance are shared. Watchers and Leases are made
 // per consumer: the namespaced wrappers forward Close to what they wrap,
@@ -65,25 +65,6 @@ func newServerBackend(s *etcdserver.EtcdServer) *backend {
 		},
 		done:   c.Ctx().Done(),
 		closer: c.Close,
-	}
-}
-
-// newClientBackend uses a real client, which stays the caller's: closing
-// the backend does not close it.
-func newClientBackend(cl *clientv3.Client) *backend {
-	ep := ""
-	if eps := cl.Endpoints(); len(eps) > 0 {
-		ep = eps[0]
-	}
-	return &backend{
-		KV:             cl.KV,
-		Cluster:        cl.Cluster,
-		Maintenance:    cl.Maintenance,
-		newWatcher:     func() clientv3.Watcher { return clientv3.NewWatcher(cl) },
-		newLease:       func() clientv3.Lease { return clientv3.NewLease(cl) },
-		statusEndpoint: ep,
-		done:           cl.Ctx().Done(),
-		closer:         func() error { return nil },
 	}
 }
 

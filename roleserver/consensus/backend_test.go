@@ -27,7 +27,7 @@ func dialEtcd(ctx context.Context, endpoint string) error {
 }
 
 // bareEtcd starts a plain etcd on a unix socket, as the users of
-// TestServiceHandle (other packages' tests) have, and returns a client of
+// serviceHandleOf have, and returns a client of
 // it.
 func bareEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
@@ -72,7 +72,7 @@ func bareEtcd(t *testing.T) *clientv3.Client {
 func TestServiceHandleBareClient(t *testing.T) {
 	ctx := ctxTimeout(t, time.Minute)
 	cl := bareEtcd(t)
-	w := TestServiceHandle(t, cl).Watch()
+	w := serviceHandleOf(t, cl).Watch()
 	st, err := w.Get(ctx, FilterRunning)
 	w.Close()
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/internal/testutil/poll"
 	"plinth.dev/plinth/platform/logtree"
 	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/localstorage"
@@ -176,21 +177,8 @@ func ctxTimeout(tb testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// eventually retries f until it succeeds or timeout passes.
-func eventually(tb testing.TB, timeout time.Duration, what string, f func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// eventually is poll.Until.
+var eventually = poll.Until
 
 // hashTree hashes every path, mode and file content below dir.
 func hashTree(tb testing.TB, dir string) string {

@@ -11,14 +11,12 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"testing"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"plinth.dev/plinth/platform/event"
-	"plinth.dev/plinth/platform/event/memory"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/consensus/client"
 )
@@ -414,27 +412,3 @@ type ServiceHandle interface {
 }
 
 var _ ServiceHandle = (*Service)(nil)
-
-type testServiceHandle struct {
-	value memory.Value[*Status]
-}
-
-func (h *testServiceHandle) Watch() event.Watcher[*Status] { return h.value.Watch() }
-
-// TestServiceHandle builds a somewhat functioning ServiceHandle from a bare
-// etcd connection (a real one: clientv3.New, not an in-process v3client,
-// as its namespaced clients need gRPC connections for their watches and
-// leases), effectively creating a fake Consensus service. This must
-// only be used in test code to perform dependency injection of a etcd client
-// into code which expects a Consensus service instance, eg. for testing the
-// Curator.
-//
-// The 'somewhat functioning' description above should serve as a hint to the
-// API stability and backwards/forwards compatibility of this function: there
-// is none.
-func TestServiceHandle(t *testing.T, cl *clientv3.Client) ServiceHandle {
-	t.Helper()
-	h := &testServiceHandle{}
-	h.value.Set(&Status{running: true, be: newClientBackend(cl)})
-	return h
-}

@@ -2,7 +2,6 @@ package vmtest
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,12 +13,12 @@ import (
 // contain '/' and arbitrary text.
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
-// TestDir returns a per-test directory under $PLINTH_VMTEST_DIR (default:
+// testDir returns a per-test directory under $PLINTH_VMTEST_DIR (default:
 // <repo>/out/vmtest) named after t.Name(), emptied at start. A passing
 // test's directory is removed; a failing test's is kept and its path
 // logged, because the console log is usually the only clue to what the
 // guest did. PLINTH_VMTEST_KEEP=1 keeps every test's directory.
-func TestDir(t *testing.T) string {
+func testDir(t *testing.T) string {
 	t.Helper()
 	base, err := FromEnv("PLINTH_VMTEST_DIR", "vmtest")
 	if err != nil {
@@ -47,34 +46,14 @@ func TestDir(t *testing.T) string {
 	return dir
 }
 
-// repoRoot walks up from the working directory to the directory holding
-// go.mod; `go test` runs in the package directory, so this finds the
-// checkout the test belongs to.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// LaunchT launches a node for the duration of t, failing t if it cannot.
-// An empty WorkDir defaults to TestDir(t) and an empty Name to t.Name().
+// launchT launches a node for the duration of t, failing t if it cannot.
+// An empty WorkDir defaults to testDir(t) and an empty Name to t.Name().
 // If t fails, the console tail is logged at cleanup so that CI output
 // shows what the guest was doing without fetching artifacts.
-func LaunchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
+func launchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
 	t.Helper()
 	if o.WorkDir == "" {
-		o.WorkDir = TestDir(t)
+		o.WorkDir = testDir(t)
 	}
 	if o.Name == "" {
 		o.Name = t.Name()
