@@ -162,150 +162,172 @@ func TestCluster(t *testing.T) {
 	}
 	defer c.Close()
 	first := c.Nodes()[0]
+	// Set by one step, used by the later ones.
+	var (
+		second    *ClusterNode
+		twoVoters func(r *clusterpb.Node) bool
+	)
 
-	// The owner's CLI from scratch: only the owner key in a new config dir.
-	cfg := filepath.Join(t.TempDir(), "owner")
-	if err := os.MkdirAll(cfg, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	key, err := os.ReadFile(filepath.Join(c.OwnerDir(), owner.KeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfg, owner.KeyFile), key, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Log(ctl.run(t, "takeownership", "-config", cfg, "-endpoint", c.CuratorEndpoint(first)))
-	var listed []*clusterpb.Node
-	ctl.runJSON(t, &listed, "nodes", "list", "-config", cfg, "-o", "json")
-	if len(listed) != 1 || listed[0].GetId() != first.ID() || listed[0].GetHealth() != clusterpb.NodeHealth_NODE_HEALTH_HEALTHY ||
-		listed[0].GetStatus().GetAddresses()[0] != first.Addr.String() ||
-		listed[0].GetConsensusMembership() != clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER {
-		t.Fatalf("plinthctl nodes list: %v", listed)
-	}
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
-
-	// A power cut while it waits for approval: it comes back as the same
-	// node (its keys are sealed in its disk header), not as a second one.
-	second, err := c.AddNode(ctx, PowerCutBeforeApproval())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What a node does before it is approved only its console says: a
-	// NEW node has no credentials for an API the owner could ask.
-	mustLine(t, ctx, second.VM(), `I root.enrolment: registered: waiting for the owner to approve this node`)
-	lines := 0
-	err = c.Client().Logs(ctx, second.ID(), &clusterpb.LogsRequest{Recursive: true, Backlog: -1}, func(*clusterpb.LogEntry) error {
-		lines++
-		return nil
+	step(t, "take-ownership", func(t *testing.T) {
+		// The owner's CLI from scratch: only the owner key in a new config dir.
+		cfg := filepath.Join(t.TempDir(), "owner")
+		if err := os.MkdirAll(cfg, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		key, err := os.ReadFile(filepath.Join(c.OwnerDir(), owner.KeyFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg, owner.KeyFile), key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Log(ctl.run(t, "takeownership", "-config", cfg, "-endpoint", c.CuratorEndpoint(first)))
+		var listed []*clusterpb.Node
+		ctl.runJSON(t, &listed, "nodes", "list", "-config", cfg, "-o", "json")
+		if len(listed) != 1 || listed[0].GetId() != first.ID() || listed[0].GetHealth() != clusterpb.NodeHealth_NODE_HEALTH_HEALTHY ||
+			listed[0].GetStatus().GetAddresses()[0] != first.Addr.String() ||
+			listed[0].GetConsensusMembership() != clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER {
+			t.Fatalf("plinthctl nodes list: %v", listed)
+		}
+		t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
 	})
-	if err != nil || lines == 0 {
-		t.Fatalf("logs of %s: %d entries, %v", second.ID(), lines, err)
-	}
 
-	// A worker's volume key needs the cluster: it rejoins with its sealed
-	// join key and gets the cluster unlock key from the curator.
-	rebootAndWait(t, ctx, c, second, 2, upAndHealthy)
-	// How a node came by its cluster unlock key (from the curator, or
-	// sealed locally) is in no API: enrolment says it on the console.
-	mustLine(t, ctx, second.VM(), `I root.enrolment: cluster unlock key received`)
-
-	t.Log(ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "consensus-member"))
-	twoVoters := func(r *clusterpb.Node) bool {
-		return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
-	}
-	if _, err := c.waitNode(ctx, second, "promoted to etcd voter", twoVoters); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.waitNode(ctx, first, "still an etcd voter", twoVoters); err != nil {
-		t.Fatal(err)
-	}
-	// Enrolment's, like the key received above: on the console only.
-	mustLine(t, ctx, second.VM(), `consensus member: cluster unlock key now sealed locally`)
-	t.Log(ctl.run(t, "nodes", "list", "-config", c.OwnerDir()))
-
-	// A consensus member opens its volume without asking the cluster.
-	rebootAndWait(t, ctx, c, second, 3, twoVoters)
-	// Which key opened the volume: on the console only (see above).
-	mustLine(t, ctx, second.VM(), `I root.enrolment: consensus member: the cluster unlock key is sealed locally`)
-
-	// Cold start: the whole cluster goes down and comes back with no
-	// curator anywhere to ask — each member opens its disk on its own
-	// sealed keys and etcd finds its peers through the cached node map.
-	for _, n := range []*ClusterNode{first, second} {
-		if err := c.StopNode(ctx, n, time.Minute); err != nil {
+	step(t, "power-cut-before-approval", func(t *testing.T) {
+		// A power cut while it waits for approval: it comes back as the same
+		// node (its keys are sealed in its disk header), not as a second one.
+		var err error
+		second, err = c.AddNode(ctx, PowerCutBeforeApproval())
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, n := range []*ClusterNode{first, second} {
-		if err := c.StartNode(ctx, n); err != nil {
+		// What a node does before it is approved only its console says: a
+		// NEW node has no credentials for an API the owner could ask.
+		mustLine(t, ctx, second.VM(), `I root.enrolment: registered: waiting for the owner to approve this node`)
+		lines := 0
+		err = c.Client().Logs(ctx, second.ID(), &clusterpb.LogsRequest{Recursive: true, Backlog: -1}, func(*clusterpb.LogEntry) error {
+			lines++
+			return nil
+		})
+		if err != nil || lines == 0 {
+			t.Fatalf("logs of %s: %d entries, %v", second.ID(), lines, err)
+		}
+	})
+
+	step(t, "worker-rejoin", func(t *testing.T) {
+		// A worker's volume key needs the cluster: it rejoins with its sealed
+		// join key and gets the cluster unlock key from the curator.
+		rebootAndWait(t, ctx, c, second, 2, upAndHealthy)
+		// How a node came by its cluster unlock key (from the curator, or
+		// sealed locally) is in no API: enrolment says it on the console.
+		mustLine(t, ctx, second.VM(), `I root.enrolment: cluster unlock key received`)
+	})
+
+	step(t, "add-consensus-member", func(t *testing.T) {
+		t.Log(ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "consensus-member"))
+		twoVoters = func(r *clusterpb.Node) bool {
+			return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
+		}
+		if _, err := c.waitNode(ctx, second, "promoted to etcd voter", twoVoters); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, n := range []*ClusterNode{first, second} {
-		if _, err := c.waitNode(ctx, n, "back after a cold start of the whole cluster", twoVoters); err != nil {
+		if _, err := c.waitNode(ctx, first, "still an etcd voter", twoVoters); err != nil {
 			t.Fatal(err)
 		}
-	}
-	wantNodeBootCount(t, ctx, c, second, 4)
-	if _, err := c.waitNode(ctx, first, "HEALTHY voter", twoVoters); err != nil {
-		t.Fatal(err)
-	}
+		// Enrolment's, like the key received above: on the console only.
+		mustLine(t, ctx, second.VM(), `consensus member: cluster unlock key now sealed locally`)
+		t.Log(ctl.run(t, "nodes", "list", "-config", c.OwnerDir()))
+	})
 
-	wrong, err := c.freeSlot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := c.registerParameters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.RegisterTicket = []byte("not the ticket of this cluster")
-	p := BootstrapParameters()
-	p.Cluster = &nodepb.Parameters_Register{Register: reg}
-	if err := c.setParams(wrong, p); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.start(ctx, wrong); err != nil {
-		t.Fatal(err)
-	}
-	// A node the cluster refuses has no API anyone could ask: its console
-	// is where it says why (the owner sees that no node was added).
-	refused := mustLine(t, ctx, wrong.VM(), `E root.enrolment: registration refused by the cluster .*code=PermissionDenied reason=.*(ticket.*)`)
-	t.Logf("wrong ticket refused: %s", refused[0])
-	nodes, err := c.Client().Nodes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes) != 2 {
-		t.Fatalf("the cluster lists %d nodes after a refused registration: %v", len(nodes), nodes)
-	}
-	if err := c.KillNode(wrong); err != nil {
-		t.Fatal(err)
-	}
+	step(t, "consensus-member-reboot", func(t *testing.T) {
+		// A consensus member opens its volume without asking the cluster.
+		rebootAndWait(t, ctx, c, second, 3, twoVoters)
+		// Which key opened the volume: on the console only (see above).
+		mustLine(t, ctx, second.VM(), `I root.enrolment: consensus member: the cluster unlock key is sealed locally`)
+	})
 
-	// A decommissioned worker is locked out of its own disk: after a
-	// reboot the cluster refuses to hand back its cluster unlock key.
-	third, err := c.AddNode(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(ctl.run(t, "decommission", "-config", c.OwnerDir(), "-yes", third.ID()))
-	before := third.VM()
-	if err := c.RebootNode(ctx, third); err != nil {
-		t.Fatal(err)
-	}
-	if third.VM() == before {
-		t.Fatal("the decommissioned node did not reboot")
-	}
-	// Refused, it never opens its data volume nor starts the Role Server
-	// that serves NodeManagement: its console is the only channel left.
-	mustLine(t, ctx, third.VM(), `E root.enrolment: join refused by the cluster .*code=PermissionDenied reason=.*decommissioned`)
-	for _, l := range third.VM().Lines() {
-		if strings.Contains(l, "data volume open") {
-			t.Fatalf("a decommissioned node opened its data volume: %s", l)
+	step(t, "cold-start", func(t *testing.T) {
+		// Cold start: the whole cluster goes down and comes back with no
+		// curator anywhere to ask — each member opens its disk on its own
+		// sealed keys and etcd finds its peers through the cached node map.
+		for _, n := range []*ClusterNode{first, second} {
+			if err := c.StopNode(ctx, n, time.Minute); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
+		for _, n := range []*ClusterNode{first, second} {
+			if err := c.StartNode(ctx, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range []*ClusterNode{first, second} {
+			if _, err := c.waitNode(ctx, n, "back after a cold start of the whole cluster", twoVoters); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantNodeBootCount(t, ctx, c, second, 4)
+		if _, err := c.waitNode(ctx, first, "HEALTHY voter", twoVoters); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	step(t, "wrong-ticket", func(t *testing.T) {
+		wrong, err := c.freeSlot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := c.registerParameters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg.RegisterTicket = []byte("not the ticket of this cluster")
+		p := BootstrapParameters()
+		p.Cluster = &nodepb.Parameters_Register{Register: reg}
+		if err := c.setParams(wrong, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.start(ctx, wrong); err != nil {
+			t.Fatal(err)
+		}
+		// A node the cluster refuses has no API anyone could ask: its console
+		// is where it says why (the owner sees that no node was added).
+		refused := mustLine(t, ctx, wrong.VM(), `E root.enrolment: registration refused by the cluster .*code=PermissionDenied reason=.*(ticket.*)`)
+		t.Logf("wrong ticket refused: %s", refused[0])
+		nodes, err := c.Client().Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != 2 {
+			t.Fatalf("the cluster lists %d nodes after a refused registration: %v", len(nodes), nodes)
+		}
+		if err := c.KillNode(wrong); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	step(t, "decommissioned-worker", func(t *testing.T) {
+		// A decommissioned worker is locked out of its own disk: after a
+		// reboot the cluster refuses to hand back its cluster unlock key.
+		third, err := c.AddNode(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(ctl.run(t, "decommission", "-config", c.OwnerDir(), "-yes", third.ID()))
+		before := third.VM()
+		if err := c.RebootNode(ctx, third); err != nil {
+			t.Fatal(err)
+		}
+		if third.VM() == before {
+			t.Fatal("the decommissioned node did not reboot")
+		}
+		// Refused, it never opens its data volume nor starts the Role Server
+		// that serves NodeManagement: its console is the only channel left.
+		mustLine(t, ctx, third.VM(), `E root.enrolment: join refused by the cluster .*code=PermissionDenied reason=.*decommissioned`)
+		for _, l := range third.VM().Lines() {
+			if strings.Contains(l, "data volume open") {
+				t.Fatalf("a decommissioned node opened its data volume: %s", l)
+			}
+		}
+	})
 }
 
 // rebootAndWait reboots n through NodeManagement and waits until the

@@ -59,132 +59,176 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	}
 	defer c.Close()
 	ctl := buildPlinthctl(t)
-	// The registries are in the policy before a kubelet starts (the
-	// first node's waits for its API server, minutes away): a later
-	// change of the registries with credentials restarts the kubelets.
-	setPullPolicy(t, ctx, c, ctl, reg)
-	refuseMalformedRegistry(t, ctx, c)
-	// The worker boots from its disk, to be updated; the controller by
-	// -kernel, its control plane faster from the initramfs.
-	second, err := c.AddNode(ctx, FromDisk())
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := c.Nodes()[0]
-	// The kubeconfig is what the commands plinthctl launch prints for
-	// this cluster write, run as printed.
-	k := newKubectl(t, filepath.Join(dir, "kubeconfig"))
-	// (plinthctl nodes list names both nodes; kubectl get nodes succeeds,
-	// though the kubelets may not have registered yet.)
-	if out := runPrinted(t, ctx, "", c.OwnerCommands(string(ctl), k.bin)); !strings.Contains(out, first.ID()) || !strings.Contains(out, second.ID()) {
-		t.Fatalf("the commands plinthctl launch prints do not list both nodes:\n%s", out)
-	}
-	// The API server answers: each node pulls the smoke's images once
-	// Ready.
-	prepullSmokeImages(t, ctx, k)
-	ready := func(n *ClusterNode, want bool, timeout time.Duration) {
-		t.Helper()
-		k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },
-			"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-	}
-	ready(first, true, 15*time.Minute)
-	ready(second, true, 15*time.Minute)
-	pullStart := time.Now()
-	smokeImagesPulled(t, ctx, k, 2)
-	t.Logf("the smoke's images pulled on both nodes (%v after both were Ready)", time.Since(pullStart).Round(time.Second))
-	next := nextImage(t)
-	staged := stageUpdate(t, ctx, c, ctl, second, next)
-	// The conformance smoke runs first, on a cluster with nothing else
-	// to do (smoke_test.go).
-	runSmoke(t, ctx, dir, k)
-	// Every workload the checks below use is applied now, at once: under
-	// TCG each pod takes tens of seconds to start, and they start side by
-	// side while the checks go one after another.
-	k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
-	applyStart := time.Now()
-	k.applyAtOnce(t, ctx, []string{deploymentOn(first.ID()), podOn("a", first.ID())}, []string{podOn("b", second.ID()), nodePortService},
-		[]string{selfTestJob, mover}, pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID()),
-		netpolWorkloads(second.ID()), metricsWorkloads(second.ID()), resizeWorkloads(second.ID()))
-	t.Logf("the test's workloads applied in %v", time.Since(applyStart).Round(time.Second))
-	t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
-	// The node's status names each component's process with its CPU
-	// time and memory (NodeManagement.Status, from the node's /proc).
-	status := ctl.run(t, "status", "-config", c.OwnerDir(), first.ID())
-	t.Log(status)
-	if !processListed(status, "root.roleserver.kubernetes.controller.apiserver") || !processListed(status, "root") {
-		t.Fatalf("plinthctl status lists no API server or core process with CPU time and memory:\n%s", status)
-	}
-	// The controller keeps half its two vCPUs from pods for its control
-	// plane (kubeReserved); the worker keeps none.
-	for n, want := range map[*ClusterNode]string{first: "1", second: "2"} {
-		if got := strings.TrimSpace(k.run(t, ctx, "get", "node", n.ID(), "-o", "jsonpath={.status.allocatable.cpu}")); got != want {
-			t.Errorf("%s: allocatable CPU %q, want %q", n.Name, got, want)
+	// Set by one step, used by the later ones. The helpers take the t of
+	// the step that calls them.
+	var (
+		first, second *ClusterNode
+		k             kubectl
+		ready         func(t *testing.T, n *ClusterNode, want bool, timeout time.Duration)
+		next          *Image
+		staged        func(t *testing.T)
+		web           string
+		reachB        func(t *testing.T, when string, restarts int) (ip string)
+		ipB           string
+	)
+
+	step(t, "pull-policy", func(t *testing.T) {
+		// The registries are in the policy before a kubelet starts (the
+		// first node's waits for its API server, minutes away): a later
+		// change of the registries with credentials restarts the kubelets.
+		setPullPolicy(t, ctx, c, ctl, reg)
+		refuseMalformedRegistry(t, ctx, c)
+	})
+
+	step(t, "add-worker", func(t *testing.T) {
+		// The worker boots from its disk, to be updated; the controller by
+		// -kernel, its control plane faster from the initramfs.
+		var err error
+		second, err = c.AddNode(ctx, FromDisk())
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		first = c.Nodes()[0]
+	})
 
-	// On the node with every role (as a one-node cluster's): a
-	// Deployment runs; logs and exec work; a deleted pod is replaced.
-	if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/web", "--timeout=10m"); err != nil {
-		t.Fatal(err)
-	}
-	web := strings.TrimSpace(k.run(t, ctx, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
-	k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "listening on") }, "logs", web)
-	if out := k.run(t, ctx, "exec", web, "--", "/testpod", "print", "hello from exec"); !strings.Contains(out, "hello from exec") {
-		t.Fatalf("kubectl exec: %q", out)
-	}
-	// Its process runs under the runtime's default seccomp profile
-	// (the kubelet's seccompDefault), though the pod asks for none.
-	if out := k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/1/status"); !regexp.MustCompile(`(?m)^Seccomp:\s+2$`).MatchString(out) {
-		t.Errorf("the pod's process does not run under seccomp (want Seccomp: 2 in /proc/1/status):\n%s", out)
-	}
-	// Its processes have the board's timer slack (10 ms: board/qemu.go),
-	// which init gave the core and everything it started inherited; a
-	// process left with the kernel's 50000 ns would take its own timer
-	// interrupts. (This exec's own, read by itself: reading another's
-	// needs CAP_SYS_NICE.)
-	if out := strings.TrimSpace(k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/self/timerslack_ns")); out != "10000000" {
-		t.Errorf("a process in the pod has a timer slack of %q ns, want the QEMU board's 10000000", out)
-	}
+	step(t, "owner-commands", func(t *testing.T) {
+		// The kubeconfig is what the commands plinthctl launch prints for
+		// this cluster write, run as printed.
+		k = newKubectl(t, filepath.Join(dir, "kubeconfig"))
+		// (plinthctl nodes list names both nodes; kubectl get nodes succeeds,
+		// though the kubelets may not have registered yet.)
+		if out := runPrinted(t, ctx, "", c.OwnerCommands(string(ctl), k.bin)); !strings.Contains(out, first.ID()) || !strings.Contains(out, second.ID()) {
+			t.Fatalf("the commands plinthctl launch prints do not list both nodes:\n%s", out)
+		}
+	})
 
-	t.Log("deployment: rolled out, logs, exec; pods a and b on the two nodes, Service b on NodePort")
-	if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {
-		t.Fatal(err)
-	}
-	// Across nodes, by pod IP; restarts is how many times b's container
-	// must have restarted (after a node lost its pods).
-	reachB := func(when string, restarts int) (ip string) {
-		t.Helper()
-		k.untilExplained(t, ctx, 10*time.Minute, "pod b ready "+when, func(out string) bool {
-			f := strings.Fields(out)
-			if len(f) != 2 {
-				return false
+	step(t, "nodes-ready", func(t *testing.T) {
+		// The API server answers: each node pulls the smoke's images once
+		// Ready.
+		prepullSmokeImages(t, ctx, k)
+		ready = func(t *testing.T, n *ClusterNode, want bool, timeout time.Duration) {
+			t.Helper()
+			k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },
+				"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		}
+		ready(t, first, true, 15*time.Minute)
+		ready(t, second, true, 15*time.Minute)
+		pullStart := time.Now()
+		smokeImagesPulled(t, ctx, k, 2)
+		t.Logf("the smoke's images pulled on both nodes (%v after both were Ready)", time.Since(pullStart).Round(time.Second))
+	})
+
+	step(t, "stage-update", func(t *testing.T) {
+		next = nextImage(t)
+		staged = stageUpdate(t, ctx, c, ctl, second, next)
+	})
+
+	step(t, "smoke", func(t *testing.T) {
+		// The conformance smoke runs first, on a cluster with nothing else
+		// to do (smoke_test.go).
+		runSmoke(t, ctx, dir, k)
+	})
+
+	step(t, "apply-workloads", func(t *testing.T) {
+		// Every workload the checks below use is applied now, at once: under
+		// TCG each pod takes tens of seconds to start, and they start side by
+		// side while the checks go one after another.
+		k.run(t, ctx, "label", "node", second.ID(), moverLabel+"=yes")
+		applyStart := time.Now()
+		k.applyAtOnce(t, ctx, []string{deploymentOn(first.ID()), podOn("a", first.ID())}, []string{podOn("b", second.ID()), nodePortService},
+			[]string{selfTestJob, mover}, pullPods(reg, digest, first.ID(), second.ID()), volumeWorkloads(second.ID()),
+			netpolWorkloads(second.ID()), metricsWorkloads(second.ID()), resizeWorkloads(second.ID()))
+		t.Logf("the test's workloads applied in %v", time.Since(applyStart).Round(time.Second))
+		t.Log(k.run(t, ctx, "get", "nodes", "-o", "wide"))
+	})
+
+	step(t, "node-status", func(t *testing.T) {
+		// The node's status names each component's process with its CPU
+		// time and memory (NodeManagement.Status, from the node's /proc).
+		status := ctl.run(t, "status", "-config", c.OwnerDir(), first.ID())
+		t.Log(status)
+		if !processListed(status, "root.roleserver.kubernetes.controller.apiserver") || !processListed(status, "root") {
+			t.Fatalf("plinthctl status lists no API server or core process with CPU time and memory:\n%s", status)
+		}
+		// The controller keeps half its two vCPUs from pods for its control
+		// plane (kubeReserved); the worker keeps none.
+		for n, want := range map[*ClusterNode]string{first: "1", second: "2"} {
+			if got := strings.TrimSpace(k.run(t, ctx, "get", "node", n.ID(), "-o", "jsonpath={.status.allocatable.cpu}")); got != want {
+				t.Errorf("%s: allocatable CPU %q, want %q", n.Name, got, want)
 			}
-			n, err := strconv.Atoi(f[1])
-			return err == nil && f[0] == "true" && n >= restarts
-		}, func() string { return explainPod(ctx, c, ctl, k, second, "b") },
-			"get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
-		ip = strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
-		k.until(t, ctx, 3*time.Minute, "pod a reaches pod b "+when, func(out string) bool { return strings.Contains(out, "hello from b") },
-			"exec", "a", "--", "/testpod", "get", "http://"+ip+":8080/")
-		return ip
-	}
-	ipB := reachB("", 0)
+		}
+	})
 
-	t.Log("pod a reached pod b; the self-test job runs")
-	// Its pods' logs, each line prefixed with its pod: a pod that started
-	// before kube-proxy had the Service's rules fails and the Job retries.
-	selfTestLogs := []string{"logs", "-l", "batch.kubernetes.io/job-name=selftest", "--prefix"}
-	if _, err := k.wait(ctx, 10*time.Minute, "complete", "job/selftest"); err != nil {
-		logs, _ := k.try(ctx, selfTestLogs...)
-		t.Fatalf("self-test job: %v\n%s", err, logs)
-	}
-	logs, err := k.try(ctx, selfTestLogs...)
-	t.Logf("self-test job complete; its pods' logs (%v):\n%s", err, logs)
+	step(t, "deployment", func(t *testing.T) {
+		// On the node with every role (as a one-node cluster's): a
+		// Deployment runs; logs and exec work; a deleted pod is replaced.
+		if _, err := k.tryFor(ctx, 11*time.Minute, "rollout", "status", "deployment/web", "--timeout=10m"); err != nil {
+			t.Fatal(err)
+		}
+		web = strings.TrimSpace(k.run(t, ctx, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
+		k.until(t, ctx, 2*time.Minute, "pod logs", func(out string) bool { return strings.Contains(out, "listening on") }, "logs", web)
+		if out := k.run(t, ctx, "exec", web, "--", "/testpod", "print", "hello from exec"); !strings.Contains(out, "hello from exec") {
+			t.Fatalf("kubectl exec: %q", out)
+		}
+		// Its process runs under the runtime's default seccomp profile
+		// (the kubelet's seccompDefault), though the pod asks for none.
+		if out := k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/1/status"); !regexp.MustCompile(`(?m)^Seccomp:\s+2$`).MatchString(out) {
+			t.Errorf("the pod's process does not run under seccomp (want Seccomp: 2 in /proc/1/status):\n%s", out)
+		}
+		// Its processes have the board's timer slack (10 ms: board/qemu.go),
+		// which init gave the core and everything it started inherited; a
+		// process left with the kernel's 50000 ns would take its own timer
+		// interrupts. (This exec's own, read by itself: reading another's
+		// needs CAP_SYS_NICE.)
+		if out := strings.TrimSpace(k.run(t, ctx, "exec", web, "--", "/testpod", "cat", "/proc/self/timerslack_ns")); out != "10000000" {
+			t.Errorf("a process in the pod has a timer slack of %q ns, want the QEMU board's 10000000", out)
+		}
+	})
+
+	step(t, "pod-to-pod", func(t *testing.T) {
+		t.Log("deployment: rolled out, logs, exec; pods a and b on the two nodes, Service b on NodePort")
+		if _, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/a", "pod/b"); err != nil {
+			t.Fatal(err)
+		}
+		// Across nodes, by pod IP; restarts is how many times b's container
+		// must have restarted (after a node lost its pods).
+		reachB = func(t *testing.T, when string, restarts int) (ip string) {
+			t.Helper()
+			k.untilExplained(t, ctx, 10*time.Minute, "pod b ready "+when, func(out string) bool {
+				f := strings.Fields(out)
+				if len(f) != 2 {
+					return false
+				}
+				n, err := strconv.Atoi(f[1])
+				return err == nil && f[0] == "true" && n >= restarts
+			}, func() string { return explainPod(ctx, c, ctl, k, second, "b") },
+				"get", "pod", "b", "-o", `jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount}`)
+			ip = strings.TrimSpace(k.run(t, ctx, "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
+			k.until(t, ctx, 3*time.Minute, "pod a reaches pod b "+when, func(out string) bool { return strings.Contains(out, "hello from b") },
+				"exec", "a", "--", "/testpod", "get", "http://"+ip+":8080/")
+			return ip
+		}
+		ipB = reachB(t, "", 0)
+	})
+
+	step(t, "self-test-job", func(t *testing.T) {
+		t.Log("pod a reached pod b; the self-test job runs")
+		// Its pods' logs, each line prefixed with its pod: a pod that started
+		// before kube-proxy had the Service's rules fails and the Job retries.
+		selfTestLogs := []string{"logs", "-l", "batch.kubernetes.io/job-name=selftest", "--prefix"}
+		if _, err := k.wait(ctx, 10*time.Minute, "complete", "job/selftest"); err != nil {
+			logs, _ := k.try(ctx, selfTestLogs...)
+			t.Fatalf("self-test job: %v\n%s", err, logs)
+		}
+		logs, err := k.try(ctx, selfTestLogs...)
+		t.Logf("self-test job complete; its pods' logs (%v):\n%s", err, logs)
+	})
+
 	// The next checks wait on pods and controllers of their own, much of
 	// it latency (a pod's stop, a volume's release, the autoscaler's
 	// scrapes and decisions, a new namespace's service account): side by
 	// side.
-	if !t.Run("checks", func(t *testing.T) {
+	step(t, "checks", func(t *testing.T) {
 		t.Run("attack", func(t *testing.T) {
 			t.Parallel()
 			attackNode(t, ctx, k)
@@ -203,75 +247,90 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		t.Run("volumes", func(t *testing.T) { t.Parallel(); checkVolumes(t, ctx, c, ctl, k, second) })
 		t.Run("networkpolicy", func(t *testing.T) { t.Parallel(); checkNetworkPolicy(t, ctx, k) })
 		t.Run("resize", func(t *testing.T) { t.Parallel(); checkResize(t, ctx, k) })
-	}) {
-		t.FailNow()
-	}
+	})
 
-	// NodePort from the host, through the harness's forward to the first
-	// node (the pod is on the second: kube-proxy forwards it there).
-	url := "http://" + c.NodePortEndpoint(first) + "/"
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		body, err := httpGet(ctx, url)
-		if err == nil && strings.Contains(body, "hello from b") {
-			break
+	step(t, "nodeport-from-host", func(t *testing.T) {
+		// NodePort from the host, through the harness's forward to the first
+		// node (the pod is on the second: kube-proxy forwards it there).
+		url := "http://" + c.NodePortEndpoint(first) + "/"
+		deadline := time.Now().Add(5 * time.Minute)
+		for {
+			body, err := httpGet(ctx, url)
+			if err == nil && strings.Contains(body, "hello from b") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("NodePort %s from the host: %q, %v", url, body, err)
+			}
+			time.Sleep(3 * time.Second)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("NodePort %s from the host: %q, %v", url, body, err)
+	})
+
+	step(t, "clocks", func(t *testing.T) {
+		checkClocks(t, ctx, k, first, second)
+	})
+
+	step(t, "audit-and-revoke", func(t *testing.T) {
+		auditAndRevoke(t, ctx, c, ctl, k, first, web)
+	})
+
+	step(t, "replace-deleted-pod", func(t *testing.T) {
+		k.run(t, ctx, "delete", "pod", web, "--wait=false")
+		k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
+			f := strings.Fields(out)
+			return len(f) == 2 && f[0] != web && f[1] == "Running"
+		}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
+	})
+
+	step(t, "remove-worker-role", func(t *testing.T) {
+		t.Log("NodePort answers from the host, the owner's certificates revoked, a deleted pod replaced; removing the second node's KubernetesWorker role")
+		// Role changes: without KubernetesWorker the second node's kubelet
+		// stops and the node goes NotReady (the role comes back below,
+		// while its power is cut).
+		ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
+		// The node says so itself, at once: not the node lifecycle
+		// controller's Unknown after its grace period.
+		k.until(t, ctx, 2*time.Minute, second.Name+" reports NotReady", func(out string) bool { return out == "False "+kubernetes.NotReadyReason },
+			"get", "node", second.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}`)
+		// Its pods stopped with it: nothing would manage them.
+		if out, err := k.try(ctx, "exec", "a", "--", "/testpod", "get", "-timeout", "5s", "http://"+ipB+":8080/"); err == nil {
+			t.Fatalf("pod b still answers on a node without the KubernetesWorker role: %q", out)
 		}
-		time.Sleep(3 * time.Second)
-	}
+	})
 
-	checkClocks(t, ctx, k, first, second)
-	auditAndRevoke(t, ctx, c, ctl, k, first, web)
-	k.run(t, ctx, "delete", "pod", web, "--wait=false")
-	k.until(t, ctx, 10*time.Minute, "a new pod replaces the deleted one", func(out string) bool {
-		f := strings.Fields(out)
-		return len(f) == 2 && f[0] != web && f[1] == "Running"
-	}, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", `jsonpath={.items[0].metadata.name} {.items[0].status.phase}`)
+	step(t, "power-cut-role-back", func(t *testing.T) {
+		// A power cut while the role is away, which is given back while the
+		// node is off (the role given to a running node is how this node got
+		// it first): the node boots with it, is Ready, runs its pod again
+		// (from the image in its containerd store) and pod a reaches it.
+		staged(t)
+		t.Log("NotReady, pod b gone, the next image staged; cutting the second node's power, then giving the role back")
+		if err := c.KillNode(second); err != nil {
+			t.Fatal(err)
+		}
+		ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
+		checkPulledAfterReboot := pulledAfterReboot(t, ctx, k, reg, second.ID())
+		if err := c.StartNode(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		ready(t, second, true, 10*time.Minute)
+		reachB(t, "after the power cut", 1)
+		// The images came from the node's store this time (imported once per
+		// image version), pinned against the kubelet's garbage collection.
+		if out := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.images", second.ID()); !strings.Contains(out, "present "+layout.PauseImage) ||
+			!strings.Contains(out, "pinned") || strings.Contains(out, "imported "+layout.PauseImage) {
+			t.Errorf("the images after the worker's reboot were not taken from its store, pinned:\n%s", out)
+		}
+		checkPulledAfterReboot()
+		readKept(t, ctx, k, "after the worker's power cut")
+	})
 
-	t.Log("NodePort answers from the host, the owner's certificates revoked, a deleted pod replaced; removing the second node's KubernetesWorker role")
-	// Role changes: without KubernetesWorker the second node's kubelet
-	// stops and the node goes NotReady (the role comes back below,
-	// while its power is cut).
-	ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
-	// The node says so itself, at once: not the node lifecycle
-	// controller's Unknown after its grace period.
-	k.until(t, ctx, 2*time.Minute, second.Name+" reports NotReady", func(out string) bool { return out == "False "+kubernetes.NotReadyReason },
-		"get", "node", second.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}`)
-	// Its pods stopped with it: nothing would manage them.
-	if out, err := k.try(ctx, "exec", "a", "--", "/testpod", "get", "-timeout", "5s", "http://"+ipB+":8080/"); err == nil {
-		t.Fatalf("pod b still answers on a node without the KubernetesWorker role: %q", out)
-	}
-	// A power cut while the role is away, which is given back while the
-	// node is off (the role given to a running node is how this node got
-	// it first): the node boots with it, is Ready, runs its pod again
-	// (from the image in its containerd store) and pod a reaches it.
-	staged()
-	t.Log("NotReady, pod b gone, the next image staged; cutting the second node's power, then giving the role back")
-	if err := c.KillNode(second); err != nil {
-		t.Fatal(err)
-	}
-	ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
-	checkPulledAfterReboot := pulledAfterReboot(t, ctx, k, reg, second.ID())
-	if err := c.StartNode(ctx, second); err != nil {
-		t.Fatal(err)
-	}
-	ready(second, true, 10*time.Minute)
-	reachB("after the power cut", 1)
-	// The images came from the node's store this time (imported once per
-	// image version), pinned against the kubelet's garbage collection.
-	if out := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.images", second.ID()); !strings.Contains(out, "present "+layout.PauseImage) ||
-		!strings.Contains(out, "pinned") || strings.Contains(out, "imported "+layout.PauseImage) {
-		t.Errorf("the images after the worker's reboot were not taken from its store, pinned:\n%s", out)
-	}
-	checkPulledAfterReboot()
-	readKept(t, ctx, k, "after the worker's power cut")
-
-	t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
-	userImages, userPods := userImagePods(t, next, second.ID())
-	updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(when, 0) }, userPods...)
-	checkUserImages(t, ctx, c, ctl, k, second, userImages)
+	step(t, "update-worker", func(t *testing.T) {
+		t.Log("pod b back after the power cut (its update staged across it); activating the update, drained first")
+		userImages, userPods := userImagePods(t, next, second.ID())
+		updateWorker(t, ctx, c, ctl, k, second, first, next, func(when string) { reachB(t, when, 0) }, userPods...)
+		checkUserImages(t, ctx, c, ctl, k, second, userImages)
+	})
 }
 
 // checkClocks: each node's clock agrees with the host's, minutes after
@@ -432,7 +491,7 @@ func cachedCredential(t *testing.T, dir string) *http.Client {
 // ~1 min under TCG beside a busy worker: TestKubernetesTwoNodes tests
 // pods meanwhile, and a staged update survives the power cut that
 // follows (TestUpdate's), so the worker's update is only its reboot.
-func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, next *Image) (wait func()) {
+func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, next *Image) (wait func(t *testing.T)) {
 	t.Helper()
 	type result struct {
 		out string
@@ -443,7 +502,7 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 		out, err := ctl.output(ctx, "update", "-config", c.OwnerDir(), n.ID(), "-image", next.Dir, "-stage")
 		done <- result{out, err}
 	}()
-	return func() {
+	return func(t *testing.T) {
 		t.Helper()
 		r := <-done
 		t.Logf("plinthctl update -stage %s:\n%s", n.Name, r.out)

@@ -42,25 +42,27 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	cfg := c.OwnerDir()
 	t.Log(ctl.run(t, "roles", "add", "-config", cfg, nodes[2].ID(), "kubernetes-worker"))
 
-	rollingUpdate(t, ctx, c, ctl, next, "-drain=false")
-	// That the boot was a trial (its update state is "trial" only until
-	// it confirms) and which key opened the volume, only the console
-	// says.
-	for _, n := range nodes[1:] {
-		mustLine(t, ctx, n.VM(), `I init: A/B update state detail="slot b: trial boot`)
-		mustLine(t, ctx, n.VM(), `I root\.enrolment: consensus member: the cluster unlock key is sealed locally`)
-	}
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
-	if t.Failed() {
-		return
-	}
-	// The trial fails a boot step (a hang, reset by the watchdog, is
-	// TestUpdate's): what counts here is where plinthctl stops.
-	failedRollingUpdate(t, ctx, c, ctl, next, haltingImage(t, testImage(t), filepath.Join(dir, "halting-image"), "fail", nil, 0))
-	if t.Failed() {
-		return
-	}
-	failover(t, ctx, c, ctl)
+	step(t, "rolling-update", func(t *testing.T) {
+		rollingUpdate(t, ctx, c, ctl, next, "-drain=false")
+		// That the boot was a trial (its update state is "trial" only until
+		// it confirms) and which key opened the volume, only the console
+		// says.
+		for _, n := range nodes[1:] {
+			mustLine(t, ctx, n.VM(), `I init: A/B update state detail="slot b: trial boot`)
+			mustLine(t, ctx, n.VM(), `I root\.enrolment: consensus member: the cluster unlock key is sealed locally`)
+		}
+		t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+	})
+
+	step(t, "failed-rolling-update", func(t *testing.T) {
+		// The trial fails a boot step (a hang, reset by the watchdog, is
+		// TestUpdate's): what counts here is where plinthctl stops.
+		failedRollingUpdate(t, ctx, c, ctl, next, haltingImage(t, testImage(t), filepath.Join(dir, "halting-image"), "fail", nil, 0))
+	})
+
+	step(t, "failover", func(t *testing.T) {
+		failover(t, ctx, c, ctl)
+	})
 }
 
 // failedRollingUpdate runs `plinthctl update -all` of every node of c,

@@ -83,3 +83,12 @@ func (w logWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
 }
+
+// step runs one step of a long scenario as a subtest, so that the
+// output names it and its duration; a failed step ends the scenario.
+func step(t *testing.T, name string, f func(t *testing.T)) {
+	t.Helper()
+	if !t.Run(name, f) {
+		t.FailNow()
+	}
+}

@@ -69,137 +69,153 @@ func TestUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl := buildPlinthctl(t)
+	// Set by one step, used by a later one.
+	var k2 releaseKey
 
-	// An image for another board is refused before anything is sent.
-	other := genericImage(t)
-	if out, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", other.Dir).CombinedOutput(); err == nil || !strings.Contains(string(out), `the image is for board "generic-x86_64", this node is "qemu-x86_64"`) {
-		t.Fatalf("an update to another board's image: %v\n%s", err, out)
-	}
-
-	// Power cut while slot b is written: the node boots slot a, says the
-	// update was interrupted, and is healthy.
-	powerCutDuringWrite(t, ctx, c, n, ctl, y)
-
-	// Y staged, then cancelled: written and checked, the keys sealed to
-	// b's PCRs too, nothing boots it; cancelling drops it and the seal.
-	out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir, "-stage")
-	t.Logf("plinthctl update -stage:\n%s", out)
-	// The node pushes its status every few seconds.
-	rec, err := c.waitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
-		return r.GetStatus().GetSoftware().GetPending().GetPhase() == "staged"
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := rec.GetStatus().GetSoftware().GetPending(); p.GetVersion() != y.Manifest.Version || p.GetSlot() != "b" || rec.GetStatus().GetVersion() != x.Manifest.Version {
-		t.Fatalf("after staging: version %s, pending %v", rec.GetStatus().GetVersion(), p)
-	}
-	// A power cut while Y is staged: slot a boots as before (its keys
-	// unseal with slot a's seal) and Y stays staged.
-	boots := rec.GetStatus().GetBootCount()
-	if err := c.KillNode(n); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.StartNode(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	// How the volume opened only /init's console says; the slot it runs
-	// and the update still staged, its status.
-	mustLine(t, ctx, n.VM(), `I init: storage: unseal node unlock key`)
-	if rec, err = c.waitNode(ctx, n, "staged after the power cut", func(r *clusterpb.Node) bool {
-		return r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetBootCount() > boots
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if sw, p := rec.GetStatus().GetSoftware(), rec.GetStatus().GetSoftware().GetPending(); sw.GetSlot() != "a" || p.GetPhase() != "staged" || p.GetVersion() != y.Manifest.Version || p.GetSlot() != "b" {
-		t.Fatalf("after a power cut while staged: software %v (want slot a, %s staged in slot b)", sw, y.Manifest.Version)
-	}
-	if _, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir).CombinedOutput(); err == nil {
-		t.Fatal("a second update while one is staged was accepted")
-	}
-	t.Log(ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-cancel", "-version", y.Manifest.Version))
-	if rec, err = c.waitNode(ctx, n, "without a pending update", func(r *clusterpb.Node) bool { return r.GetStatus().GetSoftware().GetPending() == nil }); err != nil {
-		t.Fatal(err)
-	}
-	if sw := rec.GetStatus().GetSoftware(); !strings.Contains(sw.GetLastFailed().GetReason(), "interrupted") {
-		t.Fatalf("after cancelling: software %v (want nothing pending, the interrupted update still the last failure)", sw)
-	}
-
-	// Y unsigned, and Y signed by a key the cluster does not trust, are
-	// refused before anything is sent. Slot b is untouched: X → Y below
-	// finds Y's system image in it still.
-	refusedUpdates(t, ctx, c, n, ctl, y, dir)
-
-	// X → Y. Slot b holds Y's system image since the staged update: only
-	// the UKI is sent, and the slot is read back as always.
-	out = ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir)
-	t.Logf("plinthctl update:\n%s", out)
-	if !strings.Contains(out, fmt.Sprintf("runs %s from slot b, healthy", y.Manifest.Version)) {
-		t.Fatalf("plinthctl update did not report the node healthy on %s in slot b", y.Manifest.Version)
-	}
-	if !strings.Contains(out, "slot b holds this system image already: not sent") {
-		t.Error("the system image the cancelled update wrote to slot b was sent again")
-	}
-	// The trial, the PCRs and how the volume opened only /init's console
-	// says; the slot, version, boot count and the confirmation (nothing
-	// pending), the node's status.
-	vm := n.VM()
-	mustLine(t, ctx, vm, `I init: A/B update state detail="slot b: trial boot of version `+regexp.QuoteMeta(y.Manifest.Version))
-	pcrs := mustLine(t, ctx, vm, `I init: measured boot: live PCRs equal the UKI's predictions uki=EFI/plinth/b.efi detail="PCR 4 ([0-9a-f]{64}): match; PCR 11 ([0-9a-f]{64}): match"`)
-	if want := y.Manifest.UKIs[image.UKISlotFile("b")].PCR11; pcrs[2] != want {
-		t.Errorf("PCR 11 %s, the manifest predicts %s", pcrs[2], want)
-	}
-	mustLine(t, ctx, vm, `I init: storage: unseal node unlock key`)
-	wantNodeBootCount(t, ctx, c, n, 4) // flashed, two power cuts, updated
-	assertNoLine(t, vm, `make ext4 filesystem`)
-	// plinthctl returned once the record showed the new slot confirmed.
-	rec = nodeRecord(t, ctx, c, n.ID())
-	if sw := rec.GetStatus().GetSoftware(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil {
-		t.Fatalf("after the update: version %s, software %v (want %s confirmed in slot b)", rec.GetStatus().GetVersion(), sw, y.Manifest.Version)
-	}
-	if again, err := c.Client().Ticket(ctx); err != nil || !bytes.Equal(again, ticket) {
-		t.Fatalf("the cluster's register ticket changed across the update (%v): its data was lost", err)
-	}
-
-	// The release keys: the owner's certificate alone adds none; a key
-	// set the current key signed adds K2, which the node follows.
-	k2 := releaseKeyChange(t, ctx, c, ctl, dir)
-
-	// Y → an image that halts, of X's (older) release, signed by K2: a
-	// downgrade, refused without a statement and with one of a key the
-	// cluster does not have, installed with K2's. Its trial boot of slot
-	// a stops before the data disk, reboots, and slot b runs again.
-	halting := haltingImage(t, x, filepath.Join(dir, "halting-image"), "hang", k2.key, x.Manifest.Release)
-	refusedDowngrades(t, ctx, c, n, ctl, halting, dir)
-	trialBoot := n.Boots() + 1
-	cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", halting, "-allow-downgrade", "-sign-key", k2.file)
-	outb, err := cmd.CombinedOutput()
-	t.Logf("plinthctl update (halting image):\n%s", outb)
-	if err == nil || !strings.Contains(string(outb), "failed, the node runs slot b") {
-		t.Fatalf("the update to a halting image did not fail as it should (%v)", err)
-	}
-	// Slot a still held X's system image, which the halting image shares:
-	// only the UKI was sent.
-	if !strings.Contains(string(outb), "slot a holds this system image already: not sent") || strings.Contains(string(outb), "sending system.img") {
-		t.Error("the system image slot a already held was sent again")
-	}
-	trial := consoleOf(t, n, trialBoot)
-	for _, want := range []string{`A/B update state detail="slot a: trial boot .*; watchdog \(Software Watchdog\) armed, 30s`,
-		`E init: plinth.halt=hang on the kernel command line: the core stops here`, `softdog: Initiating system reboot`} {
-		if !regexp.MustCompile(want).MatchString(trial) {
-			t.Errorf("the trial boot's console has no line matching %q", want)
+	step(t, "other-board-refused", func(t *testing.T) {
+		// An image for another board is refused before anything is sent.
+		other := genericImage(t)
+		if out, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", other.Dir).CombinedOutput(); err == nil || !strings.Contains(string(out), `the image is for board "generic-x86_64", this node is "qemu-x86_64"`) {
+			t.Fatalf("an update to another board's image: %v\n%s", err, out)
 		}
-	}
-	// The seal dropped only /init's console says; the failure and the
-	// slot the node runs again, its status.
-	vm = n.VM()
-	mustLine(t, ctx, vm, `I init: update: keys sealed to this slot alone again`)
-	rec = nodeRecord(t, ctx, c, n.ID())
-	sw := rec.GetStatus().GetSoftware()
-	if f := sw.GetLastFailed(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil ||
-		f.GetVersion() != "halting" || f.GetSlot() != "a" || !strings.Contains(f.GetReason(), "did not confirm") {
-		t.Fatalf("after the failed update: version %s, software %v (want %s in slot b, the update to halting in slot a failed)", rec.GetStatus().GetVersion(), sw, y.Manifest.Version)
-	}
+	})
+
+	step(t, "power-cut-during-write", func(t *testing.T) {
+		// Power cut while slot b is written: the node boots slot a, says the
+		// update was interrupted, and is healthy.
+		powerCutDuringWrite(t, ctx, c, n, ctl, y)
+	})
+
+	step(t, "stage-and-cancel", func(t *testing.T) {
+		// Y staged, then cancelled: written and checked, the keys sealed to
+		// b's PCRs too, nothing boots it; cancelling drops it and the seal.
+		out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir, "-stage")
+		t.Logf("plinthctl update -stage:\n%s", out)
+		// The node pushes its status every few seconds.
+		rec, err := c.waitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
+			return r.GetStatus().GetSoftware().GetPending().GetPhase() == "staged"
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := rec.GetStatus().GetSoftware().GetPending(); p.GetVersion() != y.Manifest.Version || p.GetSlot() != "b" || rec.GetStatus().GetVersion() != x.Manifest.Version {
+			t.Fatalf("after staging: version %s, pending %v", rec.GetStatus().GetVersion(), p)
+		}
+		// A power cut while Y is staged: slot a boots as before (its keys
+		// unseal with slot a's seal) and Y stays staged.
+		boots := rec.GetStatus().GetBootCount()
+		if err := c.KillNode(n); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.StartNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		// How the volume opened only /init's console says; the slot it runs
+		// and the update still staged, its status.
+		mustLine(t, ctx, n.VM(), `I init: storage: unseal node unlock key`)
+		if rec, err = c.waitNode(ctx, n, "staged after the power cut", func(r *clusterpb.Node) bool {
+			return r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetBootCount() > boots
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if sw, p := rec.GetStatus().GetSoftware(), rec.GetStatus().GetSoftware().GetPending(); sw.GetSlot() != "a" || p.GetPhase() != "staged" || p.GetVersion() != y.Manifest.Version || p.GetSlot() != "b" {
+			t.Fatalf("after a power cut while staged: software %v (want slot a, %s staged in slot b)", sw, y.Manifest.Version)
+		}
+		if _, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir).CombinedOutput(); err == nil {
+			t.Fatal("a second update while one is staged was accepted")
+		}
+		t.Log(ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-cancel", "-version", y.Manifest.Version))
+		if rec, err = c.waitNode(ctx, n, "without a pending update", func(r *clusterpb.Node) bool { return r.GetStatus().GetSoftware().GetPending() == nil }); err != nil {
+			t.Fatal(err)
+		}
+		if sw := rec.GetStatus().GetSoftware(); !strings.Contains(sw.GetLastFailed().GetReason(), "interrupted") {
+			t.Fatalf("after cancelling: software %v (want nothing pending, the interrupted update still the last failure)", sw)
+		}
+	})
+
+	step(t, "refused-updates", func(t *testing.T) {
+		// Y unsigned, and Y signed by a key the cluster does not trust, are
+		// refused before anything is sent. Slot b is untouched: X → Y below
+		// finds Y's system image in it still.
+		refusedUpdates(t, ctx, c, n, ctl, y, dir)
+	})
+
+	step(t, "update-x-to-y", func(t *testing.T) {
+		// X → Y. Slot b holds Y's system image since the staged update: only
+		// the UKI is sent, and the slot is read back as always.
+		out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir)
+		t.Logf("plinthctl update:\n%s", out)
+		if !strings.Contains(out, fmt.Sprintf("runs %s from slot b, healthy", y.Manifest.Version)) {
+			t.Fatalf("plinthctl update did not report the node healthy on %s in slot b", y.Manifest.Version)
+		}
+		if !strings.Contains(out, "slot b holds this system image already: not sent") {
+			t.Error("the system image the cancelled update wrote to slot b was sent again")
+		}
+		// The trial, the PCRs and how the volume opened only /init's console
+		// says; the slot, version, boot count and the confirmation (nothing
+		// pending), the node's status.
+		vm := n.VM()
+		mustLine(t, ctx, vm, `I init: A/B update state detail="slot b: trial boot of version `+regexp.QuoteMeta(y.Manifest.Version))
+		pcrs := mustLine(t, ctx, vm, `I init: measured boot: live PCRs equal the UKI's predictions uki=EFI/plinth/b.efi detail="PCR 4 ([0-9a-f]{64}): match; PCR 11 ([0-9a-f]{64}): match"`)
+		if want := y.Manifest.UKIs[image.UKISlotFile("b")].PCR11; pcrs[2] != want {
+			t.Errorf("PCR 11 %s, the manifest predicts %s", pcrs[2], want)
+		}
+		mustLine(t, ctx, vm, `I init: storage: unseal node unlock key`)
+		wantNodeBootCount(t, ctx, c, n, 4) // flashed, two power cuts, updated
+		assertNoLine(t, vm, `make ext4 filesystem`)
+		// plinthctl returned once the record showed the new slot confirmed.
+		rec := nodeRecord(t, ctx, c, n.ID())
+		if sw := rec.GetStatus().GetSoftware(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil {
+			t.Fatalf("after the update: version %s, software %v (want %s confirmed in slot b)", rec.GetStatus().GetVersion(), sw, y.Manifest.Version)
+		}
+		if again, err := c.Client().Ticket(ctx); err != nil || !bytes.Equal(again, ticket) {
+			t.Fatalf("the cluster's register ticket changed across the update (%v): its data was lost", err)
+		}
+	})
+
+	step(t, "release-key-change", func(t *testing.T) {
+		// The release keys: the owner's certificate alone adds none; a key
+		// set the current key signed adds K2, which the node follows.
+		k2 = releaseKeyChange(t, ctx, c, ctl, dir)
+	})
+
+	step(t, "halting-update", func(t *testing.T) {
+		// Y → an image that halts, of X's (older) release, signed by K2: a
+		// downgrade, refused without a statement and with one of a key the
+		// cluster does not have, installed with K2's. Its trial boot of slot
+		// a stops before the data disk, reboots, and slot b runs again.
+		halting := haltingImage(t, x, filepath.Join(dir, "halting-image"), "hang", k2.key, x.Manifest.Release)
+		refusedDowngrades(t, ctx, c, n, ctl, halting, dir)
+		trialBoot := n.Boots() + 1
+		cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", halting, "-allow-downgrade", "-sign-key", k2.file)
+		outb, err := cmd.CombinedOutput()
+		t.Logf("plinthctl update (halting image):\n%s", outb)
+		if err == nil || !strings.Contains(string(outb), "failed, the node runs slot b") {
+			t.Fatalf("the update to a halting image did not fail as it should (%v)", err)
+		}
+		// Slot a still held X's system image, which the halting image shares:
+		// only the UKI was sent.
+		if !strings.Contains(string(outb), "slot a holds this system image already: not sent") || strings.Contains(string(outb), "sending system.img") {
+			t.Error("the system image slot a already held was sent again")
+		}
+		trial := consoleOf(t, n, trialBoot)
+		for _, want := range []string{`A/B update state detail="slot a: trial boot .*; watchdog \(Software Watchdog\) armed, 30s`,
+			`E init: plinth.halt=hang on the kernel command line: the core stops here`, `softdog: Initiating system reboot`} {
+			if !regexp.MustCompile(want).MatchString(trial) {
+				t.Errorf("the trial boot's console has no line matching %q", want)
+			}
+		}
+		// The seal dropped only /init's console says; the failure and the
+		// slot the node runs again, its status.
+		vm := n.VM()
+		mustLine(t, ctx, vm, `I init: update: keys sealed to this slot alone again`)
+		rec := nodeRecord(t, ctx, c, n.ID())
+		sw := rec.GetStatus().GetSoftware()
+		if f := sw.GetLastFailed(); rec.GetStatus().GetVersion() != y.Manifest.Version || sw.GetSlot() != "b" || sw.GetPending() != nil ||
+			f.GetVersion() != "halting" || f.GetSlot() != "a" || !strings.Contains(f.GetReason(), "did not confirm") {
+			t.Fatalf("after the failed update: version %s, software %v (want %s in slot b, the update to halting in slot a failed)", rec.GetStatus().GetVersion(), sw, y.Manifest.Version)
+		}
+	})
 }
 
 // powerCutDuringWrite starts an update of n to img and kills QEMU while
