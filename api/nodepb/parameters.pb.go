@@ -218,7 +218,7 @@ type Parameters struct {
 	// the defaults: encrypted, ext4.
 	Storage *NodeStorage `protobuf:"bytes,3,opt,name=storage,proto3" json:"storage,omitempty"`
 	// Whether the node requires a TPM and which PCRs its keys are sealed to.
-	// Unset fields take the defaults: TPM required, PCRs 4, 7, 11 and 15.
+	// Unset fields take the defaults: TPM required, PCRs 4, 7, 11, 12 and 15.
 	Tpm *NodeTPM `protobuf:"bytes,4,opt,name=tpm,proto3" json:"tpm,omitempty"`
 	// Network configuration. Unset means DHCPv4 on the first wired interface
 	// and the hostname the node derives itself.
