@@ -111,6 +111,19 @@ func checkDecommissionedIdentities(t *testing.T, ctx context.Context, p *pki.PKI
 			}
 		}
 	}
+	// Its Node goes too (decommission.go); another node's stays.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		code, b := api("GET", "/api/v1/nodes/"+gone, "")
+		if code == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the decommissioned node's Node a minute after: %d %s", code, b)
+		}
+	}
+	if code, b := api("GET", "/api/v1/nodes/"+kept, ""); code != http.StatusOK {
+		t.Errorf("another node's Node: %d %s", code, b)
+	}
 	calls := webhookCalls(t, api)
 	if calls == 0 {
 		t.Error("the decommissioned node's users were refused without the webhook")

@@ -21,12 +21,15 @@ import (
 // its provisioner made (and their protection finalizer, which would
 // keep a bound one until its claim goes), so their claims go Lost and
 // their owners see it, instead of pods waiting forever for a node that
-// is gone.
+// is gone; and its Node, so that its pods are collected and the nodes
+// Kubernetes lists are the cluster's. Guarded by TestControlPlaneOnHost
+// (checkLocalVolumes, checkDecommissionedIdentities).
 //
 //	curator store: node DECOMMISSIONED ──► (every decommissionPoll) ──► PVs provisioned by
 //	                                         layout.LocalVolumesProvisioner, node affinity
 //	                                         to that node: DELETE, finalizers cleared;
-//	                                         its metrics endpoint (metrics.go): DELETE
+//	                                         its metrics endpoint (metrics.go): DELETE;
+//	                                         its Node: DELETE (its pods then go too)
 
 // decommissionPoll is how often the controllers look for decommissioned
 // nodes' volumes.
@@ -153,6 +156,31 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 				supervisor.Logger(ctx).Info("deleted the metrics endpoint of a decommissioned controller", "node", node)
 			}
 		}
+	}
+	// Its Node: the pods bound to it are then garbage collected, and
+	// kubectl get nodes lists the nodes there are.
+	if b, err = do(http.MethodGet, "/api/v1/nodes", "", ""); err != nil {
+		return err
+	}
+	var nodes struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+				UID  string `json:"uid"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(b, &nodes); err != nil {
+		return fmt.Errorf("Nodes: %w", err)
+	}
+	for _, n := range nodes.Items {
+		if !slices.Contains(gone, n.Metadata.Name) {
+			continue
+		}
+		if _, err := do(http.MethodDelete, "/api/v1/nodes/"+url.PathEscape(n.Metadata.Name), "application/json", `{"preconditions":{"uid":"`+n.Metadata.UID+`"}}`); err != nil {
+			return err
+		}
+		supervisor.Logger(ctx).Info("deleted the Node of a decommissioned node", "node", n.Metadata.Name)
 	}
 	return nil
 }
