@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/term"
 
@@ -109,6 +110,11 @@ func (c *ownerKeyCmd) rotateKey(ctx context.Context, cfg *owner.Config, stdout i
 			return fmt.Errorf("the owner key is replaced, but saving the new key failed (%v): it is lost", serr)
 		}
 		if err != nil {
+			return err
+		}
+		// The old key's Kubernetes certificates are revoked with it:
+		// kubectl must not be handed the cached one.
+		if err := os.Remove(filepath.Join(c.config, kubeCredentialFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		fmt.Fprintf(stdout, "owner key replaced: ed25519 %s; %d certificates of the old key revoked; the owner's Kubernetes credentials are at epoch %d\n",
