@@ -103,9 +103,13 @@ type RegisterNodeRequest struct {
 	// Whether the node seals its secrets in a TPM. Checked against
 	// ClusterConfiguration.allow_nodes_without_tpm here, at the door,
 	// rather than after approval.
-	TpmUsage      NodeTPMUsage `protobuf:"varint,3,opt,name=tpm_usage,json=tpmUsage,proto3,enum=plinth.cluster.v1.NodeTPMUsage" json:"tpm_usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TpmUsage NodeTPMUsage `protobuf:"varint,3,opt,name=tpm_usage,json=tpmUsage,proto3,enum=plinth.cluster.v1.NodeTPMUsage" json:"tpm_usage,omitempty"`
+	// How the node protects its data partition (its parameters'
+	// storage.security). Checked against
+	// ClusterConfiguration.minimum_storage_security here, with tpm_usage.
+	StorageSecurity StorageSecurity `protobuf:"varint,4,opt,name=storage_security,json=storageSecurity,proto3,enum=plinth.cluster.v1.StorageSecurity" json:"storage_security,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterNodeRequest) Reset() {
@@ -157,6 +161,13 @@ func (x *RegisterNodeRequest) GetTpmUsage() NodeTPMUsage {
 		return x.TpmUsage
 	}
 	return NodeTPMUsage_NODE_TPM_USAGE_UNSPECIFIED
+}
+
+func (x *RegisterNodeRequest) GetStorageSecurity() StorageSecurity {
+	if x != nil {
+		return x.StorageSecurity
+	}
+	return StorageSecurity_STORAGE_SECURITY_UNSPECIFIED
 }
 
 type RegisterNodeResponse struct {
@@ -1418,11 +1429,12 @@ var File_cluster_v1_curator_proto protoreflect.FileDescriptor
 
 const file_cluster_v1_curator_proto_rawDesc = "" +
 	"\n" +
-	"\x18cluster/v1/curator.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"\xb3\x01\n" +
+	"\x18cluster/v1/curator.proto\x12\x11plinth.cluster.v1\x1a\x1ecluster/v1/authorization.proto\x1a\x17cluster/v1/common.proto\"\x82\x02\n" +
 	"\x13RegisterNodeRequest\x12'\n" +
 	"\x0fregister_ticket\x18\x01 \x01(\fR\x0eregisterTicket\x125\n" +
 	"\x06status\x18\x02 \x01(\v2\x1d.plinth.cluster.v1.NodeStatusR\x06status\x12<\n" +
-	"\ttpm_usage\x18\x03 \x01(\x0e2\x1f.plinth.cluster.v1.NodeTPMUsageR\btpmUsage\"\x16\n" +
+	"\ttpm_usage\x18\x03 \x01(\x0e2\x1f.plinth.cluster.v1.NodeTPMUsageR\btpmUsage\x12M\n" +
+	"\x10storage_security\x18\x04 \x01(\x0e2\".plinth.cluster.v1.StorageSecurityR\x0fstorageSecurity\"\x16\n" +
 	"\x14RegisterNodeResponse\"a\n" +
 	"\x11CommitNodeRequest\x12&\n" +
 	"\x0fjoin_public_key\x18\x01 \x01(\fR\rjoinPublicKey\x12$\n" +
@@ -1545,44 +1557,46 @@ var file_cluster_v1_curator_proto_goTypes = []any{
 	(*IssueCertificateResponse_KubernetesWorker)(nil), // 23: plinth.cluster.v1.IssueCertificateResponse.KubernetesWorker
 	(*NodeStatus)(nil),                                // 24: plinth.cluster.v1.NodeStatus
 	(NodeTPMUsage)(0),                                 // 25: plinth.cluster.v1.NodeTPMUsage
-	(*Node)(nil),                                      // 26: plinth.cluster.v1.Node
-	(*ClusterConfiguration)(nil),                      // 27: plinth.cluster.v1.ClusterConfiguration
+	(StorageSecurity)(0),                              // 26: plinth.cluster.v1.StorageSecurity
+	(*Node)(nil),                                      // 27: plinth.cluster.v1.Node
+	(*ClusterConfiguration)(nil),                      // 28: plinth.cluster.v1.ClusterConfiguration
 }
 var file_cluster_v1_curator_proto_depIdxs = []int32{
 	24, // 0: plinth.cluster.v1.RegisterNodeRequest.status:type_name -> plinth.cluster.v1.NodeStatus
 	25, // 1: plinth.cluster.v1.RegisterNodeRequest.tpm_usage:type_name -> plinth.cluster.v1.NodeTPMUsage
-	20, // 2: plinth.cluster.v1.WatchRequest.node_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodeInCluster
-	21, // 3: plinth.cluster.v1.WatchRequest.nodes_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodesInCluster
-	26, // 4: plinth.cluster.v1.WatchEvent.nodes:type_name -> plinth.cluster.v1.Node
-	8,  // 5: plinth.cluster.v1.WatchEvent.tombstones:type_name -> plinth.cluster.v1.NodeTombstone
-	0,  // 6: plinth.cluster.v1.WatchEvent.progress:type_name -> plinth.cluster.v1.WatchEvent.Progress
-	24, // 7: plinth.cluster.v1.UpdateNodeStatusRequest.status:type_name -> plinth.cluster.v1.NodeStatus
-	22, // 8: plinth.cluster.v1.IssueCertificateRequest.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateRequest.KubernetesWorker
-	23, // 9: plinth.cluster.v1.IssueCertificateResponse.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateResponse.KubernetesWorker
-	27, // 10: plinth.cluster.v1.WatchClusterPolicyEvent.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
-	1,  // 11: plinth.cluster.v1.Curator.RegisterNode:input_type -> plinth.cluster.v1.RegisterNodeRequest
-	3,  // 12: plinth.cluster.v1.Curator.CommitNode:input_type -> plinth.cluster.v1.CommitNodeRequest
-	5,  // 13: plinth.cluster.v1.Curator.JoinNode:input_type -> plinth.cluster.v1.JoinNodeRequest
-	7,  // 14: plinth.cluster.v1.Curator.Watch:input_type -> plinth.cluster.v1.WatchRequest
-	10, // 15: plinth.cluster.v1.Curator.UpdateNodeStatus:input_type -> plinth.cluster.v1.UpdateNodeStatusRequest
-	12, // 16: plinth.cluster.v1.Curator.Heartbeat:input_type -> plinth.cluster.v1.HeartbeatRequest
-	14, // 17: plinth.cluster.v1.Curator.IssueCertificate:input_type -> plinth.cluster.v1.IssueCertificateRequest
-	18, // 18: plinth.cluster.v1.Curator.WatchClusterPolicy:input_type -> plinth.cluster.v1.WatchClusterPolicyRequest
-	16, // 19: plinth.cluster.v1.Curator.GetCurrentLeader:input_type -> plinth.cluster.v1.GetCurrentLeaderRequest
-	2,  // 20: plinth.cluster.v1.Curator.RegisterNode:output_type -> plinth.cluster.v1.RegisterNodeResponse
-	4,  // 21: plinth.cluster.v1.Curator.CommitNode:output_type -> plinth.cluster.v1.CommitNodeResponse
-	6,  // 22: plinth.cluster.v1.Curator.JoinNode:output_type -> plinth.cluster.v1.JoinNodeResponse
-	9,  // 23: plinth.cluster.v1.Curator.Watch:output_type -> plinth.cluster.v1.WatchEvent
-	11, // 24: plinth.cluster.v1.Curator.UpdateNodeStatus:output_type -> plinth.cluster.v1.UpdateNodeStatusResponse
-	13, // 25: plinth.cluster.v1.Curator.Heartbeat:output_type -> plinth.cluster.v1.HeartbeatResponse
-	15, // 26: plinth.cluster.v1.Curator.IssueCertificate:output_type -> plinth.cluster.v1.IssueCertificateResponse
-	19, // 27: plinth.cluster.v1.Curator.WatchClusterPolicy:output_type -> plinth.cluster.v1.WatchClusterPolicyEvent
-	17, // 28: plinth.cluster.v1.Curator.GetCurrentLeader:output_type -> plinth.cluster.v1.GetCurrentLeaderResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	26, // 2: plinth.cluster.v1.RegisterNodeRequest.storage_security:type_name -> plinth.cluster.v1.StorageSecurity
+	20, // 3: plinth.cluster.v1.WatchRequest.node_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodeInCluster
+	21, // 4: plinth.cluster.v1.WatchRequest.nodes_in_cluster:type_name -> plinth.cluster.v1.WatchRequest.NodesInCluster
+	27, // 5: plinth.cluster.v1.WatchEvent.nodes:type_name -> plinth.cluster.v1.Node
+	8,  // 6: plinth.cluster.v1.WatchEvent.tombstones:type_name -> plinth.cluster.v1.NodeTombstone
+	0,  // 7: plinth.cluster.v1.WatchEvent.progress:type_name -> plinth.cluster.v1.WatchEvent.Progress
+	24, // 8: plinth.cluster.v1.UpdateNodeStatusRequest.status:type_name -> plinth.cluster.v1.NodeStatus
+	22, // 9: plinth.cluster.v1.IssueCertificateRequest.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateRequest.KubernetesWorker
+	23, // 10: plinth.cluster.v1.IssueCertificateResponse.kubernetes_worker:type_name -> plinth.cluster.v1.IssueCertificateResponse.KubernetesWorker
+	28, // 11: plinth.cluster.v1.WatchClusterPolicyEvent.configuration:type_name -> plinth.cluster.v1.ClusterConfiguration
+	1,  // 12: plinth.cluster.v1.Curator.RegisterNode:input_type -> plinth.cluster.v1.RegisterNodeRequest
+	3,  // 13: plinth.cluster.v1.Curator.CommitNode:input_type -> plinth.cluster.v1.CommitNodeRequest
+	5,  // 14: plinth.cluster.v1.Curator.JoinNode:input_type -> plinth.cluster.v1.JoinNodeRequest
+	7,  // 15: plinth.cluster.v1.Curator.Watch:input_type -> plinth.cluster.v1.WatchRequest
+	10, // 16: plinth.cluster.v1.Curator.UpdateNodeStatus:input_type -> plinth.cluster.v1.UpdateNodeStatusRequest
+	12, // 17: plinth.cluster.v1.Curator.Heartbeat:input_type -> plinth.cluster.v1.HeartbeatRequest
+	14, // 18: plinth.cluster.v1.Curator.IssueCertificate:input_type -> plinth.cluster.v1.IssueCertificateRequest
+	18, // 19: plinth.cluster.v1.Curator.WatchClusterPolicy:input_type -> plinth.cluster.v1.WatchClusterPolicyRequest
+	16, // 20: plinth.cluster.v1.Curator.GetCurrentLeader:input_type -> plinth.cluster.v1.GetCurrentLeaderRequest
+	2,  // 21: plinth.cluster.v1.Curator.RegisterNode:output_type -> plinth.cluster.v1.RegisterNodeResponse
+	4,  // 22: plinth.cluster.v1.Curator.CommitNode:output_type -> plinth.cluster.v1.CommitNodeResponse
+	6,  // 23: plinth.cluster.v1.Curator.JoinNode:output_type -> plinth.cluster.v1.JoinNodeResponse
+	9,  // 24: plinth.cluster.v1.Curator.Watch:output_type -> plinth.cluster.v1.WatchEvent
+	11, // 25: plinth.cluster.v1.Curator.UpdateNodeStatus:output_type -> plinth.cluster.v1.UpdateNodeStatusResponse
+	13, // 26: plinth.cluster.v1.Curator.Heartbeat:output_type -> plinth.cluster.v1.HeartbeatResponse
+	15, // 27: plinth.cluster.v1.Curator.IssueCertificate:output_type -> plinth.cluster.v1.IssueCertificateResponse
+	19, // 28: plinth.cluster.v1.Curator.WatchClusterPolicy:output_type -> plinth.cluster.v1.WatchClusterPolicyEvent
+	17, // 29: plinth.cluster.v1.Curator.GetCurrentLeader:output_type -> plinth.cluster.v1.GetCurrentLeaderResponse
+	21, // [21:30] is the sub-list for method output_type
+	12, // [12:21] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_cluster_v1_curator_proto_init() }

@@ -36,6 +36,19 @@ func checkTPMPolicy(cfg *clusterpb.ClusterConfiguration, usage clusterpb.NodeTPM
 		"cluster policy requires nodes to seal their secrets in a TPM (allow_nodes_without_tpm is false), node reports tpm_usage %s", usage)
 }
 
+// checkStoragePolicy refuses a node whose data partition is protected
+// less than the cluster configuration's minimum. Unspecified (a node
+// that did not say) counts as below any minimum. Guarded by
+// TestRegisterStoragePolicy.
+func checkStoragePolicy(cfg *clusterpb.ClusterConfiguration, sec clusterpb.StorageSecurity) error {
+	minimum := cfg.GetMinimumStorageSecurity()
+	if minimum == clusterpb.StorageSecurity_STORAGE_SECURITY_UNSPECIFIED || sec >= minimum {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"cluster policy requires data partitions protected at least as %s (minimum_storage_security), node reports %s", minimum, sec)
+}
+
 // Bounds of what a registering node may put into etcd.
 const (
 	// maxNewNodes is how many nodes may wait for approval at once; more
@@ -104,6 +117,9 @@ func (c curatorServer) RegisterNode(ctx context.Context, req *clusterpb.Register
 		return nil, err
 	}
 	if err := checkTPMPolicy(cfg, req.TpmUsage); err != nil {
+		return nil, err
+	}
+	if err := checkStoragePolicy(cfg, req.StorageSecurity); err != nil {
 		return nil, err
 	}
 	id := identity.NodeID(p.PublicKey)

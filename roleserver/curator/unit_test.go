@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"plinth.dev/plinth/api/clusterpb"
 )
 
@@ -102,6 +105,34 @@ func TestFilter(t *testing.T) {
 	for _, bad := range []string{"node.state == NODE_STATE_BOGUS", "node.id == c", "node.roles.size() > 0", "has(node.foo)", "node.state > 1 || true"} {
 		if _, err := parseFilter(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestRegisterStoragePolicy: a node whose data partition is protected
+// less than the cluster's minimum_storage_security is refused at
+// registration, a node that does not say counts as the least protected,
+// and no minimum refuses nothing.
+func TestRegisterStoragePolicy(t *testing.T) {
+	const (
+		unspecified   = clusterpb.StorageSecurity_STORAGE_SECURITY_UNSPECIFIED
+		encrypted     = clusterpb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED
+		authenticated = clusterpb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED
+	)
+	for _, c := range []struct {
+		minimum, node clusterpb.StorageSecurity
+		ok            bool
+	}{
+		{unspecified, unspecified, true}, {unspecified, encrypted, true}, {unspecified, authenticated, true},
+		{encrypted, unspecified, false}, {encrypted, encrypted, true}, {encrypted, authenticated, true},
+		{authenticated, unspecified, false}, {authenticated, encrypted, false}, {authenticated, authenticated, true},
+	} {
+		err := checkStoragePolicy(&clusterpb.ClusterConfiguration{MinimumStorageSecurity: c.minimum}, c.node)
+		if (err == nil) != c.ok {
+			t.Errorf("minimum %v, node %v: %v", c.minimum, c.node, err)
+		}
+		if err != nil && status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("minimum %v, node %v: code %v, want FailedPrecondition", c.minimum, c.node, status.Code(err))
 		}
 	}
 }

@@ -137,6 +137,7 @@ func (s *Service) register(ctx context.Context, l *slog.Logger, resume *joinStat
 	err = s.untilAccepted(ctx, l, "registration", endpoints, tlsCfg, func(ctx context.Context, cc *grpc.ClientConn, _ tls.ConnectionState) error {
 		_, err := clusterpb.NewCuratorClient(cc).RegisterNode(ctx, &clusterpb.RegisterNodeRequest{
 			RegisterTicket: reg.GetRegisterTicket(), Status: s.nodeStatus(), TpmUsage: s.TPMUsage,
+			StorageSecurity: storageSecurity(s.Disk.Mode),
 		})
 		return err
 	})
@@ -421,4 +422,16 @@ func (c *Config) retryLocal(ctx context.Context, l *slog.Logger, what string, fn
 			return err
 		}
 	}
+}
+
+// storageSecurity is how a data partition of mode m is protected, as the
+// cluster policy names it.
+func storageSecurity(m storage.Mode) clusterpb.StorageSecurity {
+	switch m {
+	case storage.ModeCrypt:
+		return clusterpb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED
+	case storage.ModeAuthenticated:
+		return clusterpb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED
+	}
+	return clusterpb.StorageSecurity_STORAGE_SECURITY_UNSPECIFIED
 }
