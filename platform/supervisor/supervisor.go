@@ -11,7 +11,7 @@
 //	       └── roleserver ──┬── controlplane ──┬── consensus ──┬── autopromoter
 //	                        │                  │               └── crl
 //	                        │                  └── curator ──── members
-//	                        ├── heartbeat, hosts, nodemgmt, rolefetch, statuspush
+//	                        ├── heartbeat, hosts, nodemgmt, policyfetch, rolefetch, statuspush
 //	                        └── kubernetes ──┬── controller ──┬── etcd (the confined endpoint)
 //	                                         │                ├── apiserver, controller-manager, scheduler
 //	                                         │                └── policy, rbac, nodeipam
