@@ -85,10 +85,15 @@ func (w logWriter) Write(b []byte) (int, error) {
 }
 
 // step runs one step of a long scenario as a subtest, so that the
-// output names it and its duration; a failed step ends the scenario.
+// output names it and its duration; a failed step ends the scenario,
+// and so does one that -run left out (the steps after it need it).
 func step(t *testing.T, name string, f func(t *testing.T)) {
 	t.Helper()
-	if !t.Run(name, f) {
+	ran := false
+	if !t.Run(name, func(t *testing.T) { ran = true; f(t) }) {
 		t.FailNow()
+	}
+	if !ran {
+		t.Skipf("step %s not selected by -run: the steps after it need it", name)
 	}
 }

@@ -105,8 +105,9 @@ type RegisterNodeRequest struct {
 	// rather than after approval.
 	TpmUsage NodeTPMUsage `protobuf:"varint,3,opt,name=tpm_usage,json=tpmUsage,proto3,enum=plinth.cluster.v1.NodeTPMUsage" json:"tpm_usage,omitempty"`
 	// How the node protects its data partition (its parameters'
-	// storage.security). Checked against
-	// ClusterConfiguration.minimum_storage_security here, with tpm_usage.
+	// storage.security), as the node says. Checked against
+	// ClusterConfiguration.minimum_storage_security here, with tpm_usage;
+	// unspecified (a node too old to say) counts as encrypted.
 	StorageSecurity StorageSecurity `protobuf:"varint,4,opt,name=storage_security,json=storageSecurity,proto3,enum=plinth.cluster.v1.StorageSecurity" json:"storage_security,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache

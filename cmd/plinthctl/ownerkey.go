@@ -109,12 +109,12 @@ func (c *ownerKeyCmd) rotateKey(ctx context.Context, cfg *owner.Config, stdout i
 		if serr := cfg.Save(); serr != nil {
 			return fmt.Errorf("the owner key is replaced, but saving the new key failed (%v): it is lost", serr)
 		}
-		if err != nil {
-			return err
-		}
 		// The old key's Kubernetes certificates are revoked with it:
 		// kubectl must not be handed the cached one.
-		if err := os.Remove(filepath.Join(c.config, kubeCredentialFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if rerr := os.Remove(filepath.Join(c.config, kubeCredentialFile)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return rerr
+		}
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "owner key replaced: ed25519 %s; %d certificates of the old key revoked; the owner's Kubernetes credentials are at epoch %d\n",

@@ -52,19 +52,20 @@ const CoreNice = -10
 // startCore starts the core at CoreNice: forked from a thread of that
 // priority (Linux keeps it per thread, and a child inherits its
 // parent thread's), so that every thread of the core has it from the
-// start.
-func startCore(core string, args, env []string) (*os.Process, error) {
+// start. A priority that cannot be set is reported (prioErr) and the
+// core starts at the default: a slower node, not one that cannot boot.
+func startCore(core string, args, env []string) (proc *os.Process, prioErr, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tid := unix.Gettid()
-	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, CoreNice); err != nil {
-		return nil, fmt.Errorf("core priority: %w", err)
+	if prioErr = unix.Setpriority(unix.PRIO_PROCESS, tid, CoreNice); prioErr == nil {
+		defer unix.Setpriority(unix.PRIO_PROCESS, tid, 0)
 	}
-	defer unix.Setpriority(unix.PRIO_PROCESS, tid, 0)
-	return os.StartProcess(core, args, &os.ProcAttr{
+	proc, err = os.StartProcess(core, args, &os.ProcAttr{
 		Env:   dedupEnv(env),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 	})
+	return proc, prioErr, err
 }
 
 // Run never returns. core is started with args and env; console receives
@@ -81,7 +82,10 @@ func Run(console io.Writer, logLine func(msg string) string, core string, args, 
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD, unix.SIGINT, unix.SIGTERM, unix.SIGPWR)
 
-	proc, err := startCore(core, args, env)
+	proc, prioErr, err := startCore(core, args, env)
+	if prioErr != nil {
+		say("core priority %d not set (%v): it runs at the default", CoreNice, prioErr)
+	}
 	if err != nil {
 		say("cannot start core %s: %v; rebooting in 5s", core, err)
 		time.Sleep(5 * time.Second)

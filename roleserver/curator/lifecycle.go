@@ -37,11 +37,15 @@ func checkTPMPolicy(cfg *clusterpb.ClusterConfiguration, usage clusterpb.NodeTPM
 }
 
 // checkStoragePolicy refuses a node whose data partition is protected
-// less than the cluster configuration's minimum. Unspecified (a node
-// that did not say) counts as below any minimum. Guarded by
+// less than the cluster configuration's minimum (the enum is ordered by
+// protection). Unspecified, from a node too old to say, counts as
+// encrypted: every data partition is at least that. Guarded by
 // TestRegisterStoragePolicy.
 func checkStoragePolicy(cfg *clusterpb.ClusterConfiguration, sec clusterpb.StorageSecurity) error {
 	minimum := cfg.GetMinimumStorageSecurity()
+	if sec == clusterpb.StorageSecurity_STORAGE_SECURITY_UNSPECIFIED {
+		sec = clusterpb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED
+	}
 	if minimum == clusterpb.StorageSecurity_STORAGE_SECURITY_UNSPECIFIED || sec >= minimum {
 		return nil
 	}

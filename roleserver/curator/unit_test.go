@@ -111,8 +111,8 @@ func TestFilter(t *testing.T) {
 
 // TestRegisterStoragePolicy: a node whose data partition is protected
 // less than the cluster's minimum_storage_security is refused at
-// registration, a node that does not say counts as the least protected,
-// and no minimum refuses nothing.
+// registration, a node that does not say counts as encrypted (as every
+// data partition is), and no minimum refuses nothing.
 func TestRegisterStoragePolicy(t *testing.T) {
 	const (
 		unspecified   = clusterpb.StorageSecurity_STORAGE_SECURITY_UNSPECIFIED
@@ -124,7 +124,7 @@ func TestRegisterStoragePolicy(t *testing.T) {
 		ok            bool
 	}{
 		{unspecified, unspecified, true}, {unspecified, encrypted, true}, {unspecified, authenticated, true},
-		{encrypted, unspecified, false}, {encrypted, encrypted, true}, {encrypted, authenticated, true},
+		{encrypted, unspecified, true}, {encrypted, encrypted, true}, {encrypted, authenticated, true},
 		{authenticated, unspecified, false}, {authenticated, encrypted, false}, {authenticated, authenticated, true},
 	} {
 		err := checkStoragePolicy(&clusterpb.ClusterConfiguration{MinimumStorageSecurity: c.minimum}, c.node)

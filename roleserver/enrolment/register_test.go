@@ -9,8 +9,7 @@ import (
 
 // TestStorageSecurity: a registering node reports its data partition's
 // protection as the cluster policy names it (checked by the curator
-// against minimum_storage_security), and an unknown mode as unspecified,
-// which the curator counts as the least protected.
+// against minimum_storage_security), and an unknown mode as unspecified.
 func TestStorageSecurity(t *testing.T) {
 	for mode, want := range map[storage.Mode]clusterpb.StorageSecurity{
 		storage.ModeCrypt:         clusterpb.StorageSecurity_STORAGE_SECURITY_ENCRYPTED,

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -38,6 +39,8 @@ import (
 //	                                   plinth:node-proxies:<id>,
 //	                                   plinth:local-volumes:<id>
 //	    ─► denied (failurePolicy Deny: also when it cannot answer)
+//	    (the set unread, or too long a list: every node user is asked,
+//	    failurePolicy NoOpinion; authorizationConfig)
 //	  Node, RBAC                     as before
 //	authzWebhook reads the decommissioned nodes every decommissionCheck
 //	and rewrites authorization.json when they change.
@@ -74,26 +77,50 @@ const (
 // its kubelet, its service components, its local volume provisioner.
 var nodeUserPrefixes = []string{"system:node:", pki.ProxyPrefix, pki.LocalVolumesPrefix}
 
-// authorizationConfig is the API server's authorization configuration:
-// with decommissioned nodes, the webhook for their users alone; then
-// Node and RBAC. The same set gives the same bytes (the API server
-// reloads on a change of them).
-func authorizationConfig(dir string, decommissioned []string) []byte {
-	var authorizers []any
-	if users := decommissionedUsers(decommissioned); len(users) > 0 {
+// maxListedUsers bounds the matchCondition that lists decommissioned
+// nodes' users (CEL refuses expressions over 100,000 characters, and an
+// API server whose configuration does not compile does not start):
+// beyond it, about 350 nodes, every node user is asked about again.
+const maxListedUsers = 64 << 10
+
+// authorizationConfig is the API server's authorization configuration
+// for the decommissioned nodes ids (known: read from the curator's
+// store), then Node and RBAC:
+//
+//	known, none decommissioned   no webhook
+//	known, listed fits           webhook for their users alone, failurePolicy Deny
+//	unknown, or too many         webhook for every node user, failurePolicy
+//	                             NoOpinion (it decides by what it last read)
+//
+// The same set gives the same bytes (the API server reloads on a change
+// of them).
+func authorizationConfig(dir string, ids []string, known bool) []byte {
+	var match, failure string
+	if users := decommissionedUsers(ids); known && len(users) > 0 {
 		quoted := make([]string, len(users))
 		for i, u := range users {
 			quoted[i] = strconv.Quote(u)
 		}
+		match, failure = "request.user in ["+strings.Join(quoted, ", ")+"]", "Deny"
+	}
+	if !known || len(match) > maxListedUsers {
+		var prefixes []string
+		for _, p := range nodeUserPrefixes {
+			prefixes = append(prefixes, "request.user.startsWith('"+p+"')")
+		}
+		match, failure = strings.Join(prefixes, " || "), "NoOpinion"
+	}
+	var authorizers []any
+	if match != "" {
 		authorizers = append(authorizers, map[string]any{"type": "Webhook", "name": "plinth-decommissioned", "webhook": map[string]any{
 			"timeout":                    "3s",
 			"subjectAccessReviewVersion": "v1",
 			"matchConditionSubjectAccessReviewVersion": "v1",
-			"failurePolicy":   "Deny",
+			"failurePolicy":   failure,
 			"authorizedTTL":   "1s",
 			"unauthorizedTTL": authzDeniedTTL.String(),
 			"connectionInfo":  map[string]any{"type": "KubeConfigFile", "kubeConfigFile": dir + "/" + fileAuthzWebhookConfig},
-			"matchConditions": []any{map[string]string{"expression": "request.user in [" + strings.Join(quoted, ", ") + "]"}},
+			"matchConditions": []any{map[string]string{"expression": match}},
 		}})
 	}
 	authorizers = append(authorizers,
@@ -119,11 +146,11 @@ func decommissionedUsers(ids []string) []string {
 }
 
 // authorizationFiles are the API server's authorization configuration
-// (decommissioned as last read) and the webhook's connection (its
+// config (authorizationConfig) and the webhook's connection (its
 // certificate caPEM).
-func authorizationFiles(dir string, caPEM []byte, decommissioned []string) files {
+func authorizationFiles(dir string, caPEM, config []byte) files {
 	return files{
-		fileAuthorization: authorizationConfig(dir, decommissioned),
+		fileAuthorization: config,
 		fileAuthzWebhookConfig: mustJSON(map[string]any{
 			"apiVersion": "v1", "kind": "Config",
 			"clusters": []any{map[string]any{"name": "webhook", "cluster": map[string]any{
@@ -218,18 +245,21 @@ func (d *decommissionedSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authzWebhook is the runnable serving the webhook with cert, reading
-// the decommissioned nodes with decommissioned every interval and
-// handing each new set to configure (which rewrites the API server's
-// authorization configuration); applied is the set the API server
-// started with.
-func authzWebhook(cert tls.Certificate, decommissioned func(context.Context) ([]string, error), interval time.Duration, applied []string, configure func([]string) error) supervisor.Runnable {
+// the decommissioned nodes with decommissioned every interval. started
+// are the nodes the API server's configuration started with and config
+// that configuration; render makes the configuration of a set read, and
+// write hands a changed one to the API server. Writes that keep failing
+// end the runnable (its restart is counted and backs off).
+func authzWebhook(cert tls.Certificate, decommissioned func(context.Context) ([]string, error), interval time.Duration,
+	started []string, config []byte, render func([]string) []byte, write func([]byte) error) supervisor.Runnable {
+	const maxWriteFailures = 4
 	return func(ctx context.Context) error {
 		lis, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(layout.KubernetesAuthzWebhookPort))
 		if err != nil {
 			return fmt.Errorf("authorization webhook: %w", err)
 		}
 		set := &decommissionedSet{}
-		set.set(applied)
+		set.set(started)
 		srv := &http.Server{Handler: set, ReadHeaderTimeout: 10 * time.Second,
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}}
 		errc := make(chan error, 1)
@@ -237,18 +267,21 @@ func authzWebhook(cert tls.Certificate, decommissioned func(context.Context) ([]
 		defer srv.Close()
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		log := supervisor.Logger(ctx)
-		applied = decommissionedUsers(applied)
+		written, failures := config, 0
 		for {
 			if decommissioned != nil {
 				if ids, err := decommissioned(ctx); err != nil {
 					log.Warn("reading the decommissioned nodes (tried again later)", "err", err)
 				} else {
 					set.set(ids)
-					if users := decommissionedUsers(ids); !slices.Equal(users, applied) {
-						if err := configure(ids); err != nil {
+					if next := render(ids); !bytes.Equal(next, written) {
+						if err := write(next); err != nil {
+							if failures++; failures >= maxWriteFailures {
+								return fmt.Errorf("writing the authorization configuration: %w", err)
+							}
 							log.Warn("writing the authorization configuration (tried again later)", "err", err)
 						} else {
-							applied = users
+							written, failures = next, 0
 							log.Info("authorization configuration: decommissioned nodes refused", "nodes", ids)
 						}
 					}

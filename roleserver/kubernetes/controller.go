@@ -134,9 +134,10 @@ type controllerRun struct {
 	// the API server's files trust (authzwebhook.go).
 	webhook tls.Certificate
 	// decommissioned are the nodes the API server's first authorization
-	// configuration refuses (read in prepare; the webhook keeps it
-	// current).
+	// configuration, authzConfig, refuses (read in prepare; the webhook
+	// keeps it current).
 	decommissioned []string
+	authzConfig    []byte
 	// apiserver, controllerManager, scheduler, metricsServer are each
 	// one's files, by name, written into its own directory as its own
 	// user.
@@ -161,13 +162,17 @@ func (c *Controller) prepare(ctx context.Context, kv client.Namespaced, admissio
 	if r.webhook, webhookCA, err = webhookCertificate(); err != nil {
 		return nil, err
 	}
+	// Unread, the API server starts asking the webhook about every node
+	// user (authorizationConfig) until the webhook reads them.
+	known := true
 	if c.DecommissionedNodes != nil {
-		// Unread, the webhook's first check (within decommissionCheck)
-		// writes them.
-		r.decommissioned, _ = c.DecommissionedNodes(ctx)
+		if r.decommissioned, err = c.DecommissionedNodes(ctx); err != nil {
+			known, r.decommissioned = false, nil
+		}
 	}
+	r.authzConfig = authorizationConfig(ctl.APIServer.Path(), r.decommissioned, known)
 	api := apiserverFiles(r.creds, admission, r.secrets, ctl.APIServer.Path())
-	maps.Copy(api, authorizationFiles(ctl.APIServer.Path(), webhookCA, r.decommissioned))
+	maps.Copy(api, authorizationFiles(ctl.APIServer.Path(), webhookCA, r.authzConfig))
 	if r.apiserver, err = api.writeAs(ctl.APIServer.Path(), c.user(layout.APIServerUser)); err != nil {
 		return nil, err
 	}
@@ -195,13 +200,15 @@ func (r *controllerRun) startAPIServer(ctx context.Context) error {
 	if u := c.user(layout.APIServerUser); u != nil {
 		apiUser = int(u.Uid)
 	}
+	apiDir := c.Root.Ephemeral.Kubernetes.Controller.APIServer.Path()
 	served, ready := servedOnce(apiReady(apiServerLocalEndpoint, r.creds.CACertificate))
 	if err := runAll(ctx, []named{
-		{"authz-webhook", authzWebhook(r.webhook, c.DecommissionedNodes, cmp.Or(c.DecommissionPoll, decommissionCheck), r.decommissioned, func(ids []string) error {
-			dir := c.Root.Ephemeral.Kubernetes.Controller.APIServer.Path()
-			_, err := files{fileAuthorization: authorizationConfig(dir, ids)}.writeAs(dir, c.user(layout.APIServerUser))
-			return err
-		})},
+		{"authz-webhook", authzWebhook(r.webhook, c.DecommissionedNodes, cmp.Or(c.DecommissionPoll, decommissionCheck), r.decommissioned, r.authzConfig,
+			func(ids []string) []byte { return authorizationConfig(apiDir, ids, true) },
+			func(config []byte) error {
+				_, err := files{fileAuthorization: config}.writeAs(apiDir, c.user(layout.APIServerUser))
+				return err
+			})},
 		{"etcd", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return c.Consensus.ServeKubernetes(ctx, etcdSock, apiUser)

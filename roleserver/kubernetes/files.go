@@ -42,6 +42,13 @@ func (f files) writeAs(dir string, user *syscall.Credential) (map[string]string,
 	for name, data := range f {
 		p := filepath.Join(dir, name)
 		if sub := filepath.Dir(p); sub != dir {
+			// The component may have left a link where the subdirectory
+			// goes: it is removed, not followed.
+			if fi, err := os.Lstat(sub); err == nil && !fi.IsDir() {
+				if err := os.Remove(sub); err != nil {
+					return nil, err
+				}
+			}
 			if err := os.MkdirAll(sub, 0o700); err != nil {
 				return nil, err
 			}
@@ -50,10 +57,7 @@ func (f files) writeAs(dir string, user *syscall.Credential) (map[string]string,
 			}
 		}
 		tmp := p + ".new"
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return nil, err
-		}
-		if err := own(tmp, 0o600); err != nil {
+		if err := writeNew(tmp, data, user); err != nil {
 			return nil, err
 		}
 		if err := os.Rename(tmp, p); err != nil {
@@ -93,4 +97,30 @@ func kubeconfig(server, serverName string, caPEM, certPEM, keyPEM []byte) []byte
 		"contexts":        []any{map[string]any{"name": "plinth", "context": map[string]any{"cluster": "plinth", "user": "plinth"}}},
 		"current-context": "plinth",
 	})
+}
+
+// writeNew writes data into a new file tmp (0600, user's if not nil).
+// The directory belongs to the component, which may have left anything
+// at tmp: a link there is removed, never followed (O_EXCL|O_NOFOLLOW),
+// and the file is chowned through its descriptor. Guarded by
+// TestWriteAsFollowsNoLink.
+func writeNew(tmp string, data []byte, user *syscall.Credential) error {
+	if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if user != nil {
+		if err := f.Chown(int(user.Uid), int(user.Gid)); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
