@@ -137,13 +137,7 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 		url.QueryEscape("endpointslice.kubernetes.io/managed-by="+metricsSliceManager), "", ""); err != nil {
 		return err
 	}
-	var eps struct {
-		Items []struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		} `json:"items"`
-	}
+	var eps objectList
 	if err := json.Unmarshal(b, &eps); err != nil {
 		return fmt.Errorf("EndpointSlices: %w", err)
 	}
@@ -162,14 +156,7 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 	if b, err = do(http.MethodGet, "/api/v1/nodes", "", ""); err != nil {
 		return err
 	}
-	var nodes struct {
-		Items []struct {
-			Metadata struct {
-				Name string `json:"name"`
-				UID  string `json:"uid"`
-			} `json:"metadata"`
-		} `json:"items"`
-	}
+	var nodes objectList
 	if err := json.Unmarshal(b, &nodes); err != nil {
 		return fmt.Errorf("Nodes: %w", err)
 	}
@@ -183,6 +170,17 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 		supervisor.Logger(ctx).Info("deleted the Node of a decommissioned node", "node", n.Metadata.Name)
 	}
 	return nil
+}
+
+// objectList is what deleteDecommissionedVolumes reads of a list of
+// objects: their names and UIDs.
+type objectList struct {
+	Items []struct {
+		Metadata struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"metadata"`
+	} `json:"items"`
 }
 
 // apiDo sends a request (body of contentType, if any) to url with
