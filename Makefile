@@ -30,7 +30,7 @@ export PLINTH_TESTPOD        := $(abspath $(BIN)/testpod)
 export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 export PLINTH_RELEASE_KEY    := $(abspath $(RELEASE_KEY))
 
-.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate clean e2e image-conformance conformance
+.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate cli-docs clean e2e image-conformance conformance
 
 all: image
 
@@ -47,6 +47,7 @@ help:
 	@echo "make repro     build the image once more and compare every byte with make image's"
 	@echo "make bench     benchmarks, written to $(OUT)/bench.json"
 	@echo "make generate  regenerate generated code"
+	@echo "make cli-docs  regenerate the plinthctl reference (docs/reference/cli.md) from the command tree"
 	@echo "make e2e       build the upstream end-to-end suite (e2e.test), ginkgo and the conformance images' programs (not in make test)"
 	@echo "make conformance  run the upstream conformance tests on a two-node cluster (FOCUS=, SKIP=, NAMES=, CONFORMANCE=quick, serial or certify)"
 	@echo "make deps      install missing host packages"
@@ -72,7 +73,7 @@ FORCE:
 # Plinth: ~200) would be compiled twice on a cold cache.
 NOCGO := CGO_ENABLED=0
 $(STAMP)/plinthctl: $(GO_SRC) $(call missing,$(BIN)/plinthctl)
-	@$(NOCGO) scripts/gobuild $(BIN)/plinthctl ./cmd/plinthctl
+	@$(NOCGO) scripts/gobuild $(BIN)/plinthctl ./cmd/plinthctl -ldflags "-X main.version=$(VERSION)"
 	@mkdir -p $(@D) && touch $@
 
 $(STAMP)/init: $(GO_SRC) $(call missing,$(BIN)/init)
@@ -174,11 +175,11 @@ $(CONFORMANCE_BIN)/localhost.crt: $(GO_MOD)
 	  install -m 0644 $$src/agnhost/porter/localhost.crt $@
 
 # The image make conformance boots: make image's, plus the conformance
-# images (plinthctl build -conformance-images), which only this one
+# images (plinthctl build --conformance-images), which only this one
 # carries.
 CONFORMANCE_IMAGE := $(OUT)/image-conformance/$(BOARD)
 $(CONFORMANCE_IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(RELEASE_KEY) $(CONFORMANCE_INPUTS) | deps
-	$(BIN)/plinthctl build -board $(BOARD) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(CONFORMANCE_IMAGE) -version $(VERSION)-conformance $(SIGN) -release $(RELEASE) -conformance-images $(CONFORMANCE_BIN)
+	$(BIN)/plinthctl build --board $(BOARD) --init $(BIN)/init --bin $(BIN) --cache $(CACHE) --out $(CONFORMANCE_IMAGE) --version $(VERSION)-conformance $(SIGN) --release $(RELEASE) --conformance-images $(CONFORMANCE_BIN)
 image-conformance: deps $(CONFORMANCE_IMAGE)/manifest.json
 
 # The conformance tests on a two-node cluster (conformance/run):
@@ -229,18 +230,18 @@ kube-bins: $(KUBE_BINS) $(BIN)/kubectl
 $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(BIN)/kubectl: $(BIN)/%: $(STAMP)/% ;
 
 # The development release key every image is signed with: made once on a
-# fresh machine and kept (plinthctl release-key never replaces one). A
+# fresh machine and kept (plinthctl release key never replaces one). A
 # cluster bootstrapped from an image trusts the key that signed it, so the
 # images built here update each other's nodes. Real releases are signed
-# with an offline key instead (plinthctl build -sign-key).
+# with an offline key instead (plinthctl build --sign-key).
 $(RELEASE_KEY): | $(BIN)/plinthctl
-	$(BIN)/plinthctl release-key -o $@
+	$(BIN)/plinthctl release key $@
 
-# plinthctl build -bin takes every binary above from one directory; the
+# plinthctl build --bin takes every binary above from one directory; the
 # image directory is named after its board.
-SIGN = -sign-key $(RELEASE_KEY)
+SIGN = --sign-key $(RELEASE_KEY)
 $(OUT)/image/%/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(RELEASE_KEY) | deps
-	$(BIN)/plinthctl build -board $* -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(OUT)/image/$* -version $(VERSION) $(SIGN) -release $(RELEASE)
+	$(BIN)/plinthctl build --board $* --init $(BIN)/init --bin $(BIN) --cache $(CACHE) --out $(OUT)/image/$* --version $(VERSION) $(SIGN) --release $(RELEASE)
 
 image: deps $(IMAGE)/manifest.json $(BIN)/kubectl
 
@@ -252,7 +253,7 @@ image-generic: deps $(GENERIC_IMAGE)/manifest.json
 
 # The image the update test installs over make image's: the same binaries
 # and board, another version (so another system image, root hash, UKIs),
-# and a user's own image (plinthctl build -oci-archive), which the updated
+# and a user's own image (plinthctl build --oci-archive), which the updated
 # worker runs without a registry. The user image is the test workload
 # under another reference, written by go-containerregistry's layout
 # writer (internal/testutil/ocitest), not the builder's.
@@ -262,17 +263,17 @@ USER_IMAGE := $(OUT)/user-image.tar
 $(USER_IMAGE): $(BIN)/testpod $(wildcard internal/testutil/ocitest/*.go internal/testutil/cmd/userimage/*.go)
 	$(NOCGO) go run -trimpath ./internal/testutil/cmd/userimage -testpod $(BIN)/testpod -ref example.org/plinth/user-app:v1 -o $@
 $(NEXT_IMAGE)/manifest.json: $(BIN)/init $(BIN)/plinthctl $(KUBE_BINS) $(RELEASE_KEY) $(USER_IMAGE) | deps
-	$(BIN)/plinthctl build -board $(BOARD) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(NEXT_IMAGE) -version $(VERSION)-next $(SIGN) -release $(NEXT_RELEASE) -oci-archive $(USER_IMAGE)
+	$(BIN)/plinthctl build --board $(BOARD) --init $(BIN)/init --bin $(BIN) --cache $(CACHE) --out $(NEXT_IMAGE) --version $(VERSION)-next $(SIGN) --release $(NEXT_RELEASE) --oci-archive $(USER_IMAGE)
 image-next: deps $(NEXT_IMAGE)/manifest.json
 
 run: image
-	$(BIN)/plinthctl run -image $(IMAGE) -state $(OUT)/run/$(BOARD)
+	$(BIN)/plinthctl run --image $(IMAGE) --state $(OUT)/run/$(BOARD)
 
 # kubectl first: plinthctl's tests check their kubeconfigs with it (the
 # nodes' Kubernetes version), instead of compiling client-go once more
 # without the kube binary's tags and cgo (~80 packages on a cold cache).
 unit: deps tools $(BIN)/kubectl
-	@$(BIN)/plinthctl fetch-kernel -board $(BOARD) -cache $(CACHE) >/dev/null
+	@$(BIN)/plinthctl fetch-kernel --board $(BOARD) --cache $(CACHE) >/dev/null
 	@# cmd/kube has no tests; testing it would compile Kubernetes again
 	@# without the image's tags (the kube-bins target builds it).
 	@# -trimpath and CGO off, as scripts/gobuild builds plinthctl and
@@ -338,6 +339,11 @@ test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=line race repro image-generic image-next && echo "make test: race tests, repro and the images took $${SECONDS}s"
 	@$(MAKE) --no-print-directory vmtest && echo "make test: VM tests took $${SECONDS}s"
 	@echo "make test: all passed"
+
+# The CLI reference is generated from plinthctl's command tree; the unit
+# tests fail while it is not current (TestCLIReference).
+cli-docs:
+	$(NOCGO) go test -trimpath -count=1 -run '^TestCLIReference$$' ./cmd/plinthctl -args -update
 
 bench: image image-next
 	go run ./cmd/plinthbench -image $(IMAGE) -next $(NEXT_IMAGE) -init $(BIN)/init -bin $(BIN) -cache $(CACHE) -out $(OUT)/bench.json

@@ -15,7 +15,7 @@
 //	     "     + vmlinuz + … plinth.slot=a|b + /init and modules only ──► plinth-a.efi, plinth-b.efi
 //	GPT: ESP (FAT32: slot a's UKI) + slot a (system.img) + slot b ──► disk.img (flash: write-disk)
 //	predicted PCR 11 and Authenticode digest of each UKI ──► manifest.json
-//	release key (-sign-key) ──► /etc/plinth/release.pub in the system image; manifest.sig
+//	release key (--sign-key) ──► /etc/plinth/release.pub in the system image; manifest.sig
 //
 // Every step is deterministic (sorted entries, fixed timestamps, owners and
 // modes, content-derived salt), so the same inputs give the same bytes.
@@ -108,7 +108,7 @@ type Manifest struct {
 	// carries for Kubernetes, by absolute path on the node.
 	SystemFiles map[string]Artefact `json:"system_files"`
 	// ContainerImages are the images the system image carries (the
-	// node's own and the user's, -oci-archive), by reference.
+	// node's own and the user's, --oci-archive), by reference.
 	ContainerImages []ContainerImage `json:"container_images"`
 	// UKIs are the Unified Kernel Images by artefact name, with their
 	// predicted PCRs.

@@ -14,7 +14,7 @@ import (
 )
 
 // The images of the upstream Kubernetes conformance tests, without a
-// registry (plinthctl build -conformance-images DIR): each under the
+// registry (plinthctl build --conformance-images DIR): each under the
 // exact reference the suite asks for (e2e.test --list-images), built
 // from programs of this module's go.mod and busybox, in one archive
 // whose images share their layers:

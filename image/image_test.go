@@ -99,7 +99,7 @@ func TestBuildContentsAndManifest(t *testing.T) {
 	var progress strings.Builder
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	// A user's image, as another tool writes it, named by a short
-	// reference (-oci-archive).
+	// reference (--oci-archive).
 	user := writeOCITestArchive(t, "app.tar", ocitest.Entry{Image: testImage(t, "amd64", "user"), Annotations: refName("app:1.0")})
 	m, err := Build(context.Background(), Config{Board: b, KernelPackage: deb, Init: initBin, Binaries: bins, OutDir: out, Version: "test", Progress: &progress,
 		NetbootArgs: []string{testNetbootArg}, Release: 41, SignKey: key, OCIArchives: []OCIArchive{{Path: user}}})

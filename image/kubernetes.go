@@ -108,7 +108,7 @@ func (b Binaries) check(arch string) error {
 	for _, f := range [][2]string{{"kube", b.Kube}, {"containerd", b.Containerd}, {"containerd shim", b.ContainerdShim},
 		{"OCI runtime (crun)", b.OCIRuntime}, {"CNI plugin directory", b.CNIDir}, {"testpod", b.Testpod}} {
 		if f[1] == "" {
-			return fmt.Errorf("no %s given (plinthctl build -bin DIR; make builds them in out/bin)", f[0])
+			return fmt.Errorf("no %s given (plinthctl build --bin DIR; make builds them in out/bin)", f[0])
 		}
 	}
 	for _, p := range append(b.placement(), struct{ src, dest string }{b.Testpod, "the container images"}) {

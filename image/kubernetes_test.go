@@ -262,7 +262,7 @@ func TestBinariesChecked(t *testing.T) {
 	if err := bins.check(b.Arch); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing ptp: %v", err)
 	}
-	if err := (Binaries{}).check(b.Arch); err == nil || !strings.Contains(err.Error(), "-bin") {
+	if err := (Binaries{}).check(b.Arch); err == nil || !strings.Contains(err.Error(), "--bin") {
 		t.Errorf("no binaries: %v", err)
 	}
 	// Build refuses them before reading anything.

@@ -132,7 +132,7 @@ func (b *buildState) writeUKIs(context.Context) (string, error) {
 
 // NetbootUKI writes to out the image's network-boot UKI (plinth.efi in
 // imageDir) with a cluster's register parameters added to its command
-// line (plinth.parameters=), as `plinthctl build -params` makes it, and
+// line (plinth.parameters=), as `plinthctl build --params` makes it, and
 // returns its description. stub is systemd's EFI stub ("": DefaultStub).
 func NetbootUKI(imageDir, stub string, params []byte, out string) (UKIInfo, error) {
 	return RebuildUKI(filepath.Join(imageDir, UKIFile), stub, out, func(c string) string {

@@ -24,7 +24,7 @@ import (
 )
 
 // The user's own container images in the system image (plinthctl build
-// -oci-archive), for sites without a registry: each OCI image archive
+// --oci-archive), for sites without a registry: each OCI image archive
 // (an OCI image layout as a tar, as `docker save`, `skopeo copy
 // oci-archive:`, crane or ggcr's layout write it) is checked whole at
 // build time and carried next to the pause and test images, which the
@@ -52,16 +52,16 @@ type OCIArchive struct {
 	Ref string
 }
 
-// ParseOCIArchive reads plinthctl build's -oci-archive value: FILE or
+// ParseOCIArchive reads plinthctl build's --oci-archive value: FILE or
 // FILE=REF.
 func ParseOCIArchive(s string) (OCIArchive, error) {
 	p, ref, _ := strings.Cut(s, "=")
 	if p == "" {
-		return OCIArchive{}, fmt.Errorf("-oci-archive %q: want FILE or FILE=REFERENCE", s)
+		return OCIArchive{}, fmt.Errorf("--oci-archive %q: want FILE or FILE=REFERENCE", s)
 	}
 	if ref != "" {
 		if _, err := normalizedRef(ref); err != nil {
-			return OCIArchive{}, fmt.Errorf("-oci-archive %q: %w", s, err)
+			return OCIArchive{}, fmt.Errorf("--oci-archive %q: %w", s, err)
 		}
 	}
 	return OCIArchive{Path: p, Ref: ref}, nil
@@ -289,7 +289,7 @@ func checkOCIArchive(a OCIArchive, arch string) ([]byte, []ContainerImage, error
 			name = a.Ref
 		}
 		if name == "" {
-			return nil, nil, fmt.Errorf("image %s has no full reference (neither io.containerd.image.name nor a reference in org.opencontainers.image.ref.name): name it with -oci-archive %s=REFERENCE", d.Digest, a.Path)
+			return nil, nil, fmt.Errorf("image %s has no full reference (neither io.containerd.image.name nor a reference in org.opencontainers.image.ref.name): name it with --oci-archive %s=REFERENCE", d.Digest, a.Path)
 		}
 		ref, err := normalizedRef(name)
 		if err != nil {

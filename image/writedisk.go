@@ -105,7 +105,7 @@ func WriteDisk(ctx context.Context, c WriteDiskConfig) error {
 	if !c.Force {
 		if t, err := gpt.Read(f, size); err == nil {
 			if len(t.FindAll(dataPartitionType)) > 0 {
-				return fmt.Errorf("%w: %s holds a Plinth data partition (a node's data); -force writes over it", ErrTargetRefused, c.Target)
+				return fmt.Errorf("%w: %s holds a Plinth data partition (a node's data); --force writes over it", ErrTargetRefused, c.Target)
 			}
 		}
 	}
@@ -188,7 +188,7 @@ func openTarget(c WriteDiskConfig, imageSize int64) (f *os.File, isFile, created
 			size = imageSize + MinDataBytes
 		}
 		if size < imageSize+MinDataBytes {
-			return nil, false, false, fmt.Errorf("%w: -size %s is less than the image (%s) and %s for the node's data", ErrTargetRefused, mib(size), mib(imageSize), mib(MinDataBytes))
+			return nil, false, false, fmt.Errorf("%w: --size %s is less than the image (%s) and %s for the node's data", ErrTargetRefused, mib(size), mib(imageSize), mib(MinDataBytes))
 		}
 		if f, err = os.OpenFile(c.Target, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
 			return nil, false, false, err

@@ -78,7 +78,7 @@ func checkWriteDisk(t *testing.T, out string, m *Manifest) {
 		t.Error("a refused target was changed")
 	}
 	if err := WriteDisk(ctx, WriteDiskConfig{ImageDir: out, Parameters: params, Target: node, Force: true}); err != nil {
-		t.Errorf("-force: %v", err)
+		t.Errorf("--force: %v", err)
 	}
 
 	// Too small, no parameters: refused, nothing created.

@@ -187,9 +187,9 @@ func (w *workerControlPlane) bootstrap(ctx context.Context, nd *nodeData) error 
 	if err := creds.Save(dir); err != nil {
 		return fmt.Errorf("saving node credentials: %w", err)
 	}
-	// The owner compares this with what plinthctl takeownership prints
-	// (or passes it as -ca-fingerprint): the console is the channel that
-	// needs no trust in the network.
+	// The owner compares this with what plinthctl cluster takeownership
+	// prints (or passes it as --ca-fingerprint): the console is the
+	// channel that needs no trust in the network.
 	log.Info("cluster bootstrapped: node certificate issued and saved", "credentials", dir, "ca-sha256", pki.Fingerprint(creds.CA))
 	w.roles.Set(roles)
 	w.credentials.Set(creds)

@@ -47,7 +47,7 @@ func (s *logsStream) Send(r *clusterpb.LogsResponse) error {
 }
 
 // TestLogsAuditFromStore: the audit log's backlog (kubernetes.AuditDN,
-// as plinthctl logs -audit asks, recursive or not) comes from the store
+// as plinthctl node logs --audit asks, recursive or not) comes from the store
 // on the data volume, oldest first, the last N if asked; the log tree's
 // stream, which a reboot empties, is not read for it.
 func TestLogsAuditFromStore(t *testing.T) {

@@ -371,7 +371,7 @@ func (c *Cluster) setParams(n *ClusterNode, p *nodepb.Parameters) error {
 	return err
 }
 
-// OwnerDir is the owner configuration directory (plinthctl -config).
+// OwnerDir is the owner configuration directory (plinthctl --config).
 func (c *Cluster) OwnerDir() string { return filepath.Join(c.opts.Dir, "owner") }
 
 // Client is the owner's client for the cluster.

@@ -22,7 +22,7 @@ import (
 //
 // The UKI is the image's plinth.efi with the cluster's register
 // parameters in its measured command line (image.NetbootUKI, what
-// `plinthctl build -params` makes), built by AddNode(NetBoot()) once the
+// `plinthctl build --params` makes), built by AddNode(NetBoot()) once the
 // cluster can hand out a ticket. Firmware measures it as it measures a
 // disk boot.
 

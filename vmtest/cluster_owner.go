@@ -92,10 +92,10 @@ func (c *Cluster) updateOwnerLocked() error {
 // Kubernetes cluster, write a kubeconfig for the first node's forwarded
 // API server (waiting for it to serve) and list the Kubernetes nodes.
 func (c *Cluster) OwnerCommands(plinthctl, kubectl string) []string {
-	cmds := []string{"export PLINTH_CONFIG=" + c.OwnerDir(), plinthctl + " nodes list"}
+	cmds := []string{"export PLINTH_CONFIG=" + c.OwnerDir(), plinthctl + " node list"}
 	if nodes := c.Nodes(); c.opts.Kubernetes && len(nodes) > 0 {
 		kc := filepath.Join(c.opts.Dir, "kubeconfig")
-		cmds = append(cmds, fmt.Sprintf("%s kubeconfig -server https://%s -wait 10m -o %s && %s --kubeconfig %s get nodes",
+		cmds = append(cmds, fmt.Sprintf("%s cluster kubeconfig --server https://%s --wait 10m --file %s && %s --kubeconfig %s get nodes",
 			plinthctl, c.KubernetesAPIEndpoint(nodes[0]), kc, kubectl, kc))
 	}
 	return cmds

@@ -133,12 +133,12 @@ func TestClusterNodeLifecycle(t *testing.T) {
 
 // TestCluster is the end-to-end cluster test, one cluster for all steps
 // because forming it is the slow part under TCG:
-//   - a node bootstraps; `plinthctl takeownership` (the real binary, from
-//     a fresh config dir holding only the owner key) and `plinthctl nodes
+//   - a node bootstraps; `plinthctl cluster takeownership` (the real binary, from
+//     a fresh config dir holding only the owner key) and `plinthctl node
 //     list` show it UP, HEALTHY, with its address, an etcd voter;
 //   - a second node registers (NEW), is approved, commits (UP) and runs
 //     (HEALTHY); its logs come through NodeManagement;
-//   - `plinthctl roles add` makes it a consensus member: etcd learner, then
+//   - `plinthctl role add` makes it a consensus member: etcd learner, then
 //     promoted: two voters;
 //   - rebooted through NodeManagement, it rejoins with its sealed join key
 //     (the curator hands back its cluster unlock key): HEALTHY, boot
@@ -150,7 +150,7 @@ func TestClusterNodeLifecycle(t *testing.T) {
 //     cluster, no curator anywhere): both come back HEALTHY voters;
 //   - a third node with a wrong ticket is refused and says why, and never
 //     appears in the cluster;
-//   - a worker decommissioned with `plinthctl decommission` cannot open its
+//   - a worker decommissioned with `plinthctl node decommission` cannot open its
 //     data volume after a reboot: the cluster refuses its join.
 func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
@@ -181,15 +181,15 @@ func TestCluster(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(cfg, owner.KeyFile), key, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		t.Log(ctl.run(t, "takeownership", "-config", cfg, "-endpoint", c.CuratorEndpoint(first)))
+		t.Log(ctl.run(t, "cluster", "takeownership", "--config", cfg, "--endpoint", c.CuratorEndpoint(first)))
 		var listed []*clusterpb.Node
-		ctl.runJSON(t, &listed, "nodes", "list", "-config", cfg, "-o", "json")
+		ctl.runJSON(t, &listed, "node", "list", "--config", cfg, "-o", "json")
 		if len(listed) != 1 || listed[0].GetId() != first.ID() || listed[0].GetHealth() != clusterpb.NodeHealth_NODE_HEALTH_HEALTHY ||
 			listed[0].GetStatus().GetAddresses()[0] != first.Addr.String() ||
 			listed[0].GetConsensusMembership() != clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER {
-			t.Fatalf("plinthctl nodes list: %v", listed)
+			t.Fatalf("plinthctl node list: %v", listed)
 		}
-		t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+		t.Log(ctl.run(t, "node", "list", "--config", cfg))
 	})
 
 	step(t, "power-cut-before-approval", func(t *testing.T) {
@@ -223,7 +223,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	step(t, "add-consensus-member", func(t *testing.T) {
-		t.Log(ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "consensus-member"))
+		t.Log(ctl.run(t, "role", "add", "--config", c.OwnerDir(), second.ID(), "consensus-member"))
 		twoVoters = func(r *clusterpb.Node) bool {
 			return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
 		}
@@ -235,7 +235,7 @@ func TestCluster(t *testing.T) {
 		}
 		// Enrolment's, like the key received above: on the console only.
 		mustLine(t, ctx, second.VM(), `consensus member: cluster unlock key now sealed locally`)
-		t.Log(ctl.run(t, "nodes", "list", "-config", c.OwnerDir()))
+		t.Log(ctl.run(t, "node", "list", "--config", c.OwnerDir()))
 	})
 
 	step(t, "consensus-member-reboot", func(t *testing.T) {
@@ -311,7 +311,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Log(ctl.run(t, "decommission", "-config", c.OwnerDir(), "-yes", third.ID()))
+		t.Log(ctl.run(t, "node", "decommission", "--config", c.OwnerDir(), "--yes", third.ID()))
 		before := third.VM()
 		if err := c.RebootNode(ctx, third); err != nil {
 			t.Fatal(err)

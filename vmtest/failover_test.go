@@ -24,11 +24,11 @@ const failoverBound = 90 * time.Second
 // failover cuts the power of the curator leader of c, three voting
 // members, as a power cut does:
 //   - the curator leader's QEMU is killed (no shutdown, no FIN: its
-//     packets just stop): within failoverBound `plinthctl nodes list`
+//     packets just stop): within failoverBound `plinthctl node list`
 //     shows both survivors HEALTHY at a new leader (heartbeats since that
 //     leader was elected; before keepalives they stayed attached to the
 //     dead leader and showed HEARTBEAT_TIMEOUT, last seen "never");
-//   - `plinthctl roles add SURVIVOR kubernetes-worker` reaches a survivor
+//   - `plinthctl role add SURVIVOR kubernetes-worker` reaches a survivor
 //     that was no worker (its role watch follows the new leader);
 //   - the killed node boots again from the same disk and TPM (its boot
 //     counter one up) and comes back HEALTHY, an etcd voter again.
@@ -100,7 +100,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 		}
 	}
 	t.Logf("survivors HEALTHY at the new leader %v after the power cut (plinthctl polls, each first trying the dead node's curator)", time.Since(cut).Round(100*time.Millisecond))
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+	t.Log(ctl.run(t, "node", "list", "--config", cfg))
 	// What the survivors did, from their consoles (guest clock).
 	follow := regexp.MustCompile(`resolver: |lost the curator leader|connected to curator leader|watching this node at curator leader`)
 	for _, n := range survivors {
@@ -123,7 +123,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	if target == nil {
 		t.Fatal("every survivor is a Kubernetes worker already: no role to add")
 	}
-	t.Log(ctl.run(t, "roles", "add", "-config", cfg, target.ID(), "kubernetes-worker"))
+	t.Log(ctl.run(t, "role", "add", "--config", cfg, target.ID(), "kubernetes-worker"))
 	rctx, rcancel := context.WithTimeout(ctx, failoverBound)
 	defer rcancel()
 	// The role reached the node when it runs the role's runnable (its
@@ -145,7 +145,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 		}
 	}
 	wantNodeBootCount(t, ctx, c, dead, bootAfter)
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+	t.Log(ctl.run(t, "node", "list", "--config", cfg))
 }
 
 // kubernetesWorkerDN is the supervisor runnable a node runs while it has
@@ -170,16 +170,16 @@ func launchMembers(t *testing.T, ctx context.Context, ctl plinthctl, o ClusterOp
 	}
 	nodes, cfg := c.Nodes(), c.OwnerDir()
 	for _, n := range nodes[1:] {
-		t.Log(ctl.run(t, "roles", "add", "-config", cfg, n.ID(), "consensus-member"))
+		t.Log(ctl.run(t, "role", "add", "--config", cfg, n.ID(), "consensus-member"))
 	}
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+	t.Log(ctl.run(t, "node", "list", "--config", cfg))
 	for _, n := range nodes {
 		if _, err := c.waitNode(ctx, n, "an etcd voter", voter); err != nil {
 			c.Close()
 			t.Fatal(err)
 		}
 	}
-	t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+	t.Log(ctl.run(t, "node", "list", "--config", cfg))
 	return c
 }
 
@@ -204,9 +204,9 @@ func curatorLeader(ctx context.Context, c *Cluster, n *ClusterNode) (string, err
 	return r.GetId(), nil
 }
 
-// listJSON runs `plinthctl nodes list -o json` without failing the test.
+// listJSON runs `plinthctl node list -o json` without failing the test.
 func (p plinthctl) listJSON(cfg string) ([]*clusterpb.Node, error) {
-	out, err := exec.Command(string(p), "nodes", "list", "-config", cfg, "-o", "json").Output()
+	out, err := exec.Command(string(p), "node", "list", "--config", cfg, "-o", "json").Output()
 	if err != nil {
 		return nil, err
 	}

@@ -165,7 +165,7 @@ func explainPod(ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *Cl
 // not be read.
 func logLines(ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, component string, count int, words ...string) []string {
 	name := component[strings.LastIndex(component, ".")+1:]
-	logs, err := ctl.output(ctx, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes."+component, n.ID())
+	logs, err := ctl.output(ctx, "node", "logs", "--config", c.OwnerDir(), "--dn", "root.roleserver.kubernetes."+component, n.ID())
 	if err != nil {
 		return []string{fmt.Sprintf("%s log of %s: %v", name, n.Name, err)}
 	}

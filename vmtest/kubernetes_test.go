@@ -95,7 +95,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		// The kubeconfig is what the commands plinthctl launch prints for
 		// this cluster write, run as printed.
 		k = newKubectl(t, filepath.Join(dir, "kubeconfig"))
-		// (plinthctl nodes list names both nodes; kubectl get nodes succeeds,
+		// (plinthctl node list names both nodes; kubectl get nodes succeeds,
 		// though the kubelets may not have registered yet.)
 		if out := runPrinted(t, ctx, "", c.OwnerCommands(string(ctl), k.bin)); !strings.Contains(out, first.ID()) || !strings.Contains(out, second.ID()) {
 			t.Fatalf("the commands plinthctl launch prints do not list both nodes:\n%s", out)
@@ -145,10 +145,10 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	step(t, "node-status", func(t *testing.T) {
 		// The node's status names each component's process with its CPU
 		// time and memory (NodeManagement.Status, from the node's /proc).
-		status := ctl.run(t, "status", "-config", c.OwnerDir(), first.ID())
+		status := ctl.run(t, "node", "status", "--config", c.OwnerDir(), first.ID())
 		t.Log(status)
 		if !processListed(status, "root.roleserver.kubernetes.controller.apiserver") || !processListed(status, "root") {
-			t.Fatalf("plinthctl status lists no API server or core process with CPU time and memory:\n%s", status)
+			t.Fatalf("plinthctl node status lists no API server or core process with CPU time and memory:\n%s", status)
 		}
 		// The controller keeps half its two vCPUs from pods for its control
 		// plane (kubeReserved); the worker keeps none.
@@ -287,7 +287,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		// Role changes: without KubernetesWorker the second node's kubelet
 		// stops and the node goes NotReady (the role comes back below,
 		// while its power is cut).
-		ctl.run(t, "roles", "remove", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
+		ctl.run(t, "role", "remove", "--config", c.OwnerDir(), second.ID(), "kubernetes-worker")
 		// The node says so itself, at once: not the node lifecycle
 		// controller's Unknown after its grace period.
 		k.until(t, ctx, 2*time.Minute, second.Name+" reports NotReady", func(out string) bool { return out == "False "+kubernetes.NotReadyReason },
@@ -308,7 +308,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		if err := c.KillNode(second); err != nil {
 			t.Fatal(err)
 		}
-		ctl.run(t, "roles", "add", "-config", c.OwnerDir(), second.ID(), "kubernetes-worker")
+		ctl.run(t, "role", "add", "--config", c.OwnerDir(), second.ID(), "kubernetes-worker")
 		checkPulledAfterReboot := pulledAfterReboot(t, ctx, k, reg, second.ID())
 		if err := c.StartNode(ctx, second); err != nil {
 			t.Fatal(err)
@@ -317,7 +317,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		reachB(t, "after the power cut", 1)
 		// The images came from the node's store this time (imported once per
 		// image version), pinned against the kubelet's garbage collection.
-		if out := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.images", second.ID()); !strings.Contains(out, "present "+layout.PauseImage) ||
+		if out := ctl.run(t, "node", "logs", "--config", c.OwnerDir(), "--dn", "root.roleserver.kubernetes.worker.images", second.ID()); !strings.Contains(out, "present "+layout.PauseImage) ||
 			!strings.Contains(out, "pinned") || strings.Contains(out, "imported "+layout.PauseImage) {
 			t.Errorf("the images after the worker's reboot were not taken from its store, pinned:\n%s", out)
 		}
@@ -419,14 +419,14 @@ metadata: {name: attack, labels: {pod-security.kubernetes.io/enforce: privileged
 }
 
 // auditAndRevoke checks that the owner's Kubernetes credentials are
-// attributable and revocable: the controller's audit log (plinthctl logs
+// attributable and revocable: the controller's audit log (plinthctl node logs
 // -audit) holds the exec into pod web, done as a user of the owner's
-// own name; after plinthctl kubeconfig -revoke-all the certificate
+// own name; after plinthctl cluster kubeconfig --revoke-all the certificate
 // kubectl had cached is refused at once, and kubectl (with a new one)
 // works again.
 func auditAndRevoke(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, controller *ClusterNode, web string) {
 	t.Helper()
-	audit := ctl.run(t, "logs", "-config", c.OwnerDir(), controller.ID(), "-audit")
+	audit := ctl.run(t, "node", "logs", "--config", c.OwnerDir(), controller.ID(), "--audit")
 	found := false
 	for _, line := range strings.Split(audit, "\n") {
 		found = found || strings.Contains(line, `"subresource":"exec"`) && strings.Contains(line, `"name":"`+web+`"`) &&
@@ -450,7 +450,7 @@ func auditAndRevoke(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl
 	if code := get(); code != http.StatusOK {
 		t.Fatalf("the cached owner certificate before the revocation: %d", code)
 	}
-	ctl.run(t, "kubeconfig", "-config", c.OwnerDir(), "-revoke-all")
+	ctl.run(t, "cluster", "kubeconfig", "--config", c.OwnerDir(), "--revoke-all")
 	deadline := time.Now().Add(time.Minute)
 	for code := get(); code != http.StatusForbidden; code = get() {
 		if time.Now().After(deadline) {
@@ -485,7 +485,7 @@ func cachedCredential(t *testing.T, dir string) *http.Client {
 		Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true}}}
 }
 
-// stageUpdate starts `plinthctl update NODE -stage` of n to next
+// stageUpdate starts `plinthctl node update NODE --stage` of n to next
 // (written, checked, sealed for; not booted) and returns a
 // function that waits for it and checks it is staged. The install takes
 // ~1 min under TCG beside a busy worker: TestKubernetesTwoNodes tests
@@ -499,13 +499,13 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := ctl.output(ctx, "update", "-config", c.OwnerDir(), n.ID(), "-image", next.Dir, "-stage")
+		out, err := ctl.output(ctx, "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", next.Dir, "--stage")
 		done <- result{out, err}
 	}()
 	return func(t *testing.T) {
 		t.Helper()
 		r := <-done
-		t.Logf("plinthctl update -stage %s:\n%s", n.Name, r.out)
+		t.Logf("plinthctl node update --stage %s:\n%s", n.Name, r.out)
 		if r.err != nil {
 			t.Fatalf("staging the worker's update: %v", r.err)
 		}
@@ -519,7 +519,7 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 }
 
 // updateWorker activates the update of Kubernetes worker n of c to next
-// that stageUpdate staged, with `plinthctl update NODE -activate` draining it
+// that stageUpdate staged, with `plinthctl node update NODE --activate` draining it
 // through other's API server, and checks what an operator expects of a
 // worker's update: its pods are evicted before it reboots (pod b is
 // gone; the mover Deployment's pod, applied with the test's other
@@ -541,7 +541,7 @@ func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 	// From now on it prefers other; what moves it is the drain.
 	k.run(t, ctx, "label", "node", other.ID(), moverLabel+"=yes")
 	k.run(t, ctx, "label", "node", n.ID(), moverLabel+"-")
-	cmd := []string{"update", "-config", c.OwnerDir(), n.ID(), "-activate", "-version", next.Manifest.Version, "-kube-server", c.KubernetesAPIEndpoint(other)}
+	cmd := []string{"node", "update", "--config", c.OwnerDir(), n.ID(), "--activate", "--version", next.Manifest.Version, "--kube-server", c.KubernetesAPIEndpoint(other)}
 	out, err := ctl.output(ctx, cmd...)
 	t.Logf("plinthctl %s:\n%s", strings.Join(cmd, " "), out)
 	if err != nil {
@@ -575,7 +575,7 @@ func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 	reachB("after the update")
 }
 
-// processListed says whether plinthctl status's table has a row for dn
+// processListed says whether plinthctl node status's table has a row for dn
 // with a PID, CPU time above zero and a resident size.
 func processListed(table, dn string) bool {
 	for _, line := range strings.Split(table, "\n") {

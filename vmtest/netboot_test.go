@@ -37,7 +37,7 @@ func TestNetBoot(t *testing.T) {
 	assertNoLine(t, vm, `unmeasured boot`)
 	// A network-booted node has no slots: an update is refused, naming
 	// the alternative.
-	out, err := exec.CommandContext(ctx, string(buildPlinthctl(t)), "update", "-config", c.OwnerDir(), n.ID(), "-image", testImage(t).Dir).CombinedOutput()
+	out, err := exec.CommandContext(ctx, string(buildPlinthctl(t)), "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", testImage(t).Dir).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "has no system slots (a network boot): boot it from the new image's network-boot UKI instead") {
 		t.Errorf("update of a network-booted node: %v\n%s", err, out)
 	}

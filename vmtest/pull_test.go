@@ -26,7 +26,7 @@ import (
 // Pulls from a registry (issue: real workloads), checked in
 // TestKubernetesTwoNodes: the harness's registry (registry.go) holds the
 // test image, which no node has under these names, and the cluster policy
-// says how to reach it, set with plinthctl policy as an owner would,
+// says how to reach it, set with plinthctl cluster policy as an owner would,
 // before the kubelets start:
 //
 //	registry.invalid      no such host: mirror https://<MirrorHost> (anonymous), its CA
@@ -79,18 +79,18 @@ func setPullPolicy(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl,
 		}
 	}
 	for _, args := range [][]string{
-		{"-registry", "registry.invalid", "-mirror", "https://" + reg.MirrorHost(), "-registry-ca", ca},
+		{"--registry", "registry.invalid", "--mirror", "https://" + reg.MirrorHost(), "--registry-ca", ca},
 		// The conformance smoke's images (smoke_test.go).
-		{"-registry", "registry.k8s.io", "-mirror", "https://" + reg.MirrorHost(), "-registry-ca", ca},
-		{"-registry", reg.AuthHost(), "-registry-ca", ca, "-registry-username", reg.Username, "-registry-password-file", right},
-		{"-registry", reg.OtherAuthHost(), "-registry-ca", ca, "-registry-username", reg.Username, "-registry-password-file", wrong},
+		{"--registry", "registry.k8s.io", "--mirror", "https://" + reg.MirrorHost(), "--registry-ca", ca},
+		{"--registry", reg.AuthHost(), "--registry-ca", ca, "--registry-username", reg.Username, "--registry-password-file", right},
+		{"--registry", reg.OtherAuthHost(), "--registry-ca", ca, "--registry-username", reg.Username, "--registry-password-file", wrong},
 	} {
-		out, err := ctl.output(ctx, append([]string{"policy", "-config", c.OwnerDir()}, args...)...)
+		out, err := ctl.output(ctx, append([]string{"cluster", "policy", "--config", c.OwnerDir()}, args...)...)
 		if err != nil {
-			t.Fatalf("plinthctl policy %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("plinthctl cluster policy %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		if strings.Contains(out, reg.Password) {
-			t.Fatalf("plinthctl policy printed the password:\n%s", out)
+			t.Fatalf("plinthctl cluster policy printed the password:\n%s", out)
 		}
 	}
 }
@@ -216,7 +216,7 @@ func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *Regist
 }
 
 // userImagePods are pods, on node, of each user image next carries
-// (plinthctl build -oci-archive; make puts the archive of
+// (plinthctl build --oci-archive; make puts the archive of
 // internal/testutil/cmd/userimage in it), with imagePullPolicy Never:
 // refs by pod name, and the manifests. Applied once the node runs next
 // (with the pods its update's check applies: they start side by side),
@@ -232,7 +232,7 @@ func userImagePods(t *testing.T, next *Image, node string) (refs map[string]stri
 		}
 	}
 	if len(refs) == 0 {
-		t.Fatalf("the next image carries no user image (make builds it with plinthctl build -oci-archive): %v", next.Manifest.ContainerImages)
+		t.Fatalf("the next image carries no user image (make builds it with plinthctl build --oci-archive): %v", next.Manifest.ContainerImages)
 	}
 	return refs, manifests
 }
@@ -247,7 +247,7 @@ func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthct
 			t.Errorf("pod %s of the user image %s (imagePullPolicy Never) not Ready: %v\n%s\n%s", p, refs[p], err, out, k.run(t, ctx, "describe", "pod", p))
 		}
 	}
-	out := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.images", n.ID())
+	out := ctl.run(t, "node", "logs", "--config", c.OwnerDir(), "--dn", "root.roleserver.kubernetes.worker.images", n.ID())
 	for _, ref := range refs {
 		if !regexp.MustCompile(`(imported|present) ` + regexp.QuoteMeta(ref) + ` \(sha256:[0-9a-f]+\), pinned`).MatchString(out) {
 			t.Errorf("%s does not say it imported and pinned the user image %s:\n%s", n.Name, ref, out)

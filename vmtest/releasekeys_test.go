@@ -17,7 +17,7 @@ import (
 	"plinth.dev/plinth/platform/releasekeys"
 )
 
-// releaseKey is a release key plinthctl release-key made: its private
+// releaseKey is a release key plinthctl release key made: its private
 // key file and the key.
 type releaseKey struct {
 	file string
@@ -28,7 +28,7 @@ type releaseKey struct {
 func newReleaseKey(t *testing.T, ctl plinthctl, dir, name string) releaseKey {
 	t.Helper()
 	file := filepath.Join(dir, name)
-	ctl.run(t, "release-key", "-o", file)
+	ctl.run(t, "release", "key", file)
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +50,9 @@ func newReleaseKey(t *testing.T, ctl plinthctl, dir, name string) releaseKey {
 func releaseKeyChange(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, dir string) releaseKey {
 	t.Helper()
 	k2 := newReleaseKey(t, ctl, dir, "k2.key")
-	if out, err := exec.CommandContext(ctx, string(ctl), "policy", "-config", c.OwnerDir(), "-add-release-key", k2.file).CombinedOutput(); err == nil ||
-		!strings.Contains(string(out), "-sign-key") {
-		t.Fatalf("plinthctl policy -add-release-key without -sign-key: %v\n%s", err, out)
+	if out, err := exec.CommandContext(ctx, string(ctl), "cluster", "policy", "--config", c.OwnerDir(), "--add-release-key", k2.file).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "--sign-key") {
+		t.Fatalf("plinthctl cluster policy --add-release-key without --sign-key: %v\n%s", err, out)
 	}
 	cfg, err := c.Client().ClusterInfo(ctx)
 	if err != nil {
@@ -70,7 +70,7 @@ func releaseKeyChange(t *testing.T, ctx context.Context, c *Cluster, ctl plinthc
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "not signed by a key of the set before") {
 		t.Fatalf("a key set signed by the new key alone, sent to the curator: %v; want FailedPrecondition", err)
 	}
-	t.Log(ctl.run(t, "policy", "-config", c.OwnerDir(), "-add-release-key", k2.file, "-sign-key", builtPath(t, "PLINTH_RELEASE_KEY", "release.key")))
+	t.Log(ctl.run(t, "cluster", "policy", "--config", c.OwnerDir(), "--add-release-key", k2.file, "--sign-key", builtPath(t, "PLINTH_RELEASE_KEY", "release.key")))
 	return k2
 }
 
@@ -85,10 +85,10 @@ func refusedDowngrades(t *testing.T, ctx context.Context, c *Cluster, n *Cluster
 		want string
 	}{
 		{nil, "no downgrade statement came with it"},
-		{[]string{"-allow-downgrade", "-sign-key", other.file}, "the downgrade statement is not signed by any of the cluster's release keys"},
+		{[]string{"--allow-downgrade", "--sign-key", other.file}, "the downgrade statement is not signed by any of the cluster's release keys"},
 	} {
-		out, err := exec.CommandContext(ctx, string(ctl), append([]string{"update", "-config", c.OwnerDir(), n.ID(), "-image", halting}, r.args...)...).CombinedOutput()
-		t.Logf("plinthctl update %v:\n%s", r.args, out)
+		out, err := exec.CommandContext(ctx, string(ctl), append([]string{"node", "update", "--config", c.OwnerDir(), n.ID(), "--image", halting}, r.args...)...).CombinedOutput()
+		t.Logf("plinthctl node update %v:\n%s", r.args, out)
 		if err == nil || !strings.Contains(string(out), "refused the image of version halting") || !strings.Contains(string(out), r.want) || strings.Contains(string(out), "sending ") {
 			t.Fatalf("a downgrade %v: %v; want the node's refusal saying %q, nothing sent", r.args, err, r.want)
 		}

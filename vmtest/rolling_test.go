@@ -19,7 +19,7 @@ import (
 // their disks (OVMF + swtpm; nodes 2 and 3 made members back to back,
 // although etcd admits one learner at a time), one of them also a
 // Kubernetes worker in a cluster without a Kubernetes controller, are
-// updated to the next image with `plinthctl update -all` (-drain=false:
+// updated to the next image with `plinthctl cluster update` (--drain=false:
 // there is no API server to drain through) while a writer keeps writing
 // through the cluster's API (rollingUpdate). The registered members'
 // trial boots open their volumes with their join state, which was sealed
@@ -40,10 +40,10 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	defer c.Close()
 	nodes := c.Nodes()
 	cfg := c.OwnerDir()
-	t.Log(ctl.run(t, "roles", "add", "-config", cfg, nodes[2].ID(), "kubernetes-worker"))
+	t.Log(ctl.run(t, "role", "add", "--config", cfg, nodes[2].ID(), "kubernetes-worker"))
 
 	step(t, "rolling-update", func(t *testing.T) {
-		rollingUpdate(t, ctx, c, ctl, next, "-drain=false")
+		rollingUpdate(t, ctx, c, ctl, next, "--drain=false")
 		// That the boot was a trial (its update state is "trial" only until
 		// it confirms) and which key opened the volume, only the console
 		// says.
@@ -51,7 +51,7 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 			mustLine(t, ctx, n.VM(), `I init: A/B update state detail="slot b: trial boot`)
 			mustLine(t, ctx, n.VM(), `I root\.enrolment: consensus member: the cluster unlock key is sealed locally`)
 		}
-		t.Log(ctl.run(t, "nodes", "list", "-config", cfg))
+		t.Log(ctl.run(t, "node", "list", "--config", cfg))
 	})
 
 	step(t, "failed-rolling-update", func(t *testing.T) {
@@ -65,7 +65,7 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	})
 }
 
-// failedRollingUpdate runs `plinthctl update -all` of every node of c,
+// failedRollingUpdate runs `plinthctl cluster update` of every node of c,
 // which runs cur, to the image in dir, whose trial boot fails before the
 // cluster: the first node reboots and runs cur from its slot again, with
 // the failed update in its status;
@@ -79,7 +79,7 @@ func failedRollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plin
 		ids = append(ids, n.ID())
 	}
 	slices.Sort(ids)
-	cmd := []string{"update", "-all", "-config", c.OwnerDir(), "-image", dir, "-drain=false"}
+	cmd := []string{"cluster", "update", "--config", c.OwnerDir(), "--image", dir, "--drain=false"}
 	out, err := ctl.output(ctx, cmd...)
 	t.Logf("plinthctl %s:\n%s", strings.Join(cmd, " "), out)
 	if err == nil {
@@ -114,11 +114,11 @@ func failedRollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plin
 				c.Node(id).Name, rec.GetStatus().GetVersion(), sw, cur.Manifest.Version)
 		}
 	}
-	t.Log(ctl.run(t, "nodes", "list", "-config", c.OwnerDir()))
+	t.Log(ctl.run(t, "node", "list", "--config", c.OwnerDir()))
 }
 
-// rollingUpdate updates every node of c to img with `plinthctl update
-// -all` while a clusterWriter keeps writing through the cluster's
+// rollingUpdate updates every node of c to img with `plinthctl cluster
+// update` while a clusterWriter keeps writing through the cluster's
 // Management API, and checks what an operator expects of a rolling update:
 //   - every node ends on img's version in slot b, HEALTHY, an etcd voter,
 //     with no update pending;
@@ -146,7 +146,7 @@ func rollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl,
 			windows[i].down, windows[i].up, windows[i].err = rebootWindow(ctx, c, n, img.Manifest.Version)
 		})
 	}
-	cmd := append([]string{"update", "-all", "-config", c.OwnerDir(), "-image", img.Dir}, args...)
+	cmd := append([]string{"cluster", "update", "--config", c.OwnerDir(), "--image", img.Dir}, args...)
 	out, err := ctl.output(ctx, cmd...)
 	t.Logf("plinthctl %s:\n%s", strings.Join(cmd, " "), out)
 	if err != nil {

@@ -20,9 +20,9 @@ import (
 
 // TestRunFirstMinutes is the README's first minutes: `plinthctl run`
 // (what `make run` starts) in a fresh state directory, then exactly the
-// commands it printed, parsed from its output: takeownership once the
-// console says the cluster is bootstrapped, nodes list, logs, and the
-// kubeconfig line, which waits for the API server and lists the nodes
+// commands it printed, parsed from its output: cluster takeownership once
+// the console says the cluster is bootstrapped, node list, node logs, and
+// the cluster kubeconfig line, which waits for the API server and lists the nodes
 // with the project's kubectl. The node is Ready and runs a pod of the
 // test image. Ctrl-C (SIGINT) powers it off; a second run with the same
 // state boots the same node from its disk (no new parameters, no new
@@ -38,17 +38,17 @@ func TestRunFirstMinutes(t *testing.T) {
 	dir := testDir(t)
 	state := filepath.Join(dir, "state")
 	ports := freePorts(t, 3)
-	args := []string{"run", "-image", img.Dir, "-state", state,
-		"-curator-port", strconv.Itoa(ports[0]), "-mgmt-port", strconv.Itoa(ports[1]), "-kubernetes-port", strconv.Itoa(ports[2])}
+	args := []string{"run", "--image", img.Dir, "--state", state,
+		"--curator-port", strconv.Itoa(ports[0]), "--mgmt-port", strconv.Itoa(ports[1]), "--kubernetes-port", strconv.Itoa(ports[2])}
 
 	run := startRun(t, ctx, dir, string(ctl), args)
 	if !run.said("first run: writing bootstrap parameters") {
 		t.Errorf("the first run does not say it writes parameters:\n%s", run.stderrText())
 	}
 	printed := run.commands(t)
-	takeOwnership, nodesList, logs, kubeconfig := printed.find(t, " takeownership "), printed.find(t, " nodes list "),
-		printed.find(t, " logs "), printed.find(t, " kubeconfig ")
-	for _, want := range []string{"-wait ", "--kubeconfig ", " get nodes", k.bin} {
+	takeOwnership, nodesList, logs, kubeconfig := printed.find(t, " cluster takeownership "), printed.find(t, " node list "),
+		printed.find(t, " node logs "), printed.find(t, " cluster kubeconfig ")
+	for _, want := range []string{"--wait ", "--kubeconfig ", " get nodes", k.bin} {
 		if !strings.Contains(kubeconfig, want) {
 			t.Errorf("the printed kubeconfig command %q lacks %q", kubeconfig, want)
 		}
@@ -68,7 +68,7 @@ func TestRunFirstMinutes(t *testing.T) {
 	runPrinted(t, ctx, dir, []string{takeOwnership})
 	id := regexp.MustCompile(`plinth-[0-9a-f]{16,}`).FindString(runPrinted(t, ctx, dir, []string{nodesList}))
 	if id == "" {
-		t.Fatal("nodes list, as printed, names no node")
+		t.Fatal("node list, as printed, names no node")
 	}
 	if out := runPrinted(t, ctx, dir, []string{strings.ReplaceAll(logs, "NODE", id)}); !strings.Contains(out, "root") {
 		t.Errorf("logs, as printed, show no entry of the node:\n%s", out)
@@ -99,11 +99,11 @@ func TestRunFirstMinutes(t *testing.T) {
 		t.Errorf("the second run does not boot the node it owns:\n%s", run.stderrText())
 	}
 	again := run.commands(t)
-	if again.has(" takeownership ") {
-		t.Errorf("the second run prints takeownership for an owned node:\n%s", run.stderrText())
+	if again.has(" cluster takeownership ") {
+		t.Errorf("the second run prints cluster takeownership for an owned node:\n%s", run.stderrText())
 	}
 	deadline := time.Now().Add(5 * time.Minute)
-	for out := ""; !strings.Contains(out, id) || !strings.Contains(out, "HEALTHY"); out, _ = outputOf(ctx, dir, again.find(t, " nodes list ")) {
+	for out := ""; !strings.Contains(out, id) || !strings.Contains(out, "HEALTHY"); out, _ = outputOf(ctx, dir, again.find(t, " node list ")) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the node is not back HEALTHY as %s after the second run:\n%s", id, out)
 		}

@@ -36,7 +36,7 @@ import (
 // Y with a signature of a key the cluster does not trust, are refused by
 // the node before anything is sent, slot b and the status untouched. The
 // node is then updated
-// with `plinthctl update` from version X to Y: Y's UKI is written (slot b
+// with `plinthctl node update` from version X to Y: Y's UKI is written (slot b
 // holds Y's system image since the staged update) and the node's keys
 // sealed to b's predicted PCRs as well, the
 // node boots b once (BootNext), unseals, rejoins and confirms: it runs Y
@@ -75,7 +75,7 @@ func TestUpdate(t *testing.T) {
 	step(t, "other-board-refused", func(t *testing.T) {
 		// An image for another board is refused before anything is sent.
 		other := genericImage(t)
-		if out, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", other.Dir).CombinedOutput(); err == nil || !strings.Contains(string(out), `the image is for board "generic-x86_64", this node is "qemu-x86_64"`) {
+		if out, err := exec.CommandContext(ctx, string(ctl), "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", other.Dir).CombinedOutput(); err == nil || !strings.Contains(string(out), `the image is for board "generic-x86_64", this node is "qemu-x86_64"`) {
 			t.Fatalf("an update to another board's image: %v\n%s", err, out)
 		}
 	})
@@ -89,8 +89,8 @@ func TestUpdate(t *testing.T) {
 	step(t, "stage-and-cancel", func(t *testing.T) {
 		// Y staged, then cancelled: written and checked, the keys sealed to
 		// b's PCRs too, nothing boots it; cancelling drops it and the seal.
-		out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir, "-stage")
-		t.Logf("plinthctl update -stage:\n%s", out)
+		out := ctl.run(t, "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", y.Dir, "--stage")
+		t.Logf("plinthctl node update --stage:\n%s", out)
 		// The node pushes its status every few seconds.
 		rec, err := c.waitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
 			return r.GetStatus().GetSoftware().GetPending().GetPhase() == "staged"
@@ -121,10 +121,10 @@ func TestUpdate(t *testing.T) {
 		if sw, p := rec.GetStatus().GetSoftware(), rec.GetStatus().GetSoftware().GetPending(); sw.GetSlot() != "a" || p.GetPhase() != "staged" || p.GetVersion() != y.Manifest.Version || p.GetSlot() != "b" {
 			t.Fatalf("after a power cut while staged: software %v (want slot a, %s staged in slot b)", sw, y.Manifest.Version)
 		}
-		if _, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir).CombinedOutput(); err == nil {
+		if _, err := exec.CommandContext(ctx, string(ctl), "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", y.Dir).CombinedOutput(); err == nil {
 			t.Fatal("a second update while one is staged was accepted")
 		}
-		t.Log(ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-cancel", "-version", y.Manifest.Version))
+		t.Log(ctl.run(t, "node", "update", "--config", c.OwnerDir(), n.ID(), "--cancel", "--version", y.Manifest.Version))
 		if rec, err = c.waitNode(ctx, n, "without a pending update", func(r *clusterpb.Node) bool { return r.GetStatus().GetSoftware().GetPending() == nil }); err != nil {
 			t.Fatal(err)
 		}
@@ -143,10 +143,10 @@ func TestUpdate(t *testing.T) {
 	step(t, "update-x-to-y", func(t *testing.T) {
 		// X → Y. Slot b holds Y's system image since the staged update: only
 		// the UKI is sent, and the slot is read back as always.
-		out := ctl.run(t, "update", "-config", c.OwnerDir(), n.ID(), "-image", y.Dir)
-		t.Logf("plinthctl update:\n%s", out)
+		out := ctl.run(t, "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", y.Dir)
+		t.Logf("plinthctl node update:\n%s", out)
 		if !strings.Contains(out, fmt.Sprintf("runs %s from slot b, healthy", y.Manifest.Version)) {
-			t.Fatalf("plinthctl update did not report the node healthy on %s in slot b", y.Manifest.Version)
+			t.Fatalf("plinthctl node update did not report the node healthy on %s in slot b", y.Manifest.Version)
 		}
 		if !strings.Contains(out, "slot b holds this system image already: not sent") {
 			t.Error("the system image the cancelled update wrote to slot b was sent again")
@@ -187,9 +187,9 @@ func TestUpdate(t *testing.T) {
 		halting := haltingImage(t, x, filepath.Join(dir, "halting-image"), "hang", k2.key, x.Manifest.Release)
 		refusedDowngrades(t, ctx, c, n, ctl, halting, dir)
 		trialBoot := n.Boots() + 1
-		cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", halting, "-allow-downgrade", "-sign-key", k2.file)
+		cmd := exec.CommandContext(ctx, string(ctl), "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", halting, "--allow-downgrade", "--sign-key", k2.file)
 		outb, err := cmd.CombinedOutput()
-		t.Logf("plinthctl update (halting image):\n%s", outb)
+		t.Logf("plinthctl node update (halting image):\n%s", outb)
 		if err == nil || !strings.Contains(string(outb), "failed, the node runs slot b") {
 			t.Fatalf("the update to a halting image did not fail as it should (%v)", err)
 		}
@@ -225,7 +225,7 @@ func TestUpdate(t *testing.T) {
 func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, ctl plinthctl, img *Image) {
 	t.Helper()
 	boots := nodeRecord(t, ctx, c, n.ID()).GetStatus().GetBootCount()
-	cmd := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", img.Dir)
+	cmd := exec.CommandContext(ctx, string(ctl), "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", img.Dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -245,13 +245,13 @@ func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *Clust
 	select {
 	case err := <-waited:
 		if err == nil {
-			t.Fatalf("plinthctl update succeeded although the node lost power:\n%s", out.String())
+			t.Fatalf("plinthctl node update succeeded although the node lost power:\n%s", out.String())
 		}
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
-		t.Fatalf("plinthctl update still waits a minute after the node lost power:\n%s", out.String())
+		t.Fatalf("plinthctl node update still waits a minute after the node lost power:\n%s", out.String())
 	}
-	t.Logf("plinthctl update, power cut:\n%s", out.String())
+	t.Logf("plinthctl node update, power cut:\n%s", out.String())
 	if err := c.StartNode(ctx, n); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *Clust
 // refusedUpdates: copies of img without manifest.sig, and with a
 // manifest.sig of another key, are refused by the node (its cluster's
 // release key is the one make signs with, from the bootstrap image):
-// plinthctl update fails saying why, the node's answer to the owner's
+// plinthctl node update fails saying why, the node's answer to the owner's
 // client is the refusal (InvalidArgument, the reason, before it accepted
 // anything), nothing was written (no "writing" line this boot) and its
 // update status is as before. The copies link img's artefacts: only
@@ -299,8 +299,8 @@ func refusedUpdates(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNod
 		{"other-key", ed25519.Sign(otherKey, manifest), "the image's signature does not verify against any of the cluster's 1 release key"},
 	} {
 		copyDir := imageCopy(t, img, filepath.Join(dir, "refused-"+r.name), r.sig)
-		out, err := exec.CommandContext(ctx, string(ctl), "update", "-config", c.OwnerDir(), n.ID(), "-image", copyDir).CombinedOutput()
-		t.Logf("plinthctl update (%s):\n%s", r.name, out)
+		out, err := exec.CommandContext(ctx, string(ctl), "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", copyDir).CombinedOutput()
+		t.Logf("plinthctl node update (%s):\n%s", r.name, out)
 		if err == nil || !strings.Contains(string(out), "node "+n.ID()+" refused the image of version "+img.Manifest.Version+": ") || !strings.Contains(string(out), r.want) {
 			t.Fatalf("an update to a %s copy of %s: %v, want the node's refusal saying %q", r.name, img.Manifest.Version, err, r.want)
 		}

@@ -123,7 +123,7 @@ func checkVolumes(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 	readKept(t, ctx, k, "after the pod's delete")
 	k.until(t, ctx, 5*time.Minute, "the deleted claim's volume "+pv+" is deleted", func(out string) bool { return !strings.Contains(out, pv) },
 		"get", "pv", "-o", "name")
-	logs := ctl.run(t, "logs", "-config", c.OwnerDir(), "-dn", "root.roleserver.kubernetes.worker.volumes", worker.ID())
+	logs := ctl.run(t, "node", "logs", "--config", c.OwnerDir(), "--dn", "root.roleserver.kubernetes.worker.volumes", worker.ID())
 	if !strings.Contains(logs, "volume "+pv+": released by default/scratch, deleted with its data") {
 		t.Errorf("the worker's provisioner does not say it deleted %s with its data:\n%s", pv, logs)
 	}

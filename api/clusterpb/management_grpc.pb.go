@@ -94,7 +94,7 @@ type ManagementClient interface {
 	// are encrypted with inside etcd (STATUS takes none) and says where
 	// every controller is. A step is taken once however often it is asked
 	// for; the owner's tool waits for every controller to run with one
-	// step before it asks for the next (plinthctl secrets-key rotate).
+	// step before it asks for the next (plinthctl cluster secrets-key rotate).
 	RotateSecretsKey(ctx context.Context, in *RotateSecretsKeyRequest, opts ...grpc.CallOption) (*RotateSecretsKeyResponse, error)
 	// RotateOwnerKey makes new_public_key the owner key: AAA.Escrow hands
 	// owner certificates to it alone from then on, every owner
@@ -297,7 +297,7 @@ type ManagementServer interface {
 	// are encrypted with inside etcd (STATUS takes none) and says where
 	// every controller is. A step is taken once however often it is asked
 	// for; the owner's tool waits for every controller to run with one
-	// step before it asks for the next (plinthctl secrets-key rotate).
+	// step before it asks for the next (plinthctl cluster secrets-key rotate).
 	RotateSecretsKey(context.Context, *RotateSecretsKeyRequest) (*RotateSecretsKeyResponse, error)
 	// RotateOwnerKey makes new_public_key the owner key: AAA.Escrow hands
 	// owner certificates to it alone from then on, every owner

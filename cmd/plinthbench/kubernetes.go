@@ -23,10 +23,10 @@ var apiServingRE = regexp.MustCompile(`^(\S+) I \S+: Kubernetes API server servi
 // and worker on the bootstrap node) and times power-on to the API
 // server serving, to the node Ready, and a pod's creation to Running
 // (the test image, from the node's containerd store). It then reports
-// what the node's processes used (plinthctl status's numbers): CPU time
-// and peak resident memory of the core (role server, etcd embedded)
-// and of each Kubernetes process; and last, a reboot to the API
-// server serving again (its objects exist then).
+// what the node's processes used (plinthctl node status's numbers): CPU
+// time and peak resident memory of the core (role server, etcd
+// embedded) and of each Kubernetes process; and last, a reboot to the
+// API server serving again (its objects exist then).
 func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string, add addFunc) error {
 	b := &kubeBench{plinthctl: filepath.Join(binDir, "plinthctl"), kubectlBin: filepath.Join(binDir, "kubectl"), add: add}
 	for _, bin := range []string{b.kubectlBin, b.plinthctl} {
@@ -70,20 +70,20 @@ type kubeBench struct {
 	add                               addFunc
 }
 
-// serving waits (plinthctl kubeconfig -wait) for the API server to serve
-// and reports what the API server and the core had used by then (about:
-// kubeconfig -wait polls), beside the calibration's CPU time at its
-// /readyz 200. The times come from the console and kubectl, not from
+// serving waits (plinthctl cluster kubeconfig --wait) for the API server
+// to serve and reports what the API server and the core had used by then
+// (about: kubeconfig --wait polls), beside the calibration's CPU time at
+// its /readyz 200. The times come from the console and kubectl, not from
 // this.
 func (b *kubeBench) serving(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode) error {
-	if out, err := exec.CommandContext(ctx, b.plinthctl, "kubeconfig", "-config", c.OwnerDir(),
-		"-server", "https://"+c.KubernetesAPIEndpoint(node), "-wait", "20m", "-o", b.kubeconfig).CombinedOutput(); err != nil {
-		return fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
+	if out, err := exec.CommandContext(ctx, b.plinthctl, "cluster", "kubeconfig", "--config", c.OwnerDir(),
+		"--server", "https://"+c.KubernetesAPIEndpoint(node), "--wait", "20m", "--file", b.kubeconfig).CombinedOutput(); err != nil {
+		return fmt.Errorf("plinthctl cluster kubeconfig: %v: %s", err, out)
 	}
 	if st, err := c.Client().NodeStatus(ctx, node.ID()); err == nil {
 		for _, r := range st.GetRunnables() {
 			if p := r.GetProcess(); p != nil && (r.GetDn() == "root" || r.GetDn() == "root.roleserver.kubernetes.controller.apiserver") {
-				b.add("kubernetes_cpu_at_serving_"+processName(r.GetDn())+"_seconds", p.GetCpuSeconds(), "s", "CPU time of "+r.GetDn()+"'s process when kubeconfig -wait saw the API server serve")
+				b.add("kubernetes_cpu_at_serving_"+processName(r.GetDn())+"_seconds", p.GetCpuSeconds(), "s", "CPU time of "+r.GetDn()+"'s process when kubeconfig --wait saw the API server serve")
 			}
 		}
 	}
@@ -158,7 +158,7 @@ func (b *kubeBench) podRunning(ctx context.Context) error {
 	return nil
 }
 
-// usage reports what the node's processes used (plinthctl status's
+// usage reports what the node's processes used (plinthctl node status's
 // numbers): CPU time and peak resident memory of the core (role server,
 // etcd embedded) and of each Kubernetes process.
 func (b *kubeBench) usage(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode) error {
@@ -185,8 +185,8 @@ func (b *kubeBench) usage(ctx context.Context, c *vmtest.Cluster, node *vmtest.C
 
 // idle reports what the node costs at rest, over window, a pod
 // running and nothing asked of it: each process's CPU (cores: CPU
-// seconds a second, from plinthctl status's numbers) and QEMU's on the
-// host. Under TCG every minute a Kubernetes VM test waits costs that
+// seconds a second, from plinthctl node status's numbers) and QEMU's on
+// the host. Under TCG every minute a Kubernetes VM test waits costs that
 // much of the machine the tests share.
 func (b *kubeBench) idle(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode, window time.Duration) error {
 	fmt.Fprintf(os.Stderr, "kubernetes: at rest for %v\n", window)

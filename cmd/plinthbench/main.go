@@ -29,7 +29,7 @@
 //	             start figure also as a ratio to the calibration
 //	update:      three consensus members booted from flashed disks: one node
 //	             updated to the next image (bytes sent, install, reboot →
-//	             HEALTHY), then all three with `plinthctl update -all`
+//	             HEALTHY), then all three with `plinthctl cluster update`
 //
 // -only runs some sections (e.g. -only cluster); the file then holds only
 // their results. The cluster section needs the bare boot: without the boot
@@ -72,7 +72,7 @@ func main() {
 	imageDir := flag.String("image", "out/image/"+board.Default, "built image to boot")
 	nextDir := flag.String("next", "out/image-next/"+board.Default, "image the update section installs (make image-next)")
 	initBin := flag.String("init", "out/bin/init", "static /init binary")
-	binDir := flag.String("bin", "out/bin", "directory of the Kubernetes binaries and testpod (plinthctl build -bin)")
+	binDir := flag.String("bin", "out/bin", "directory of the Kubernetes binaries and testpod (plinthctl build --bin)")
 	cache := flag.String("cache", "out/cache", "kernel package cache")
 	out := flag.String("out", "out/bench.json", "where to write the results")
 	boots := flag.Int("boots", 3, "boots of each kind (median reported)")

@@ -18,9 +18,9 @@ import (
 
 // benchUpdate launches a three-node cluster booted from flashed disks
 // (OVMF + swtpm), makes every node a consensus member, updates one node to
-// next with `plinthctl update` (bytes sent, time to install, reboot to
-// HEALTHY on the new slot), then all three with `plinthctl update -all`
-// (total time), as an operator would.
+// next with `plinthctl node update` (bytes sent, time to install, reboot
+// to HEALTHY on the new slot), then all three with `plinthctl cluster
+// update` (total time), as an operator would.
 func benchUpdate(ctx context.Context, img, next *vmtest.Image, plinthctl, work string, add addFunc) error {
 	c, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: 3, Image: img, Dir: filepath.Join(work, "update"), DiskSizeBytes: 2 << 30, Progress: os.Stderr, DiskBoot: true})
 	if err != nil {
@@ -30,8 +30,8 @@ func benchUpdate(ctx context.Context, img, next *vmtest.Image, plinthctl, work s
 	cfg := c.OwnerDir()
 	nodes := c.Nodes()
 	for _, n := range nodes[1:] {
-		if out, err := exec.CommandContext(ctx, plinthctl, "roles", "add", "-config", cfg, n.ID(), "consensus-member").CombinedOutput(); err != nil {
-			return fmt.Errorf("roles add: %v: %s", err, out)
+		if out, err := exec.CommandContext(ctx, plinthctl, "role", "add", "--config", cfg, n.ID(), "consensus-member").CombinedOutput(); err != nil {
+			return fmt.Errorf("role add: %v: %s", err, out)
 		}
 	}
 	for _, n := range nodes {
@@ -40,14 +40,14 @@ func benchUpdate(ctx context.Context, img, next *vmtest.Image, plinthctl, work s
 		}
 	}
 	sent := next.Manifest.Artefacts[image.SystemFile].Size + next.Manifest.Artefacts[image.UKISlotFile("b")].Size
-	out, took, err := runTimed(ctx, plinthctl, "update", "-config", cfg, nodes[0].ID(), "-image", next.Dir)
+	out, took, err := runTimed(ctx, plinthctl, "node", "update", "--config", cfg, nodes[0].ID(), "--image", next.Dir)
 	if err != nil {
-		return fmt.Errorf("update: %v\n%s", err, out)
+		return fmt.Errorf("node update: %v\n%s", err, out)
 	}
 	installed := regexp.MustCompile(`installed in slot b in (\S+)`).FindSubmatch(out)
 	healthy := regexp.MustCompile(`healthy, after (\S+)`).FindSubmatch(out)
 	if installed == nil || healthy == nil {
-		return fmt.Errorf("update: unexpected output:\n%s", out)
+		return fmt.Errorf("node update: unexpected output:\n%s", out)
 	}
 	inst, err := time.ParseDuration(string(installed[1]))
 	if err != nil {
@@ -58,15 +58,15 @@ func benchUpdate(ctx context.Context, img, next *vmtest.Image, plinthctl, work s
 		return err
 	}
 	add("update_bytes_sent_mib", float64(sent)/(1<<20), "MiB", "system image + slot UKI, streamed over NodeManagement.Update")
-	add("update_install_seconds", inst.Seconds(), "s", accelName()+", plinthctl update: first byte to installed (slot written, read back through dm-verity, UKI, reseal, BootNext)")
+	add("update_install_seconds", inst.Seconds(), "s", accelName()+", plinthctl node update: first byte to installed (slot written, read back through dm-verity, UKI, reseal, BootNext)")
 	add("update_reboot_to_healthy_seconds", (total - inst).Seconds(), "s", "installed to HEALTHY on the new slot, a voter again (3-member cluster)")
-	add("update_one_node_seconds", took.Seconds(), "s", "the whole plinthctl update")
+	add("update_one_node_seconds", took.Seconds(), "s", "the whole plinthctl node update")
 
-	out, took, err = runTimed(ctx, plinthctl, "update", "-all", "-config", cfg, "-image", next.Dir)
+	out, took, err = runTimed(ctx, plinthctl, "cluster", "update", "--config", cfg, "--image", next.Dir)
 	if err != nil {
-		return fmt.Errorf("update -all: %v\n%s", err, out)
+		return fmt.Errorf("cluster update: %v\n%s", err, out)
 	}
-	add("update_rolling_3_nodes_seconds", took.Seconds(), "s", "plinthctl update -all: three consensus members, one at a time, each a voter again before the next")
+	add("update_rolling_3_nodes_seconds", took.Seconds(), "s", "plinthctl cluster update: three consensus members, one at a time, each a voter again before the next")
 	return nil
 }
 

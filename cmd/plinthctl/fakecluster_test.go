@@ -35,21 +35,30 @@ func (f *fakeCluster) ownerDir(t *testing.T) string {
 	return dir
 }
 
-// owned is ownerDir after a successful plinthctl takeownership.
+// owned is ownerDir after a successful plinthctl cluster takeownership.
 func (f *fakeCluster) owned(t *testing.T) string {
 	t.Helper()
 	dir := f.ownerDir(t)
-	if _, stderr, err := runVerb("takeownership", "-config", dir, "-endpoint", f.Addr); err != nil {
-		t.Fatalf("takeownership: %v\n%s", err, stderr)
-	}
+	ctl(t, "cluster", "takeownership", "--config", dir, "--endpoint", f.Addr)
 	return dir
 }
 
-// runVerb runs a plinthctl verb as main does, capturing its output.
-func runVerb(name string, args ...string) (stdout, stderr string, err error) {
+// runCLI runs plinthctl with args as main does, capturing its output
+// and exit code.
+func runCLI(args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
-	err = commands[name].new().run(context.Background(), args, &out, &errb)
-	return out.String(), errb.String(), err
+	code = execute(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// ctl is runCLI for a command that must succeed.
+func ctl(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	stdout, stderr, code := runCLI(args...)
+	if code != 0 {
+		t.Fatalf("plinthctl %s: exit %d\n%s", strings.Join(args, " "), code, stderr)
+	}
+	return stdout, stderr
 }
 
 // files lists the names in dir.

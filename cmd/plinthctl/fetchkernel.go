@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
 
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/image"
 )
 
 func init() {
-	register("fetch-kernel", "download the board's Debian kernel package into the cache", func() verb { return new(fetchKernelCmd) })
+	add(spec{path: "fetch-kernel", short: "Download the board's Debian kernel package into the cache, and print its path", group: groupImage,
+		maxArgs: 0, new: func() command { return new(fetchKernelCmd) }})
 }
 
 // fetchKernelCmd is `plinthctl fetch-kernel`: it prints the package's path.
@@ -19,18 +22,22 @@ type fetchKernelCmd struct {
 	cache string
 }
 
-func (c *fetchKernelCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("fetch-kernel", stderr)
-	fs.StringVar(&c.board, "board", board.Default, "board")
-	fs.StringVar(&c.cache, "cache", "out/cache", "cache directory")
-	fs.Parse(args)
+func (c *fetchKernelCmd) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.board, "board", board.Default, "`board` whose kernel to fetch")
+	fs.StringVar(&c.cache, "cache", "", "cache `directory` (default OUT/cache, "+outHelp+")")
+}
+
+func (c *fetchKernelCmd) run(ctx context.Context, e *env, _ []string) error {
 	b, err := board.Get(c.board)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
-	p, err := image.FetchKernelPackage(ctx, b.KernelPackage, c.cache, stderr)
+	if c.cache == "" {
+		c.cache = filepath.Join(outDir(), "cache")
+	}
+	p, err := image.FetchKernelPackage(ctx, b.KernelPackage, c.cache, e.stderr)
 	if err == nil {
-		fmt.Fprintln(stdout, p)
+		fmt.Fprintln(e.stdout, p)
 	}
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -13,24 +12,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/owner"
 )
 
 func init() {
-	register("kubeconfig", "write a kubeconfig for kubectl (short-lived certificates through plinthctl kubernetes-credential)",
-		func() verb { return new(kubeconfigCmd) })
+	add(spec{path: "cluster kubeconfig", short: "Write a kubeconfig for kubectl (short-lived certificates through plinthctl kubernetes-credential)",
+		long: "Write a kubeconfig for kubectl to standard output, or to --file. It holds no key: kubectl\n" +
+			"runs plinthctl kubernetes-credential for a one-hour certificate when it needs one.\n" +
+			"--revoke-all ends every Kubernetes certificate the owner was issued so far, and writes nothing.",
+		maxArgs: 0, new: func() command { return new(kubeconfigCmd) }})
 }
 
-// kubeconfigCmd is `plinthctl kubeconfig [-config DIR] [-server
-// https://HOST:PORT] [-o FILE]`: a kubeconfig for a stock kubectl, JSON
+// kubeconfigCmd is `plinthctl cluster kubeconfig [--server
+// https://HOST:PORT] [--file FILE] [--wait D]` and `plinthctl cluster
+// kubeconfig --revoke-all`: a kubeconfig for a stock kubectl, JSON
 // (which kubectl reads as YAML), with
 //
-//	cluster plinth  server: -server, else the first API server the cluster names
+//	cluster plinth  server: --server, else the first API server the cluster names
 //	                certificate-authority-data: the Kubernetes CA
 //	                tls-server-name: kubernetes.default.svc
-//	user plinth-owner  exec: plinthctl kubernetes-credential -config DIR
+//	user plinth-owner  exec: plinthctl kubernetes-credential --config DIR
 //
 // tls-server-name is a name in every API server's certificate, so the
 // server verifies under any address it is reached at: a forwarded
@@ -41,17 +46,17 @@ func init() {
 // The kubeconfig is written only for a cluster that has a Kubernetes
 // controller; then plinthctl asks the API server's /readyz whether it
 // serves, so that a user is told "not serving yet" instead of meeting a
-// reset connection in kubectl. -wait waits for it (a node starting
+// reset connection in kubectl. --wait waits for it (a node starting
 // Kubernetes under TCG takes a minute or two).
 //
-// -revoke-all ends every Kubernetes certificate the owner was issued so
+// --revoke-all ends every Kubernetes certificate the owner was issued so
 // far (the cluster moves the owner's credential epoch; cluster-admin is
 // bound to the new epoch's group alone) and drops the cached one; the
 // kubeconfigs written before keep working, with new certificates.
 type kubeconfigCmd struct {
-	config    string
+	fs        *pflag.FlagSet
 	server    string
-	out       string
+	file      string
 	wait      time.Duration
 	revokeAll bool
 }
@@ -113,29 +118,30 @@ type kubeconfigContext struct {
 	} `json:"context"`
 }
 
-func (c *kubeconfigCmd) flags(fs *flag.FlagSet) {
-	configFlagVar(fs, &c.config)
+func (c *kubeconfigCmd) flags(fs *pflag.FlagSet) {
+	c.fs = fs
 	fs.StringVar(&c.server, "server", "", "the API server's `URL` (default: https:// the first controller's address, port 6443), e.g. a forwarded https://127.0.0.1:PORT")
-	fs.StringVar(&c.out, "o", "", "write the kubeconfig to `file` (replaced whole, mode 0600) instead of standard output")
+	fs.StringVar(&c.file, "file", "", "write the kubeconfig to `file` (replaced whole, mode 0600) instead of standard output")
 	fs.DurationVar(&c.wait, "wait", 0, "wait up to `duration` for the API server to serve (default: check once, and fail if it does not serve yet)")
 	fs.BoolVar(&c.revokeAll, "revoke-all", false, "revoke every Kubernetes certificate issued to the owner so far (a stolen one among them), and write nothing")
 }
 
-func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("kubeconfig", stderr)
-	c.flags(fs)
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
+func (c *kubeconfigCmd) run(ctx context.Context, e *env, _ []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	if c.revokeAll {
-		return c.revoke(ctx, stderr)
+		for _, f := range []string{"server", "file", "wait"} {
+			if c.fs.Changed(f) {
+				return usagef("--revoke-all writes no kubeconfig: give it without --%s", f)
+			}
+		}
+		return c.revoke(ctx, e)
 	}
 	if c.server != "" {
 		if u, err := url.Parse(c.server); err != nil || u.Scheme != "https" || u.Host == "" {
-			return fmt.Errorf("-server %q: want https://HOST:PORT", c.server)
+			return usagef("--server %q: want https://HOST:PORT", c.server)
 		}
 	}
-	dir, err := filepath.Abs(c.config)
+	dir, err := filepath.Abs(e.config)
 	if err != nil {
 		return err
 	}
@@ -143,7 +149,7 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	issued, server, err := c.credential(ctx, dir)
+	issued, server, err := c.credential(ctx, e, dir)
 	if err != nil {
 		return err
 	}
@@ -152,31 +158,32 @@ func (c *kubeconfigCmd) run(ctx context.Context, args []string, stdout, stderr i
 		return err
 	}
 	b = append(b, '\n')
-	if c.out == "" {
+	if c.file == "" {
 		if _, err = stdout.Write(b); err != nil {
 			return err
 		}
-	} else if err := atomicfile.Write(c.out, b, 0o600); err != nil {
+	} else if err := atomicfile.Write(c.file, b, 0o600); err != nil {
 		return err
 	}
 	u, _ := url.Parse(server)
 	if err := waitServing(ctx, owner.NewKubeAPI(issued.kc, issued.key, u.Host), c.wait, stderr); err != nil {
-		if c.out != "" {
-			return fmt.Errorf("wrote %s, but %w", c.out, err)
+		if c.file != "" {
+			return fmt.Errorf("wrote %s, but %w", c.file, err)
 		}
 		return err
 	}
-	if c.out != "" {
-		fmt.Fprintf(stderr, "plinthctl: wrote %s (server %s, serving); try: kubectl --kubeconfig %s get nodes\n", c.out, server, c.out)
+	if c.file != "" {
+		fmt.Fprintf(stderr, "plinthctl: wrote %s (server %s, serving); try: kubectl --kubeconfig %s get nodes\n", c.file, server, c.file)
 	}
 	return nil
 }
 
 // credential checks that the cluster has a Kubernetes controller and gets
-// (and caches in dir) the owner's first Kubernetes credential; server is
-// -server, or else the first API server the cluster names.
-func (c *kubeconfigCmd) credential(ctx context.Context, dir string) (issued *issuedCredential, server string, err error) {
-	cl, err := dialOwner(dir)
+// (and caches in dir, the absolute --config) the owner's first
+// Kubernetes credential; server is --server, or else the first API
+// server the cluster names.
+func (c *kubeconfigCmd) credential(ctx context.Context, e *env, dir string) (issued *issuedCredential, server string, err error) {
+	cl, err := e.dial()
 	if err != nil {
 		return nil, "", err
 	}
@@ -200,7 +207,7 @@ func (c *kubeconfigCmd) credential(ctx context.Context, dir string) (issued *iss
 
 // newKubeconfig is the kubeconfig of the package comment: the cluster at
 // server with CA caPEM, and the owner as a user whose credential plugin is
-// self (plinthctl kubernetes-credential -config dir).
+// self (plinthctl kubernetes-credential --config dir).
 func newKubeconfig(server string, caPEM []byte, self, dir string) kubeconfig {
 	cfg := kubeconfig{APIVersion: "v1", Kind: "Config", CurrentContext: kubeconfigContextName}
 	var cluster kubeconfigCluster
@@ -213,9 +220,9 @@ func newKubeconfig(server string, caPEM []byte, self, dir string) kubeconfig {
 	user.User.Exec = kubeconfigExec{
 		APIVersion:      execCredentialAPIVersion,
 		Command:         self,
-		Args:            []string{"kubernetes-credential", "-config", dir},
+		Args:            []string{"kubernetes-credential", "--config", dir},
 		InteractiveMode: "Never",
-		InstallHint:     "plinthctl (the Plinth owner tool) is not where it was when it wrote this kubeconfig: run plinthctl kubeconfig again",
+		InstallHint:     "plinthctl (the Plinth owner tool) is not where it was when it wrote this kubeconfig: run plinthctl cluster kubeconfig again",
 	}
 	var kctx kubeconfigContext
 	kctx.Name = kubeconfigContextName
@@ -226,8 +233,8 @@ func newKubeconfig(server string, caPEM []byte, self, dir string) kubeconfig {
 
 // revoke moves the owner's credential epoch and drops the cached
 // credential of the old one.
-func (c *kubeconfigCmd) revoke(ctx context.Context, stderr io.Writer) error {
-	cl, ctx, done, err := ownerCall(ctx, c.config)
+func (c *kubeconfigCmd) revoke(ctx context.Context, e *env) error {
+	cl, ctx, done, err := e.call(ctx)
 	if err != nil {
 		return err
 	}
@@ -236,10 +243,10 @@ func (c *kubeconfigCmd) revoke(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(filepath.Join(c.config, kubeCredentialFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(filepath.Join(e.config, kubeCredentialFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	fmt.Fprintf(stderr, "plinthctl: every Kubernetes certificate issued to the owner before is revoked (owner credentials now of epoch %d); kubectl gets a new one when it next runs\n", epoch)
+	fmt.Fprintf(e.stderr, "plinthctl: every Kubernetes certificate issued to the owner before is revoked (owner credentials now of epoch %d); kubectl gets a new one when it next runs\n", epoch)
 	return nil
 }
 
@@ -258,9 +265,9 @@ func credentialPlugin() (string, error) {
 	return self, nil
 }
 
-// errNoController is returned by kubeconfig for a cluster without a
+// errNoController is returned by cluster kubeconfig for a cluster without a
 // Kubernetes controller: an API server is never going to answer.
-var errNoController = errors.New("this cluster has no node with the KubernetesController role, so nothing serves the Kubernetes API: give one that role with plinthctl roles add NODE kubernetes-controller kubernetes-worker")
+var errNoController = errors.New("this cluster has no node with the KubernetesController role, so nothing serves the Kubernetes API: give one that role with plinthctl role add NODE kubernetes-controller kubernetes-worker")
 
 // hasController checks that some node of the cluster has the
 // KubernetesController role.
@@ -277,7 +284,7 @@ func hasController(ctx context.Context, cl *owner.Client) error {
 	return errNoController
 }
 
-// kubeWaitProgress is how often -wait says it is still waiting.
+// kubeWaitProgress is how often --wait says it is still waiting.
 const kubeWaitProgress = 20 * time.Second
 
 // waitServing checks that api serves, for up to wait, saying every
@@ -292,7 +299,7 @@ func waitServing(ctx context.Context, api *owner.KubeAPI, wait time.Duration, st
 			return err
 		}
 		if time.Since(start) >= wait {
-			return fmt.Errorf("%w: the node is still starting Kubernetes (under TCG its API server serves a minute or two after power-on); kubectl works once it does, or run this with -wait 10m", err)
+			return fmt.Errorf("%w: the node is still starting Kubernetes (under TCG its API server serves a minute or two after power-on); kubectl works once it does, or run this with --wait 10m", err)
 		}
 		if time.Now().After(next) {
 			fmt.Fprintf(stderr, "plinthctl: waiting for the API server at %s (%s): the node is still starting Kubernetes\n", server, time.Since(start).Round(time.Second))

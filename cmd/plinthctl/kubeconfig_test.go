@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -51,10 +50,7 @@ func TestKubeconfig(t *testing.T) {
 	f := newFakeCluster(t)
 	dir := f.owned(t)
 	out := filepath.Join(t.TempDir(), "kubeconfig")
-	_, stderr, err := runVerb("kubeconfig", "-config", dir, "-o", out)
-	if err != nil {
-		t.Fatalf("kubeconfig: %v\n%s", err, stderr)
-	}
+	ctl(t, "cluster", "kubeconfig", "--config", dir, "--file", out)
 	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("kubeconfig file: %v %v", fi.Mode(), err)
 	}
@@ -72,7 +68,7 @@ func TestKubeconfig(t *testing.T) {
 		cl.TLSServerName != "kubernetes.default.svc" {
 		t.Errorf("cluster: server %q, tls-server-name %q, CA %q", cl.Server, cl.TLSServerName, cl.CertificateAuthorityData)
 	}
-	if u.APIVersion != "client.authentication.k8s.io/v1" || u.Command != self || !slices.Equal(u.Args, []string{"kubernetes-credential", "-config", dir}) ||
+	if u.APIVersion != "client.authentication.k8s.io/v1" || u.Command != self || !slices.Equal(u.Args, []string{"kubernetes-credential", "--config", dir}) ||
 		u.InteractiveMode != "Never" {
 		t.Errorf("exec: %+v", u)
 	}
@@ -91,23 +87,51 @@ func TestKubeconfig(t *testing.T) {
 		t.Errorf("%d credentials issued, want 1", n)
 	}
 
-	// -server wins; without -o the kubeconfig goes to stdout. The API
-	// server is asked whether it serves: a forwarded port of it does.
+	// --server wins; without --file the kubeconfig goes to stdout, alone.
+	// The API server is asked whether it serves: a forwarded port of it
+	// does.
 	fwd := forward(t, f.API.Listener.Addr().String())
-	stdout, _, err := runVerb("kubeconfig", "-config", dir, "-server", "https://"+fwd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stdout, _ := ctl(t, "cluster", "kubeconfig", "--config", dir, "--server", "https://"+fwd)
 	if s := readKubeconfig(t, []byte(stdout)).Clusters[0].Cluster; s.Server != "https://"+fwd || s.TLSServerName != "kubernetes.default.svc" {
-		t.Errorf("-server: %+v", s)
+		t.Errorf("--server: %+v", s)
 	}
-	if _, _, err := runVerb("kubeconfig", "-config", dir, "-server", "http://127.0.0.1:16443"); err == nil {
-		t.Error("-server http:// accepted")
+	if _, stderr, code := runCLI("cluster", "kubeconfig", "--config", dir, "--server", "http://127.0.0.1:16443"); code != 2 {
+		t.Errorf("--server http://: exit %d, want 2\n%s", code, stderr)
 	}
-	// No controller yet and no -server: nothing to write.
+	// No controller yet and no --server: nothing to write.
 	f.SetAPIServers(nil)
-	if _, _, err := runVerb("kubeconfig", "-config", dir); err == nil || !strings.Contains(err.Error(), "-server") {
-		t.Errorf("without API servers: %v", err)
+	if _, stderr, code := runCLI("cluster", "kubeconfig", "--config", dir); code != 1 || !strings.Contains(stderr, "--server") {
+		t.Errorf("without API servers: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestKubeconfigUsage: cluster kubeconfig prints no object (-o is
+// refused: --file names the file), takes no argument, and --revoke-all
+// writes nothing, so it takes none of the writing flags; each is wrong
+// usage (exit 2) before anything is asked or revoked.
+func TestKubeconfigUsage(t *testing.T) {
+	f := newFakeCluster(t)
+	dir := f.owned(t)
+	out := filepath.Join(t.TempDir(), "kubeconfig")
+	calls := f.OwnerCalls()
+	for _, args := range [][]string{
+		{"-o", out},
+		{"-o", "json"},
+		{"extra"},
+		{"--revoke-all", "--file", out},
+		{"--revoke-all", "--server", "https://127.0.0.1:6443"},
+		{"--revoke-all", "--wait", "1m"},
+		{"--server", "127.0.0.1:6443"},
+	} {
+		if _, stderr, code := runCLI(append([]string{"cluster", "kubeconfig", "--config", dir}, args...)...); code != 2 {
+			t.Errorf("cluster kubeconfig %q: exit %d, want 2\n%s", args, code, stderr)
+		}
+	}
+	if n := f.OwnerCalls(); n != calls {
+		t.Errorf("wrong usage made %d owner calls", n-calls)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("wrong usage wrote a kubeconfig")
 	}
 }
 
@@ -120,12 +144,18 @@ func TestKubeconfigNotServing(t *testing.T) {
 	dir := f.owned(t)
 	out := filepath.Join(t.TempDir(), "kubeconfig")
 
+	kubeconfig := func(args ...string) (string, int) {
+		_, stderr, code := runCLI(append([]string{"cluster", "kubeconfig", "--config", dir}, args...)...)
+		return stderr, code
+	}
+	notServing := owner.ErrAPINotServing.Error()
+
 	// Not ready: /readyz answers 500.
 	f.SetAPIReady(false)
-	_, _, err := runVerb("kubeconfig", "-config", dir, "-o", out)
-	if err == nil || !errors.Is(err, owner.ErrAPINotServing) || !strings.Contains(err.Error(), "the API server is not serving yet") ||
-		!strings.Contains(err.Error(), "the node is still starting Kubernetes") || !strings.Contains(err.Error(), "wrote "+out) {
-		t.Errorf("kubeconfig against an API server that is not ready: %v", err)
+	stderr, code := kubeconfig("--file", out)
+	if code != 1 || !strings.Contains(stderr, notServing) || !strings.Contains(stderr, "the API server is not serving yet") ||
+		!strings.Contains(stderr, "the node is still starting Kubernetes") || !strings.Contains(stderr, "--wait 10m") || !strings.Contains(stderr, "wrote "+out) {
+		t.Errorf("kubeconfig against an API server that is not ready: exit %d\n%s", code, stderr)
 	}
 	if _, err := os.Stat(out); err != nil {
 		t.Errorf("the kubeconfig was not written: %v", err)
@@ -133,33 +163,31 @@ func TestKubeconfigNotServing(t *testing.T) {
 	// Nothing listens (QEMU's forward of a guest port nothing listens
 	// on resets the connection: a listener that closes each one).
 	for name, server := range map[string]string{"closed port": closedPort(t), "reset": resetter(t)} {
-		_, _, err := runVerb("kubeconfig", "-config", dir, "-server", "https://"+server, "-o", out)
-		if !errors.Is(err, owner.ErrAPINotServing) {
-			t.Errorf("%s: %v", name, err)
+		if stderr, code := kubeconfig("--server", "https://"+server, "--file", out); code != 1 || !strings.Contains(stderr, notServing) {
+			t.Errorf("%s: exit %d\n%s", name, code, stderr)
 		}
 	}
 	// Ready, but no pod can be made yet: the controller manager has not
 	// made the default service account.
 	f.SetAPIReady(true)
 	f.SetDefaultServiceAccount(false)
-	if _, _, err := runVerb("kubeconfig", "-config", dir, "-o", out); !errors.Is(err, owner.ErrAPINotServing) || !strings.Contains(err.Error(), "default service account") {
-		t.Errorf("kubeconfig before the controller manager made the default service account: %v", err)
+	if stderr, code := kubeconfig("--file", out); code != 1 || !strings.Contains(stderr, notServing) || !strings.Contains(stderr, "default service account") {
+		t.Errorf("kubeconfig before the controller manager made the default service account: exit %d\n%s", code, stderr)
 	}
 	f.SetDefaultServiceAccount(true)
 	f.SetAPIReady(false)
-	// -wait: it serves a little later.
+	// --wait: it serves a little later.
 	time.AfterFunc(3*time.Second, func() { f.SetAPIReady(true) })
-	_, stderr, err := runVerb("kubeconfig", "-config", dir, "-o", out, "-wait", "1m")
-	if err != nil || !strings.Contains(stderr, "serving") {
-		t.Errorf("kubeconfig -wait: %v\n%s", err, stderr)
+	if _, stderr := ctl(t, "cluster", "kubeconfig", "--config", dir, "--file", out, "--wait", "1m"); !strings.Contains(stderr, "serving") {
+		t.Errorf("kubeconfig --wait:\n%s", stderr)
 	}
 
 	// No node is a controller: nothing will ever serve.
 	os.Remove(out)
 	f.EditNodes(func(nodes []*clusterpb.Node) { nodes[0].Roles.KubernetesController = nil })
-	_, _, err = runVerb("kubeconfig", "-config", dir, "-o", out)
-	if !errors.Is(err, errNoController) || !strings.Contains(err.Error(), "plinthctl roles add NODE kubernetes-controller kubernetes-worker") {
-		t.Errorf("kubeconfig without a controller: %v", err)
+	stderr, code = kubeconfig("--file", out)
+	if code != 1 || !strings.Contains(stderr, errNoController.Error()) || !strings.Contains(stderr, "plinthctl role add NODE kubernetes-controller kubernetes-worker") {
+		t.Errorf("kubeconfig without a controller: exit %d\n%s", code, stderr)
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a kubeconfig was written for a cluster without a controller")
@@ -275,13 +303,15 @@ func parseCredential(t *testing.T, f *fakeCluster, out string) (execCredential, 
 	return cred, pair.Leaf
 }
 
+// TestKubernetesCredential: the credential plugin prints an
+// ExecCredential and nothing else on stdout, caches it, and takes its
+// configuration directory in the spelling the kubeconfigs it is named in
+// have: --config DIR, and -config DIR (single dash) of kubeconfigs
+// written before.
 func TestKubernetesCredential(t *testing.T) {
 	f := newFakeCluster(t)
 	dir := f.owned(t)
-	out, stderr, err := runVerb("kubernetes-credential", "-config", dir)
-	if err != nil {
-		t.Fatalf("kubernetes-credential: %v\n%s", err, stderr)
-	}
+	out, _ := ctl(t, "kubernetes-credential", "--config", dir)
 	_, cert := parseCredential(t, f, out)
 	if k, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || k.Curve != elliptic.P256() {
 		t.Errorf("key %T, want ECDSA P-256", cert.PublicKey)
@@ -289,10 +319,12 @@ func TestKubernetesCredential(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, kubeCredentialFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("cache: %v %v", fi, err)
 	}
-	// The cache answers until shortly before expiry.
-	again, _, err := runVerb("kubernetes-credential", "-config", dir)
-	if err != nil || again != out || f.KubernetesIssued() != 1 {
-		t.Errorf("second call: %v, same output %v, %d issued", err, again == out, f.KubernetesIssued())
+	// The cache answers until shortly before expiry, whichever spelling
+	// names it.
+	for _, args := range [][]string{{"kubernetes-credential", "-config", dir}, {"kubernetes-credential", "-config=" + dir}, {"--config", dir, "kubernetes-credential"}} {
+		if again, _ := ctl(t, args...); again != out || f.KubernetesIssued() != 1 {
+			t.Errorf("plinthctl %q: same output %v, %d issued", args, again == out, f.KubernetesIssued())
+		}
 	}
 	if _, ok := cachedKubeCredential(dir, time.Now().Add(time.Hour-kubeCredentialRenewBefore+time.Minute)); ok {
 		t.Error("a credential about to expire came from the cache")
@@ -301,22 +333,40 @@ func TestKubernetesCredential(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, kubeCredentialFile), []byte(`{"apiVersion":"client.authentication.k8s.io/v1","status":{}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err = runVerb("kubernetes-credential", "-config", dir)
-	if err != nil || f.KubernetesIssued() != 2 {
-		t.Fatalf("after damage: %v, %d issued", err, f.KubernetesIssued())
+	out, _ = ctl(t, "kubernetes-credential", "-config", dir)
+	if f.KubernetesIssued() != 2 {
+		t.Fatalf("after damage: %d issued", f.KubernetesIssued())
 	}
 	parseCredential(t, f, out)
 	// Certificates shorter than the renewal margin are never cached.
 	f.SetKubernetesValidity(kubeCredentialRenewBefore - time.Minute)
 	os.Remove(filepath.Join(dir, kubeCredentialFile))
 	for i := range 2 {
-		if _, _, err := runVerb("kubernetes-credential", "-config", dir); err != nil || f.KubernetesIssued() != 3+i {
-			t.Fatalf("short-lived %d: %v, %d issued", i, err, f.KubernetesIssued())
+		if ctl(t, "kubernetes-credential", "--config", dir); f.KubernetesIssued() != 3+i {
+			t.Fatalf("short-lived %d: %d issued", i, f.KubernetesIssued())
 		}
 	}
-	// Without owner credentials there is nothing to ask with.
-	if _, _, err := runVerb("kubernetes-credential", "-config", f.ownerDir(t)); err == nil {
-		t.Error("kubernetes-credential without ownership succeeded")
+	// Without owner credentials there is nothing to ask with; arguments
+	// it does not know are wrong usage; --help says what it is, on
+	// stderr. None prints on stdout.
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-config", f.ownerDir(t)}, 1},
+		{[]string{"-config"}, 2},
+		{[]string{"--config", dir, "extra"}, 2},
+		{[]string{"--config", dir, "-o", "json"}, 2},
+		{[]string{"--help"}, 0},
+	} {
+		stdout, stderr, code := runCLI(append([]string{"kubernetes-credential"}, tc.args...)...)
+		if code != tc.code || stdout != "" {
+			t.Errorf("kubernetes-credential %q: exit %d, want %d; stdout %q\n%s", tc.args, code, tc.code, stdout, stderr)
+		}
+	}
+	// It stays out of help.
+	if help, _ := ctl(t, "--help"); strings.Contains(help, "kubernetes-credential") {
+		t.Errorf("plinthctl --help lists kubernetes-credential:\n%s", help)
 	}
 }
 
@@ -335,9 +385,7 @@ func TestKubeconfigWithKubectl(t *testing.T) {
 	}))
 
 	out := filepath.Join(t.TempDir(), "kubeconfig")
-	if _, stderr, err := runVerb("kubeconfig", "-config", dir, "-server", srv.URL, "-o", out); err != nil {
-		t.Fatalf("kubeconfig: %v\n%s", err, stderr)
-	}
+	ctl(t, "cluster", "kubeconfig", "--config", dir, "--server", srv.URL, "--file", out)
 	// The plugin runs in a process of its own and must fetch anew.
 	os.Remove(filepath.Join(dir, kubeCredentialFile))
 	t.Setenv("PLINTHCTL_TEST_MAIN", "1")
@@ -346,5 +394,28 @@ func TestKubeconfigWithKubectl(t *testing.T) {
 	}
 	if n := f.KubernetesIssued(); n != 2 {
 		t.Errorf("%d credentials issued, want 2 (kubeconfig, then the plugin)", n)
+	}
+
+	// A kubeconfig whose exec args spell -config with one dash (as
+	// kubeconfigs in users' hands do) works the same.
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := readKubeconfig(t, b)
+	cfg.Users[0].User.Exec.Args = []string{"kubernetes-credential", "-config", dir}
+	if b, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(old, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, kubeCredentialFile))
+	if body := kubectl(t, "--kubeconfig", old, "get", "--raw", "/version"); body != "plinth-owner:owner system:masters" {
+		t.Errorf("with -config: the API server saw %q", body)
+	}
+	if n := f.KubernetesIssued(); n != 3 {
+		t.Errorf("%d credentials issued, want 3 (the plugin again, with -config)", n)
 	}
 }

@@ -10,11 +10,14 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/pki"
@@ -22,15 +25,16 @@ import (
 )
 
 func init() {
-	register("kubernetes-credential", "print kubectl's client certificate as an ExecCredential (the credential plugin of plinthctl kubeconfig)",
-		func() verb { return new(kubeCredentialCmd) })
+	add(spec{path: "kubernetes-credential", args: "[--config DIR]",
+		short:   "Print kubectl's client certificate as an ExecCredential (the credential plugin of plinthctl cluster kubeconfig)",
+		maxArgs: -1, hidden: true, rawArgs: true, group: groupOther, new: func() command { return new(kubeCredentialCmd) }})
 }
 
-// kubeCredentialCmd is `plinthctl kubernetes-credential [-config DIR]`,
+// kubeCredentialCmd is `plinthctl kubernetes-credential [--config DIR]`,
 // the client-go credential plugin named in the kubeconfig that plinthctl
-// kubeconfig writes. It prints a client.authentication.k8s.io/v1
+// cluster kubeconfig writes. It prints a client.authentication.k8s.io/v1
 // ExecCredential with a client certificate for a Kubernetes
-// administrator:
+// administrator, and nothing else on standard output:
 //
 //	kubectl ──exec──► plinthctl kubernetes-credential
 //	                    cache in DIR valid for 5 more minutes? ──► print it
@@ -40,9 +44,11 @@ func init() {
 // The certificate lasts an hour and Kubernetes cannot revoke it, so
 // nothing long-lived sits in the kubeconfig or the cache; the owner
 // certificate in DIR is what lets plinthctl ask for a new one.
-type kubeCredentialCmd struct {
-	config string
-}
+//
+// Its arguments are what kubeconfigs name, and kubeconfigs outlive
+// plinthctl versions: they are parsed with the standard flag package
+// (spec.rawArgs), which takes -config DIR as well as --config DIR.
+type kubeCredentialCmd struct{}
 
 // Credential plugin protocol constants.
 const (
@@ -77,22 +83,22 @@ type execCredentialStatus struct {
 	ClientKeyData         string `json:"clientKeyData"`         // PEM
 }
 
-func (c *kubeCredentialCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("kubernetes-credential", stderr)
-	configFlagVar(fs, &c.config)
-	if err := noArgs(fs, args); err != nil {
+func (c *kubeCredentialCmd) flags(*pflag.FlagSet) {}
+
+func (c *kubeCredentialCmd) run(ctx context.Context, e *env, args []string) error {
+	if help, err := parseCredentialArgs(e, args); help || err != nil {
 		return err
 	}
-	cred, ok := cachedKubeCredential(c.config, time.Now())
+	cred, ok := cachedKubeCredential(e.config, time.Now())
 	if !ok {
-		cl, err := dialOwner(c.config)
+		cl, err := e.dial()
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
-		issued, err := newKubeCredential(ctx, cl, c.config)
+		issued, err := newKubeCredential(ctx, cl, e.config)
 		if err != nil {
 			return err
 		}
@@ -102,8 +108,32 @@ func (c *kubeCredentialCmd) run(ctx context.Context, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	_, err = stdout.Write(append(b, '\n'))
+	_, err = e.stdout.Write(append(b, '\n'))
 	return err
+}
+
+// parseCredentialArgs sets e's --config and --endpoint from args, in
+// either spelling (-config or --config); anything else is wrong usage.
+// help reports that args asked for help, which it printed.
+func parseCredentialArgs(e *env, args []string) (help bool, err error) {
+	fs := flag.NewFlagSet("kubernetes-credential", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&e.config, "config", e.config, "owner configuration `dir`")
+	var endpoints listFlag
+	fs.Var(&endpoints, "endpoint", "curator `host:port`")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(e.stderr, "usage: plinthctl kubernetes-credential [--config DIR]: kubectl's credential plugin, named in the kubeconfigs plinthctl cluster kubeconfig writes")
+		return true, nil
+	} else if err != nil {
+		return false, usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return false, usagef("unexpected arguments %q", fs.Args())
+	}
+	if len(endpoints) > 0 {
+		e.endpoints = endpoints
+	}
+	return false, nil
 }
 
 // issuedCredential is a credential newKubeCredential had issued: as
@@ -170,5 +200,6 @@ func cachedKubeCredential(dir string, now time.Time) (*execCredential, bool) {
 	return &cred, true
 }
 
-// errNoAPIServer is returned by kubeconfig when no API server is known.
-var errNoAPIServer = errors.New("the cluster has no UP node with the KubernetesController role yet; pass -server https://HOST:PORT")
+// errNoAPIServer is returned by cluster kubeconfig when no API server is
+// known.
+var errNoAPIServer = errors.New("the cluster has no UP node with the KubernetesController role yet; pass --server https://HOST:PORT")

@@ -11,13 +11,19 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/roleserver/owner"
 	"plinth.dev/plinth/vmtest"
 )
 
 func init() {
-	register("launch", "launch a local test cluster of N nodes in QEMU (vmtest)", func() verb { return new(launchCmd) })
+	add(spec{path: "launch", short: "Launch a local test cluster of N nodes in QEMU", group: groupImage,
+		long: "Launch a local test cluster in QEMU (package vmtest): the first node bootstraps it,\n" +
+			"the others join; the owner configuration is DIR/owner. plinthctl prints how to reach\n" +
+			"the cluster and keeps it running until Ctrl-C, which powers every node off.",
+		maxArgs: 0, new: func() command { return new(launchCmd) }})
 }
 
 // launchCmd is `plinthctl launch`: it starts a cluster, prints how to
@@ -33,16 +39,25 @@ type launchCmd struct {
 	noKubernetes bool
 }
 
-func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlagSet("launch", stderr)
-	fs.IntVar(&c.nodes, "nodes", 1, "number of nodes (the first bootstraps the cluster)")
+func (c *launchCmd) flags(fs *pflag.FlagSet) {
+	fs.IntVar(&c.nodes, "nodes", 1, "`number` of nodes (the first bootstraps the cluster)")
 	fs.BoolVar(&c.noKubernetes, "no-kubernetes", false, "run no Kubernetes (by default the first node is a Kubernetes controller and worker, the others workers)")
-	fs.StringVar(&c.image, "image", "out/image/"+board.Default, "image directory (plinthctl build -out)")
-	fs.StringVar(&c.dir, "dir", "out/cluster", "directory for the nodes' disks, TPM state and logs, and the owner configuration (DIR/owner)")
+	fs.StringVar(&c.image, "image", "", "image `directory` (plinthctl build --out; default OUT/image/"+board.Default+", "+outHelp+")")
+	fs.StringVar(&c.dir, "dir", "", "`directory` for the nodes' disks, TPM state and logs, and the owner configuration (DIR/owner; default OUT/cluster)")
 	fs.BoolVar(&c.fresh, "fresh", false, "delete DIR first if it holds an earlier cluster")
 	fs.BoolVar(&c.consoles, "console", false, "copy every node's console to stderr, prefixed with its name")
-	if err := noArgs(fs, args); err != nil {
-		return err
+}
+
+func (c *launchCmd) run(ctx context.Context, e *env, _ []string) error {
+	stderr := e.stderr
+	if c.nodes < 1 {
+		return usagef("--nodes %d: want at least 1", c.nodes)
+	}
+	if c.image == "" {
+		c.image = filepath.Join(outDir(), "image", board.Default)
+	}
+	if c.dir == "" {
+		c.dir = filepath.Join(outDir(), "cluster")
 	}
 	img, err := vmtest.LoadImage(c.image)
 	if err != nil {
@@ -50,7 +65,7 @@ func (c *launchCmd) run(ctx context.Context, args []string, _, stderr io.Writer)
 	}
 	if entries, err := os.ReadDir(c.dir); err == nil && len(entries) > 0 {
 		if !c.fresh {
-			return fmt.Errorf("%s is not empty (an earlier cluster?): remove it or pass -fresh", c.dir)
+			return fmt.Errorf("%s is not empty (an earlier cluster?): remove it or pass --fresh", c.dir)
 		}
 		if err := os.RemoveAll(c.dir); err != nil {
 			return err
@@ -143,7 +158,7 @@ func taintConsensusMembers(ctx context.Context, cl *vmtest.Cluster, stderr io.Wr
 		}
 		cancel()
 		if err == nil {
-			fmt.Fprintf(stderr, "plinthctl: %s (%s, the consensus member) tainted %s:NoSchedule: pods run on the other workers (plinthctl roles untaint %s undoes it)\n",
+			fmt.Fprintf(stderr, "plinthctl: %s (%s, the consensus member) tainted %s:NoSchedule: pods run on the other workers (plinthctl role untaint %s undoes it)\n",
 				n.Name, n.ID(), owner.ControlPlaneTaint, n.ID())
 			return
 		}

@@ -2,38 +2,28 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"time"
 
-	"plinth.dev/plinth/api/clusterpb"
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/roleserver/owner"
 )
 
 func init() {
-	register("nodes", "list or describe the cluster's nodes (nodes list | nodes describe NODE)", func() verb { return new(nodesCmd) })
+	add(spec{path: "node list", short: "List the cluster's nodes", maxArgs: 0, formats: readFormats, aliases: []string{"ls"},
+		new: func() command { return new(nodeListCmd) }})
+	add(spec{path: "node describe", args: "NODE", short: "Describe one node: identity, state, roles, addresses, versions",
+		minArgs: 1, maxArgs: 1, formats: textFormats, new: func() command { return new(nodeDescribeCmd) }})
 }
 
-// nodesCmd is `plinthctl nodes list|describe`.
-type nodesCmd struct {
-	config string
-	format string // -o
-}
+// nodeListCmd is `plinthctl node list`.
+type nodeListCmd struct{}
 
-func (c *nodesCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("usage: plinthctl nodes list [-o table|json] | nodes describe [-o text|json] NODE")
-	}
-	sub, args := args[0], args[1:]
-	fs := newFlagSet("nodes "+sub, stderr)
-	configFlagVar(fs, &c.config)
-	fs.StringVar(&c.format, "o", "", "output format: table (list), text (describe) or json")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	cl, ctx, done, err := ownerCall(ctx, c.config)
+func (c *nodeListCmd) flags(*pflag.FlagSet) {}
+
+func (c *nodeListCmd) run(ctx context.Context, e *env, _ []string) error {
+	cl, ctx, done, err := e.call(ctx)
 	if err != nil {
 		return err
 	}
@@ -42,34 +32,27 @@ func (c *nodesCmd) run(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	switch sub {
-	case "list", "ls":
-		if len(pos) > 0 {
-			return fmt.Errorf("unexpected arguments %q", pos)
-		}
-		switch c.format {
-		case "", "table":
-			return printNodeTable(stdout, nodes, time.Now())
-		case "json":
-			return printJSON(stdout, nodes, true)
-		}
-	case "describe":
-		if len(pos) != 1 {
-			return errors.New("usage: plinthctl nodes describe NODE")
-		}
-		n, err := owner.MatchNode(nodes, pos[0])
-		if err != nil {
-			return err
-		}
-		switch c.format {
-		case "", "text":
-			describeNode(stdout, n, time.Now())
-			return nil
-		case "json":
-			return printJSON(stdout, []*clusterpb.Node{n}, false)
-		}
-	default:
-		return fmt.Errorf("unknown subcommand %q: want list or describe", sub)
+	return e.show(nodes, func(w io.Writer) error { return printNodeTable(w, nodes, time.Now()) })
+}
+
+// nodeDescribeCmd is `plinthctl node describe NODE`.
+type nodeDescribeCmd struct{}
+
+func (c *nodeDescribeCmd) flags(*pflag.FlagSet) {}
+
+func (c *nodeDescribeCmd) run(ctx context.Context, e *env, args []string) error {
+	cl, ctx, done, err := e.call(ctx)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("-o %q: unknown format", c.format)
+	defer done()
+	nodes, err := cl.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := owner.MatchNode(nodes, args[0])
+	if err != nil {
+		return err
+	}
+	return e.show(n, func(w io.Writer) error { describeNode(w, n, time.Now()); return nil })
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,13 +13,23 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/roleserver/owner"
 	"plinth.dev/plinth/roleserver/parameters"
 )
 
 func init() {
-	register("params", "write a node parameters file (bootstrap or register)", func() verb { return new(paramsCmd) })
+	add(spec{path: "params", args: "[FILE]", short: "Write a node parameters file (bootstrap or register)", group: groupImage,
+		long: "Write a node parameters document to FILE (or --file FILE): --bootstrap founds a new\n" +
+			"cluster with the node, --register joins an existing one. Give it to a node as QEMU\n" +
+			"-fw_cfg name=" + parameters.FwCfgName + ",file=FILE, as " + parameters.ESPPath + " on the ESP, or as a\n" +
+			"kernel argument (--print-cmdline).\n\n" +
+			"With --register alone, the CA, ticket and curators come from the cluster (Management,\n" +
+			"as its owner: see --config and --endpoint); the CA is the one pinned in the owner\n" +
+			"configuration at plinthctl cluster takeownership.",
+		minArgs: 0, maxArgs: 1, new: func() command { return new(paramsCmd) }})
 }
 
 // Files written next to the parameters file when plinthctl makes the owner
@@ -30,16 +39,17 @@ const (
 	ownerPubFile = "owner.pub"
 )
 
-// paramsCmd is `plinthctl params`: it builds a document from flags,
+// paramsCmd is `plinthctl params FILE`: it builds a document from flags,
 // validates it, and only then writes anything, so that a mistake never
 // leaves a half-made file (or a fresh owner key for a document that was
 // not written) behind.
 //
-// With -register alone, the CA, ticket and curators come from the cluster
-// as its owner; the CA written is the one pinned in the owner
+// With --register alone, the CA, ticket and curators come from the
+// cluster as its owner; the CA written is the one pinned in the owner
 // configuration at takeownership, and a cluster that reports another one
 // is refused (owner.ErrCAMismatch).
 type paramsCmd struct {
+	fs            *pflag.FlagSet // which flags were given (some apply only with others)
 	out           string
 	bootstrap     bool
 	ownerKey      string
@@ -49,7 +59,6 @@ type paramsCmd struct {
 	caFile        string
 	ticket        string
 	ticketB64     string
-	config        string
 	curators      listFlag
 	tpm           string
 	storage       string
@@ -62,23 +71,10 @@ type paramsCmd struct {
 	dns           listFlag
 	hostname      string
 	printCmdline  bool
-
-	// given are the flags given on the command line (some apply only
-	// with others; -register without any of its flags asks the cluster).
-	given map[string]bool
 }
 
-func (c *paramsCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := c.flags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	c.given = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { c.given[f.Name] = true })
-	if err := c.check(fs.Args()); err != nil {
+func (c *paramsCmd) run(ctx context.Context, e *env, args []string) error {
+	if err := c.check(args); err != nil {
 		return err
 	}
 
@@ -93,7 +89,7 @@ func (c *paramsCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 		}
 		p.Cluster, newKey = &nodepb.Parameters_Bootstrap{Bootstrap: b}, key
 	} else {
-		r, err := c.registerSection(ctx)
+		r, err := c.registerSection(ctx, e)
 		if err != nil {
 			return err
 		}
@@ -112,110 +108,95 @@ func (c *paramsCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return fmt.Errorf("invalid parameters:\n%w", err)
 	}
-	return c.write(raw, newKey, stdout, stderr)
+	return c.write(raw, newKey, e.stdout, e.stderr)
 }
 
-// flags defines the command's flags on a new flag set.
-func (c *paramsCmd) flags(stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("params", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: plinthctl params -o FILE (-bootstrap [-owner-key PUB] | -register [-ca CERT.der -ticket T -curator HOST:PORT...]) [flags]
-
-With -register alone, the CA, ticket and curators come from the cluster
-(Management, as its owner: see -config); the CA is the one pinned in the
-owner configuration at takeownership.
-
-Writes a node parameters document. Give it to a node as QEMU
--fw_cfg name=`+parameters.FwCfgName+`,file=FILE, as `+parameters.ESPPath+` on the
-ESP, or as a kernel argument (-print-cmdline).
-
-`)
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&c.out, "o", "", "output `file` (required)")
+func (c *paramsCmd) flags(fs *pflag.FlagSet) {
+	c.fs = fs
+	fs.StringVar(&c.out, "file", "", "output `file`, instead of the FILE argument")
 	fs.BoolVar(&c.bootstrap, "bootstrap", false, "found a new cluster with this node")
-	fs.StringVar(&c.ownerKey, "owner-key", "", "owner ed25519 public key `file` (PEM, OpenSSH or raw 32 bytes); without it a key pair is made next to -o as "+ownerKeyFile+" and "+ownerPubFile)
-	fs.BoolVar(&c.policyTPM, "policy-tpm-required", true, "bootstrap: cluster policy requires every node to use a TPM (set =false for a development cluster)")
-	fs.StringVar(&c.policyStorage, "policy-storage", "", "bootstrap: minimum storage security of every node, encrypted|authenticated")
+	fs.StringVar(&c.ownerKey, "owner-key", "", "owner ed25519 public key `file` (PEM, OpenSSH or raw 32 bytes); without it a key pair is made next to FILE as "+ownerKeyFile+" and "+ownerPubFile)
+	fs.BoolVar(&c.policyTPM, "policy-tpm-required", true, "bootstrap: cluster policy requires every node to use a TPM (--policy-tpm-required=false for a development cluster)")
+	fs.StringVar(&c.policyStorage, "policy-storage", "", "bootstrap: minimum storage security of every node, `encrypted|authenticated`")
 	fs.BoolVar(&c.register, "register", false, "register with an existing cluster")
 	fs.StringVar(&c.caFile, "ca", "", "register: cluster CA certificate `file` (DER or PEM)")
-	fs.StringVar(&c.ticket, "ticket", "", "register: registration ticket")
-	fs.StringVar(&c.ticketB64, "ticket-base64", "", "register: registration ticket in base64 (as plinthctl ticket prints it)")
-	configFlagVar(fs, &c.config)
+	fs.StringVar(&c.ticket, "ticket", "", "register: registration `ticket`")
+	fs.StringVar(&c.ticketB64, "ticket-base64", "", "register: registration ticket in `base64` (as plinthctl cluster ticket prints it)")
 	fs.Var(&c.curators, "curator", "register: curator `host:port` (repeat or comma-separate)")
-	fs.StringVar(&c.tpm, "tpm", "", "required|disabled (disabled is for development only; default required)")
-	fs.StringVar(&c.storage, "storage", "", "data partition security, encrypted|authenticated (default encrypted)")
-	fs.StringVar(&c.fsType, "fs", "", "data partition filesystem, ext4|xfs (default ext4)")
-	fs.StringVar(&c.sealPCRs, "seal-pcrs", "", "comma-separated PCRs to seal the node key to (default 4,7,11,12,15)")
+	fs.StringVar(&c.tpm, "tpm", "", "the node's TPM policy, `required|disabled` (disabled is for development only; default required)")
+	fs.StringVar(&c.storage, "storage", "", "data partition security, `encrypted|authenticated` (default encrypted)")
+	fs.StringVar(&c.fsType, "fs", "", "data partition filesystem, `ext4|xfs` (default ext4)")
+	fs.StringVar(&c.sealPCRs, "seal-pcrs", "", "comma-separated `PCRs` to seal the node key to (default 4,7,11,12,15)")
 	fs.BoolVar(&c.unmeasured, "allow-unmeasured-boot", false, "let the node seal a new key on a boot firmware did not measure (QEMU -kernel; development only)")
 	fs.StringVar(&c.staticAddr, "static-address", "", "static address in `CIDR` form (default DHCPv4)")
-	fs.StringVar(&c.iface, "interface", "", "interface for -static-address (default the first ethernet link)")
-	fs.StringVar(&c.gateway, "gateway", "", "default gateway `IP` for -static-address")
-	fs.Var(&c.dns, "dns", "DNS resolver `IP`s for -static-address (repeat or comma-separate)")
-	fs.StringVar(&c.hostname, "hostname", "", "node hostname (default derived from the MAC address)")
+	fs.StringVar(&c.iface, "interface", "", "interface `name` for --static-address (default the first ethernet link)")
+	fs.StringVar(&c.gateway, "gateway", "", "default gateway `IP` for --static-address")
+	fs.Var(&c.dns, "dns", "DNS resolver `IP`s for --static-address (repeat or comma-separate)")
+	fs.StringVar(&c.hostname, "hostname", "", "node host `name` (default derived from the MAC address)")
 	fs.BoolVar(&c.printCmdline, "print-cmdline", false, "also print the "+parameters.CmdlineKey+"= kernel argument")
-	return fs
 }
 
 // check refuses combinations of flags that make no document, or not the
 // one asked for, before anything is read or made; args are the
-// arguments left after the flags.
+// positional arguments (FILE, if given so).
 func (c *paramsCmd) check(args []string) error {
 	switch {
-	case len(args) > 0:
-		return fmt.Errorf("unexpected arguments %q", args)
+	case len(args) == 1 && c.out != "":
+		return usagef("give the output file as FILE or as --file FILE, not both")
+	case len(args) == 1:
+		c.out = args[0]
 	case c.out == "":
-		return errors.New("-o FILE is required")
-	case c.bootstrap == c.register:
-		return errors.New("give exactly one of -bootstrap and -register")
+		return usagef("the output file is required: plinthctl params FILE (or --file FILE)")
+	}
+	if c.bootstrap == c.register {
+		return usagef("give exactly one of --bootstrap and --register")
 	}
 	only := func(mode string, names ...string) error {
 		for _, n := range names {
-			if c.given[n] {
-				return fmt.Errorf("-%s only applies with %s", n, mode)
+			if c.fs.Changed(n) {
+				return usagef("--%s only applies with %s", n, mode)
 			}
 		}
 		return nil
 	}
-	if err := only("-bootstrap", "owner-key", "policy-tpm-required", "policy-storage"); c.register && err != nil {
+	if err := only("--bootstrap", "owner-key", "policy-tpm-required", "policy-storage"); c.register && err != nil {
 		return err
 	}
-	if err := only("-register", "ca", "ticket", "ticket-base64", "curator", "config"); c.bootstrap && err != nil {
+	if err := only("--register", "ca", "ticket", "ticket-base64", "curator", "config", "endpoint"); c.bootstrap && err != nil {
 		return err
 	}
-	if err := only("-static-address", "interface", "gateway", "dns"); c.staticAddr == "" && err != nil {
+	if err := only("--static-address", "interface", "gateway", "dns"); c.staticAddr == "" && err != nil {
 		return err
 	}
 	if c.bootstrap && c.tpm == "disabled" && c.policyTPM {
 		// Validate would reject it too; this says which flag to change.
-		return errors.New("-tpm disabled founds a cluster whose policy requires a TPM; add -policy-tpm-required=false to make a development cluster explicitly")
+		return usagef("--tpm disabled founds a cluster whose policy requires a TPM; add --policy-tpm-required=false to make a development cluster explicitly")
 	}
-	if c.register && c.given["ticket"] && c.given["ticket-base64"] {
-		return errors.New("give -ticket or -ticket-base64, not both")
+	if c.register && c.fs.Changed("ticket") && c.fs.Changed("ticket-base64") {
+		return usagef("give --ticket or --ticket-base64, not both")
 	}
 	return nil
 }
 
 // bootstrapSection is the document's Bootstrap: the initial cluster
-// policy and the owner's public key, read from -owner-key or of a key
+// policy and the owner's public key, read from --owner-key or of a key
 // pair made here (returned, to be written with the document).
 func (c *paramsCmd) bootstrapSection() (*nodepb.Bootstrap, ed25519.PrivateKey, error) {
 	b := &nodepb.Bootstrap{InitialPolicy: &nodepb.ClusterPolicy{AllowNodesWithoutTpm: !c.policyTPM}}
 	var err error
 	if b.InitialPolicy.StorageSecurity, err = parseStorage(c.policyStorage); err != nil {
-		return nil, nil, fmt.Errorf("-policy-storage: %w", err)
+		return nil, nil, usagef("--policy-storage: %v", err)
 	}
 	if c.ownerKey != "" {
 		if b.OwnerPublicKey, err = readOwnerKey(c.ownerKey); err != nil {
-			return nil, nil, fmt.Errorf("-owner-key: %w", err)
+			return nil, nil, fmt.Errorf("--owner-key: %w", err)
 		}
 		return b, nil, nil
 	}
 	// Refuse before generating: overwriting an owner key would lock its
 	// holder out of a cluster that may already exist.
 	if _, err := os.Lstat(filepath.Join(filepath.Dir(c.out), ownerKeyFile)); err == nil {
-		return nil, nil, fmt.Errorf("%s already exists next to %s; pass -owner-key %s to reuse it, or move it away",
+		return nil, nil, fmt.Errorf("%s already exists next to %s; pass --owner-key %s to reuse it, or move it away",
 			ownerKeyFile, c.out, filepath.Join(filepath.Dir(c.out), ownerPubFile))
 	}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -229,30 +210,30 @@ func (c *paramsCmd) bootstrapSection() (*nodepb.Bootstrap, ed25519.PrivateKey, e
 // registerSection is the document's Register: the CA, ticket and
 // curators from the flags or, when none of them is given, from the
 // cluster as its owner.
-func (c *paramsCmd) registerSection(ctx context.Context) (*nodepb.Register, error) {
+func (c *paramsCmd) registerSection(ctx context.Context, e *env) (*nodepb.Register, error) {
 	r := &nodepb.Register{RegisterTicket: []byte(c.ticket), CuratorEndpoints: c.curators}
 	var err error
 	if c.ticketB64 != "" {
 		if r.RegisterTicket, err = base64.StdEncoding.DecodeString(c.ticketB64); err != nil {
-			return nil, fmt.Errorf("-ticket-base64: %w", err)
+			return nil, usagef("--ticket-base64: %v", err)
 		}
 	}
 	if c.caFile != "" {
 		if r.ClusterCaCertificate, err = readCert(c.caFile); err != nil {
-			return nil, fmt.Errorf("-ca: %w", err)
+			return nil, fmt.Errorf("--ca: %w", err)
 		}
 	}
-	if c.given["ca"] || c.given["ticket"] || c.given["ticket-base64"] || c.given["curator"] {
+	if c.fs.Changed("ca") || c.fs.Changed("ticket") || c.fs.Changed("ticket-base64") || c.fs.Changed("curator") {
 		return r, nil
 	}
-	r, err = fetchRegister(ctx, c.config)
+	r, err = fetchRegister(ctx, e)
 	if errors.Is(err, owner.ErrCAMismatch) {
 		// Nodes must trust the CA the owner pinned: a curator that names
 		// another one is not to be believed, nor worked around.
-		return nil, fmt.Errorf("refusing to write register parameters: %w (the pinned CA is %s)", err, filepath.Join(c.config, owner.CAFile))
+		return nil, fmt.Errorf("refusing to write register parameters: %w (the pinned CA is %s)", err, filepath.Join(e.config, owner.CAFile))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("fetching the register parameters from the cluster (or give -ca, -ticket and -curator): %w", err)
+		return nil, fmt.Errorf("fetching the register parameters from the cluster (or give --ca, --ticket and --curator): %w", err)
 	}
 	return r, nil
 }
@@ -265,11 +246,11 @@ func (c *paramsCmd) storageSection() (*nodepb.NodeStorage, error) {
 	}
 	s, err := parseStorage(c.storage)
 	if err != nil {
-		return nil, fmt.Errorf("-storage: %w", err)
+		return nil, usagef("--storage: %v", err)
 	}
 	f, err := parseFS(c.fsType)
 	if err != nil {
-		return nil, fmt.Errorf("-fs: %w", err)
+		return nil, usagef("--fs: %v", err)
 	}
 	return &nodepb.NodeStorage{Security: s, Filesystem: f}, nil
 }
@@ -287,7 +268,7 @@ func (c *paramsCmd) tpmSection() (*nodepb.NodeTPM, error) {
 	case "disabled":
 		t.Policy = nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT
 	default:
-		return nil, fmt.Errorf("-tpm %q: want required or disabled", c.tpm)
+		return nil, usagef("--tpm %q: want required or disabled", c.tpm)
 	}
 	for s := range strings.SplitSeq(c.sealPCRs, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -295,7 +276,7 @@ func (c *paramsCmd) tpmSection() (*nodepb.NodeTPM, error) {
 		}
 		n, err := strconv.ParseUint(s, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("-seal-pcrs: %q is not a PCR number", s)
+			return nil, usagef("--seal-pcrs: %q is not a PCR number", s)
 		}
 		t.SealPcrs = append(t.SealPcrs, uint32(n))
 	}
@@ -343,11 +324,11 @@ func (c *paramsCmd) write(raw []byte, newKey ed25519.PrivateKey, stdout, stderr 
 }
 
 // fetchRegister asks the cluster for a new node's register parameters
-// with the owner configuration in dir: the CA is the pinned one, and a
+// as its owner (--config, --endpoint): the CA is the pinned one, and a
 // cluster reporting another is owner.ErrCAMismatch. A variable so tests
 // can stand in.
-var fetchRegister = func(ctx context.Context, dir string) (*nodepb.Register, error) {
-	c, err := dialOwner(dir)
+var fetchRegister = func(ctx context.Context, e *env) (*nodepb.Register, error) {
+	c, err := e.dial()
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"encoding/binary"
 	"encoding/pem"
 	"errors"
-	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -26,20 +25,12 @@ import (
 	"plinth.dev/plinth/roleserver/parameters"
 )
 
-// runParams runs plinthctl params with these arguments.
-func runParams(args []string, stdout, stderr io.Writer) error {
-	return new(paramsCmd).run(context.Background(), args, stdout, stderr)
-}
-
-// params runs the command as main would and decodes what it wrote.
+// params runs plinthctl params as main would and decodes what it wrote
+// to FILE, the first argument.
 func params(t *testing.T, args ...string) (*nodepb.Parameters, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if err := runParams(args, &stdout, &stderr); err != nil {
-		t.Fatalf("plinthctl params %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	out := args[slices.Index(args, "-o")+1]
-	raw, err := os.ReadFile(out)
+	stdout, _ := ctl(t, append([]string{"params"}, args...)...)
+	raw, err := os.ReadFile(args[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,15 +38,15 @@ func params(t *testing.T, args ...string) (*nodepb.Parameters, string) {
 	if err != nil {
 		t.Fatalf("written document does not decode: %v", err)
 	}
-	return p, stdout.String()
+	return p, stdout
 }
 
 func TestParamsBootstrapNewKey(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "node", "params.pb")
-	p, stdout := params(t, "-o", out, "-bootstrap", "-storage", "authenticated", "-fs", "xfs",
-		"-seal-pcrs", "7,11,15", "-hostname", "node-a", "-static-address", "10.0.2.15/24",
-		"-gateway", "10.0.2.2", "-dns", "10.0.2.3,10.0.2.4", "-print-cmdline")
+	p, stdout := params(t, out, "--bootstrap", "--storage", "authenticated", "--fs", "xfs",
+		"--seal-pcrs", "7,11,15", "--hostname", "node-a", "--static-address", "10.0.2.15/24",
+		"--gateway", "10.0.2.2", "--dns", "10.0.2.3,10.0.2.4", "--print-cmdline")
 
 	b := p.GetBootstrap()
 	if b == nil || b.GetInitialPolicy().GetAllowNodesWithoutTpm() {
@@ -92,7 +83,7 @@ func TestParamsBootstrapNewKey(t *testing.T) {
 		t.Error("owner.key does not match the document's owner_public_key")
 	}
 
-	// -print-cmdline prints the kernel argument for the same bytes.
+	// --print-cmdline prints the kernel argument for the same bytes.
 	raw, _ := os.ReadFile(out)
 	if want := parameters.CmdlineKey + "=" + parameters.CmdlineValue(raw) + "\n"; stdout != want {
 		t.Errorf("stdout %q, want %q", stdout, want)
@@ -101,13 +92,13 @@ func TestParamsBootstrapNewKey(t *testing.T) {
 	// owner.pub feeds a second node's document, and an existing owner.key
 	// is never replaced.
 	pub := filepath.Join(dir, "node", ownerPubFile)
-	p2, _ := params(t, "-o", filepath.Join(dir, "node", "again.pb"), "-bootstrap", "-owner-key", pub)
+	p2, _ := params(t, filepath.Join(dir, "node", "again.pb"), "--bootstrap", "--owner-key", pub)
 	if !bytes.Equal(p2.GetBootstrap().GetOwnerPublicKey(), b.GetOwnerPublicKey()) {
-		t.Error("-owner-key owner.pub gave a different key")
+		t.Error("--owner-key owner.pub gave a different key")
 	}
-	err = runParams([]string{"-o", filepath.Join(dir, "node", "third.pb"), "-bootstrap"}, &bytes.Buffer{}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "already exists") {
-		t.Errorf("second key generation in the same directory: %v", err)
+	_, stderr, code := runCLI("params", filepath.Join(dir, "node", "third.pb"), "--bootstrap")
+	if code != 1 || !strings.Contains(stderr, "already exists") {
+		t.Errorf("second key generation in the same directory: exit %d, %s", code, stderr)
 	}
 	if after, _ := os.ReadFile(keyPath); !bytes.Equal(after, pemBytes) {
 		t.Error("owner.key was replaced")
@@ -128,7 +119,7 @@ func TestParamsOwnerKeyForms(t *testing.T) {
 	for name, content := range forms {
 		f := filepath.Join(dir, name)
 		os.WriteFile(f, content, 0o644)
-		p, _ := params(t, "-o", filepath.Join(dir, name+".pb"), "-bootstrap", "-owner-key", f, "-tpm", "disabled", "-policy-tpm-required=false")
+		p, _ := params(t, filepath.Join(dir, name+".pb"), "--bootstrap", "--owner-key", f, "--tpm", "disabled", "--policy-tpm-required=false")
 		if !bytes.Equal(p.GetBootstrap().GetOwnerPublicKey(), pub) {
 			t.Errorf("%s: wrong key", name)
 		}
@@ -137,7 +128,7 @@ func TestParamsOwnerKeyForms(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, ownerKeyFile)); err == nil {
-		t.Error("a key pair was generated although -owner-key was given")
+		t.Error("a key pair was generated although --owner-key was given")
 	}
 }
 
@@ -160,8 +151,8 @@ func TestParamsRegister(t *testing.T) {
 
 	for _, ca := range []string{caDER, caPEM} {
 		out := filepath.Join(dir, "reg.pb")
-		p, _ := params(t, "-o", out, "-register", "-ca", ca, "-ticket", "tkt",
-			"-curator", "10.0.0.1:7835", "-curator", "10.0.0.2:7835,10.0.0.3:7835", "-tpm", "required")
+		p, _ := params(t, out, "--register", "--ca", ca, "--ticket", "tkt",
+			"--curator", "10.0.0.1:7835", "--curator", "10.0.0.2:7835,10.0.0.3:7835", "--tpm", "required")
 		r := p.GetRegister()
 		if r == nil || !bytes.Equal(r.GetClusterCaCertificate(), der) || string(r.GetRegisterTicket()) != "tkt" ||
 			!slices.Equal(r.GetCuratorEndpoints(), []string{"10.0.0.1:7835", "10.0.0.2:7835", "10.0.0.3:7835"}) ||
@@ -177,27 +168,33 @@ func TestParamsRegister(t *testing.T) {
 	}
 }
 
-// Bad flags and invalid documents fail before anything is written.
+// Bad flags and invalid documents fail before anything is written:
+// wrong usage exits 2, a document that does not validate 1.
 func TestParamsErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
+		code int
 		want string
 	}{
-		{[]string{"-bootstrap"}, "-o FILE is required"},
-		{[]string{"-o", "F"}, "exactly one of -bootstrap and -register"},
-		{[]string{"-o", "F", "-bootstrap", "-register"}, "exactly one of -bootstrap and -register"},
-		{[]string{"-o", "F", "-bootstrap", "-ticket", "x"}, "-ticket only applies with -register"},
-		{[]string{"-o", "F", "-register", "-owner-key", "x"}, "-owner-key only applies with -bootstrap"},
-		{[]string{"-o", "F", "-bootstrap", "-gateway", "10.0.0.1"}, "-gateway only applies with -static-address"},
-		{[]string{"-o", "F", "-register", "-ticket", "t", "-curator", "a:1"}, "register.cluster_ca_certificate: missing"},
-		{[]string{"-o", "F", "-bootstrap", "-tpm", "off"}, `-tpm "off"`},
-		{[]string{"-o", "F", "-bootstrap", "-tpm", "disabled"}, "add -policy-tpm-required=false"},
-		{[]string{"-o", "F", "-bootstrap", "-storage", "plain"}, `-storage: "plain"`},
-		{[]string{"-o", "F", "-bootstrap", "-fs", "btrfs"}, `-fs: "btrfs"`},
-		{[]string{"-o", "F", "-bootstrap", "-seal-pcrs", "7,x"}, `"x" is not a PCR number`},
-		{[]string{"-o", "F", "-bootstrap", "-seal-pcrs", "7,30"}, "PCR 30 does not exist"},
-		{[]string{"-o", "F", "-bootstrap", "-static-address", "10.0.0.5"}, "not CIDR"},
-		{[]string{"-o", "F", "-bootstrap", "stray"}, "unexpected arguments"},
+		{[]string{"--bootstrap"}, 2, "the output file is required"},
+		{[]string{"F", "--file", "F", "--bootstrap"}, 2, "not both"},
+		{[]string{"F"}, 2, "exactly one of --bootstrap and --register"},
+		{[]string{"F", "--bootstrap", "--register"}, 2, "exactly one of --bootstrap and --register"},
+		{[]string{"--file", "F", "--bootstrap", "--register"}, 2, "exactly one of --bootstrap and --register"},
+		{[]string{"F", "--bootstrap", "--ticket", "x"}, 2, "--ticket only applies with --register"},
+		{[]string{"F", "--register", "--owner-key", "x"}, 2, "--owner-key only applies with --bootstrap"},
+		{[]string{"F", "--bootstrap", "--gateway", "10.0.0.1"}, 2, "--gateway only applies with --static-address"},
+		{[]string{"F", "--register", "--ticket", "t", "--curator", "a:1"}, 1, "register.cluster_ca_certificate: missing"},
+		{[]string{"F", "--bootstrap", "--tpm", "off"}, 2, `--tpm "off"`},
+		{[]string{"F", "--bootstrap", "--tpm", "disabled"}, 2, "add --policy-tpm-required=false"},
+		{[]string{"F", "--bootstrap", "--storage", "plain"}, 2, `--storage: "plain"`},
+		{[]string{"F", "--bootstrap", "--fs", "btrfs"}, 2, `--fs: "btrfs"`},
+		{[]string{"F", "--bootstrap", "--seal-pcrs", "7,x"}, 2, `"x" is not a PCR number`},
+		{[]string{"F", "--bootstrap", "--seal-pcrs", "7,30"}, 1, "PCR 30 does not exist"},
+		{[]string{"F", "--bootstrap", "--static-address", "10.0.0.5"}, 1, "not CIDR"},
+		{[]string{"F", "--bootstrap", "stray"}, 2, "unexpected arguments"},
+		{[]string{"F", "--bootstrap", "-o", "json"}, 2, "prints no object"},
+		{[]string{"F", "-bootstrap"}, 2, "--bootstrap, not -bootstrap"},
 	} {
 		dir := t.TempDir()
 		args := slices.Clone(tc.args)
@@ -206,9 +203,9 @@ func TestParamsErrors(t *testing.T) {
 				args[i] = filepath.Join(dir, "params.pb")
 			}
 		}
-		err := runParams(args, &bytes.Buffer{}, &bytes.Buffer{})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		_, stderr, code := runCLI(append([]string{"params"}, args...)...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %s\nwant exit %d, %q", tc.args, code, stderr, tc.code, tc.want)
 		}
 		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 			t.Errorf("%v: left files behind: %v", tc.args, ents)
@@ -216,24 +213,23 @@ func TestParamsErrors(t *testing.T) {
 	}
 }
 
-// The command is registered under its name, as main dispatches it.
-func TestParamsRegistered(t *testing.T) {
-	c, ok := commands["params"]
-	if !ok || c.summary == "" {
-		t.Fatal("params is not registered")
-	}
-	out := filepath.Join(t.TempDir(), "p.pb")
-	if err := c.new().run(context.Background(), []string{"-o", out, "-bootstrap"}, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := os.ReadFile(out)
-	if _, err := parameters.Decode(raw); err != nil {
-		t.Error(err)
+// The output file is the FILE argument or --file FILE, alike.
+func TestParamsFileSpellings(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{filepath.Join(dir, "a", "p.pb")}, {"--file", filepath.Join(dir, "b", "p.pb")}} {
+		ctl(t, append([]string{"params", "--bootstrap"}, args...)...)
+		raw, err := os.ReadFile(args[len(args)-1])
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if _, err := parameters.Decode(raw); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }
 
-// params -register without -ca/-ticket/-curator takes them from the
-// cluster, with the configuration dir given.
+// params --register without --ca/--ticket/--curator takes them from the
+// cluster, with the configuration dir given (the global --config).
 func TestParamsRegisterFromCluster(t *testing.T) {
 	ca, err := pki.NewCA("cluster", 0)
 	if err != nil {
@@ -242,12 +238,12 @@ func TestParamsRegisterFromCluster(t *testing.T) {
 	var asked string
 	old := fetchRegister
 	t.Cleanup(func() { fetchRegister = old })
-	fetchRegister = func(_ context.Context, dir string) (*nodepb.Register, error) {
-		asked = dir
+	fetchRegister = func(_ context.Context, e *env) (*nodepb.Register, error) {
+		asked = e.config
 		return &nodepb.Register{ClusterCaCertificate: ca.Certificate.Raw, RegisterTicket: []byte{0, 1, 2}, CuratorEndpoints: []string{"10.42.0.10:7835"}}, nil
 	}
 	out := filepath.Join(t.TempDir(), "reg.pb")
-	p, _ := params(t, "-o", out, "-register", "-config", "/some/config")
+	p, _ := params(t, out, "--register", "--config", "/some/config")
 	r := p.GetRegister()
 	if asked != "/some/config" || !bytes.Equal(r.GetClusterCaCertificate(), ca.Certificate.Raw) ||
 		!bytes.Equal(r.GetRegisterTicket(), []byte{0, 1, 2}) || !slices.Equal(r.GetCuratorEndpoints(), []string{"10.42.0.10:7835"}) {
@@ -255,34 +251,36 @@ func TestParamsRegisterFromCluster(t *testing.T) {
 	}
 
 	// Any of the explicit flags means: do not ask the cluster.
-	fetchRegister = func(context.Context, string) (*nodepb.Register, error) { return nil, errors.New("must not be called") }
+	fetchRegister = func(context.Context, *env) (*nodepb.Register, error) { return nil, errors.New("must not be called") }
 	b64 := base64.StdEncoding.EncodeToString([]byte{0xff, 0, 7})
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := writeTestFile(caFile, pki.CertificatePEM(ca.Certificate)); err != nil {
 		t.Fatal(err)
 	}
-	p, _ = params(t, "-o", out, "-register", "-ca", caFile, "-ticket-base64", b64, "-curator", "10.0.0.1:7835")
+	p, _ = params(t, out, "--register", "--ca", caFile, "--ticket-base64", b64, "--curator", "10.0.0.1:7835")
 	if got := p.GetRegister().GetRegisterTicket(); !bytes.Equal(got, []byte{0xff, 0, 7}) {
-		t.Errorf("ticket %x from -ticket-base64", got)
+		t.Errorf("ticket %x from --ticket-base64", got)
 	}
 	for _, tc := range []struct {
 		args []string
+		code int
 		want string
 	}{
-		{[]string{"-o", out, "-register"}, "must not be called"},
-		{[]string{"-o", out, "-register", "-ticket", "a", "-ticket-base64", "YQ=="}, "not both"},
-		{[]string{"-o", out, "-bootstrap", "-config", "x"}, "-config only applies with -register"},
+		{[]string{out, "--register"}, 1, "must not be called"},
+		{[]string{out, "--register", "--ticket", "a", "--ticket-base64", "YQ=="}, 2, "not both"},
+		{[]string{out, "--bootstrap", "--config", "x"}, 2, "--config only applies with --register"},
+		{[]string{out, "--bootstrap", "--endpoint", "127.0.0.1:1"}, 2, "--endpoint only applies with --register"},
 	} {
-		err := runParams(tc.args, &bytes.Buffer{}, &bytes.Buffer{})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		_, stderr, code := runCLI(append([]string{"params"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %s\nwant exit %d, %q", tc.args, code, stderr, tc.code, tc.want)
 		}
 	}
 }
 
 func writeTestFile(path string, b []byte) error { return paramsWriteFile(path, b, 0o644) }
 
-// params -register writes the CA pinned at takeownership, and refuses (and
+// params --register writes the CA pinned at takeownership, and refuses (and
 // writes nothing) when the cluster reports another one: against an
 // in-process Management server, through the owner client.
 func TestParamsRegisterPinnedCA(t *testing.T) {
@@ -290,7 +288,7 @@ func TestParamsRegisterPinnedCA(t *testing.T) {
 	dir := f.owned(t)
 
 	out := filepath.Join(t.TempDir(), "reg.pb")
-	p, _ := params(t, "-o", out, "-register", "-config", dir)
+	p, _ := params(t, out, "--register", "--config", dir)
 	if r := p.GetRegister(); !bytes.Equal(r.GetClusterCaCertificate(), f.CA.Certificate.Raw) ||
 		string(r.GetRegisterTicket()) != "first ticket" || !slices.Equal(r.GetCuratorEndpoints(), []string{"10.42.0.10:7835"}) {
 		t.Errorf("register parameters %v", r)
@@ -306,9 +304,9 @@ func TestParamsRegisterPinnedCA(t *testing.T) {
 	before, _ := os.ReadFile(out)
 	fresh := filepath.Join(t.TempDir(), "fresh", "reg.pb")
 	for _, o := range []string{out, fresh} {
-		err := runParams([]string{"-o", o, "-register", "-config", dir}, &bytes.Buffer{}, &bytes.Buffer{})
-		if !errors.Is(err, owner.ErrCAMismatch) {
-			t.Errorf("-o %s with a foreign CA reported: %v, want ErrCAMismatch", o, err)
+		_, stderr, code := runCLI("params", o, "--register", "--config", dir)
+		if code != 1 || !strings.Contains(stderr, owner.ErrCAMismatch.Error()) {
+			t.Errorf("%s with a foreign CA: exit %d, %s\nwant ErrCAMismatch", o, code, stderr)
 		}
 	}
 	if after, _ := os.ReadFile(out); !bytes.Equal(after, before) {

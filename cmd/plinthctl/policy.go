@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
@@ -20,29 +21,33 @@ import (
 )
 
 func init() {
-	register("policy", "show or change the cluster policy: Pod Security level, allowed host paths, image registries, release keys", func() verb { return new(policyCmd) })
+	add(spec{path: "cluster policy", short: "Show or change the cluster policy: Pod Security level, allowed host paths, image registries, release keys",
+		long: "Show the cluster policy; with flags, change those parts of it (the rest stays) and show\n" +
+			"the result. Registry passwords are read from a file, never a flag, and never printed.",
+		maxArgs: 0, formats: textFormats, new: func() command { return new(policyCmd) }})
 }
 
-// policyCmd is `plinthctl policy [-pod-security LEVEL] [-allow-host-path
-// PATH...|-no-host-paths] [-allow-external-ips CIDR...|-no-external-ips] [-registry HOST [-mirror URL...|-no-mirrors]
-// [-registry-ca PEM|-no-registry-ca] [-registry-username NAME
-// -registry-password-file FILE|-no-registry-credentials]]
-// [-remove-registry HOST] [-add-release-key KEY] [-remove-release-key
-// KEY] [-sign-key KEY]`, as the owner. Without flags it prints the policy; with any, it
-// changes those parts (the rest stays) and prints the result.
+// policyCmd is `plinthctl cluster policy [--pod-security LEVEL]
+// [--allow-host-path PATH...|--no-host-paths] [--allow-external-ips
+// CIDR...|--no-external-ips] [--registry HOST [--mirror URL...|--no-mirrors]
+// [--registry-ca PEM|--no-registry-ca] [--registry-username NAME
+// --registry-password-file FILE|--no-registry-credentials]]
+// [--remove-registry HOST] [--add-release-key KEY] [--remove-release-key
+// KEY] [--sign-key KEY]`, as the owner. Without flags it prints the
+// policy; with any, it changes those parts (the rest stays) and prints
+// the result.
 //
 // The Pod Security level and the allowed host paths reach the API
 // servers at once (their control plane restarts with them); the image
 // registries reach the workers' containerd and kubelet at once (see
 // roleserver/kubernetes/registries.go); a release key signs the images
-// nodes install (plinthctl build -sign-key), and a change of the release
-// keys is a key set signed by a current one (-sign-key) and by every key
+// nodes install (plinthctl build --sign-key), and a change of the release
+// keys is a key set signed by a current one (--sign-key) and by every key
 // it adds: the owner's certificate alone changes none (platform/
-// releasekeys). Passwords are read from a
-// file (never a flag: it would stay in the shell's history) and printed
-// as "(set)".
+// releasekeys). Passwords are read from a file (never a flag: it would
+// stay in the shell's history) and never printed.
 type policyCmd struct {
-	config      string
+	fs          *pflag.FlagSet
 	podSecurity string
 	hostPaths   listFlag
 	noHostPaths bool
@@ -54,31 +59,37 @@ type policyCmd struct {
 	signKeys    listFlag
 }
 
-func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("policy", stderr)
-	configFlagVar(fs, &c.config)
-	fs.StringVar(&c.podSecurity, "pod-security", "", "Pod Security level enforced in namespaces that name none: "+strings.Join(clusterpb.PodSecurityLevels, "|")+" (privileged is node root)")
+func (c *policyCmd) flags(fs *pflag.FlagSet) {
+	c.fs = fs
+	fs.StringVar(&c.podSecurity, "pod-security", "", "Pod Security `level` enforced in namespaces that name none: "+strings.Join(clusterpb.PodSecurityLevels, "|")+" (privileged is node root)")
 	fs.Var(&c.hostPaths, "allow-host-path", "host `path` under "+layout.HostVolumesDir+" (the only place below the node's state that may be opened) that pods and PersistentVolumes may use (repeat; replaces the list)")
 	fs.BoolVar(&c.noHostPaths, "no-host-paths", false, "allow no host path below the node's state (the default)")
 	fs.Var(&c.externalIPs, "allow-external-ips", "address range `CIDR` Services may name as external IPs; it must hold no node's address (repeat; replaces the list)")
 	fs.BoolVar(&c.noExternal, "no-external-ips", false, "allow Services no external IP (the default)")
 	c.registry.define(fs)
-	fs.Var(&c.addKeys, "add-release-key", "release key `file` (private: plinthctl release-key -o FILE) to add: it signs the new key set, and its signatures on images let nodes install them (repeat)")
+	fs.Var(&c.addKeys, "add-release-key", "release key `file` (private: plinthctl release key FILE) to add: it signs the new key set, and its signatures on images let nodes install them (repeat)")
 	fs.Var(&c.removeKeys, "remove-release-key", "release key `file` (public or private) to remove (the last one cannot be)")
 	fs.Var(&c.signKeys, "sign-key", "a current release key `file` (private) that signs the new key set: nodes take it only so signed (repeat; not needed for the first key of a cluster)")
-	if err := noArgs(fs, args); err != nil {
+}
+
+// check refuses flags that say two things, before anything is sent.
+func (c *policyCmd) check() error {
+	switch {
+	case len(c.hostPaths) > 0 && c.noHostPaths:
+		return usagef("give --allow-host-path or --no-host-paths, not both")
+	case len(c.externalIPs) > 0 && c.noExternal:
+		return usagef("give --allow-external-ips or --no-external-ips, not both")
+	case len(c.signKeys) > 0 && len(c.addKeys) == 0 && len(c.removeKeys) == 0:
+		return usagef("--sign-key signs a change of the release keys: give --add-release-key or --remove-release-key")
+	}
+	return c.registry.check(c.fs)
+}
+
+func (c *policyCmd) run(ctx context.Context, e *env, _ []string) error {
+	if err := c.check(); err != nil {
 		return err
 	}
-	if len(c.hostPaths) > 0 && c.noHostPaths {
-		return fmt.Errorf("give -allow-host-path or -no-host-paths, not both")
-	}
-	if len(c.externalIPs) > 0 && c.noExternal {
-		return fmt.Errorf("give -allow-external-ips or -no-external-ips, not both")
-	}
-	if err := c.registry.check(fs); err != nil {
-		return err
-	}
-	cl, ctx, done, err := ownerCall(ctx, c.config)
+	cl, ctx, done, err := e.call(ctx)
 	if err != nil {
 		return err
 	}
@@ -88,14 +99,29 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	cfg := info.GetConfiguration()
+	req, err := c.request(cfg)
+	if err != nil {
+		return err
+	}
+	if proto.Size(req) > 0 {
+		if cfg, err = cl.UpdatePolicy(ctx, req); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stderr, "plinthctl: cluster policy updated")
+	}
+	return e.show(withoutPasswords(cfg), func(w io.Writer) error { printPolicy(w, cfg); return nil })
+}
+
+// request is the change of cfg the flags ask for (empty for none).
+func (c *policyCmd) request(cfg *clusterpb.ClusterConfiguration) (*clusterpb.UpdateClusterPolicyRequest, error) {
 	req := &clusterpb.UpdateClusterPolicyRequest{}
-	if c.podSecurity != "" || len(c.hostPaths) > 0 || c.noHostPaths || len(c.externalIPs) > 0 || c.noExternal || c.registry.given(fs) {
+	if c.podSecurity != "" || len(c.hostPaths) > 0 || c.noHostPaths || len(c.externalIPs) > 0 || c.noExternal || c.registry.given(c.fs) {
 		k := proto.Clone(cfg.GetKubernetes()).(*clusterpb.KubernetesPolicy)
 		if k == nil {
 			k = &clusterpb.KubernetesPolicy{}
 		}
-		if err := c.registry.apply(fs, k); err != nil {
-			return err
+		if err := c.registry.apply(k); err != nil {
+			return nil, err
 		}
 		if c.podSecurity != "" {
 			k.PodSecurityLevel = c.podSecurity
@@ -107,27 +133,28 @@ func (c *policyCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 			k.AllowedExternalIps = c.externalIPs
 		}
 		if err := k.Check(); err != nil {
-			return err
+			return nil, err
 		}
 		req.Kubernetes = k
 	}
 	if len(c.addKeys) > 0 || len(c.removeKeys) > 0 {
 		next, err := c.nextKeySet(cfg)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		req.ReleaseKeys = clusterpb.NewSignedStatement(next)
-	} else if len(c.signKeys) > 0 {
-		return fmt.Errorf("-sign-key signs a change of the release keys: give -add-release-key or -remove-release-key")
 	}
-	if proto.Size(req) > 0 {
-		if cfg, err = cl.UpdatePolicy(ctx, req); err != nil {
-			return err
-		}
-		fmt.Fprintln(stderr, "plinthctl: cluster policy updated")
+	return req, nil
+}
+
+// withoutPasswords is cfg for -o json and yaml: the registries'
+// passwords left out, as the text leaves them out.
+func withoutPasswords(cfg *clusterpb.ClusterConfiguration) *clusterpb.ClusterConfiguration {
+	cfg = proto.Clone(cfg).(*clusterpb.ClusterConfiguration)
+	for _, r := range cfg.GetKubernetes().GetImageRegistries() {
+		r.Password = ""
 	}
-	printPolicy(stdout, cfg)
-	return nil
+	return cfg
 }
 
 // printPolicy prints the parts of the cluster policy the owner sets.
@@ -162,13 +189,13 @@ func printPolicy(w io.Writer, cfg *clusterpb.ClusterConfiguration) {
 		sum := sha256.Sum256(rk)
 		fmt.Fprintf(w, "%-19s ed25519 %s (sha256 %s)\n", label, hex.EncodeToString(rk), hex.EncodeToString(sum[:8]))
 	}
-	fmt.Fprintf(w, "owner credentials:  epoch %d (plinthctl kubeconfig -revoke-all moves it)\n", cfg.GetKubernetesOwnerEpoch())
+	fmt.Fprintf(w, "owner credentials:  epoch %d (plinthctl cluster kubeconfig --revoke-all moves it)\n", cfg.GetKubernetesOwnerEpoch())
 	fmt.Fprintf(w, "nodes without TPM:  %v\n", map[bool]string{true: "allowed", false: "refused"}[cfg.GetAllowNodesWithoutTpm()])
 }
 
 // nextKeySet is the next version of cfg's release key set, with
-// -add-release-key's keys added and -remove-release-key's removed,
-// signed by -sign-key's keys and by every key added (each proves its
+// --add-release-key's keys added and --remove-release-key's removed,
+// signed by --sign-key's keys and by every key added (each proves its
 // holder has it). The curator checks it extends the chain, and every
 // node again.
 func (c *policyCmd) nextKeySet(cfg *clusterpb.ClusterConfiguration) (releasekeys.Signed, error) {
@@ -184,7 +211,7 @@ func (c *policyCmd) nextKeySet(cfg *clusterpb.ClusterConfiguration) (releasekeys
 	for _, f := range c.addKeys {
 		k, err := readReleaseKey(f)
 		if err != nil {
-			return releasekeys.Signed{}, fmt.Errorf("-add-release-key: %w (the private key: it signs the key set that adds it)", err)
+			return releasekeys.Signed{}, fmt.Errorf("--add-release-key: %w (the private key: it signs the key set that adds it)", err)
 		}
 		pub := k.Public().(ed25519.PublicKey)
 		if !slices.ContainsFunc(keys, func(o []byte) bool { return bytes.Equal(o, pub) }) {
@@ -195,12 +222,12 @@ func (c *policyCmd) nextKeySet(cfg *clusterpb.ClusterConfiguration) (releasekeys
 	for _, f := range c.removeKeys {
 		pub, err := readAnyReleaseKey(f)
 		if err != nil {
-			return releasekeys.Signed{}, fmt.Errorf("-remove-release-key: %w", err)
+			return releasekeys.Signed{}, fmt.Errorf("--remove-release-key: %w", err)
 		}
 		had := len(keys)
 		keys = slices.DeleteFunc(keys, func(o []byte) bool { return bytes.Equal(o, pub) })
 		if len(keys) == had {
-			return releasekeys.Signed{}, fmt.Errorf("-remove-release-key %s: not one of the cluster's release keys", f)
+			return releasekeys.Signed{}, fmt.Errorf("--remove-release-key %s: not one of the cluster's release keys", f)
 		}
 	}
 	if len(keys) == 0 {
@@ -209,7 +236,7 @@ func (c *policyCmd) nextKeySet(cfg *clusterpb.ClusterConfiguration) (releasekeys
 	for _, f := range c.signKeys {
 		k, err := readReleaseKey(f)
 		if err != nil {
-			return releasekeys.Signed{}, fmt.Errorf("-sign-key: %w", err)
+			return releasekeys.Signed{}, fmt.Errorf("--sign-key: %w", err)
 		}
 		signers = append(signers, k)
 	}
@@ -219,7 +246,7 @@ func (c *policyCmd) nextKeySet(cfg *clusterpb.ClusterConfiguration) (releasekeys
 	}
 	next := releasekeys.Sign(body, signers...)
 	if _, err := releasekeys.CheckNext(chain, next); err != nil {
-		return releasekeys.Signed{}, fmt.Errorf("%w (a change of the release keys is signed by a current release key: -sign-key FILE)", err)
+		return releasekeys.Signed{}, fmt.Errorf("%w (a change of the release keys is signed by a current release key: --sign-key FILE)", err)
 	}
 	return next, nil
 }

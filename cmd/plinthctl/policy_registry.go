@@ -1,19 +1,20 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/api/clusterpb"
 )
 
-// registryFlags are policy's flags for one image registry: -registry
-// names it (a new entry, or the one the policy has), the others replace
-// its parts; -remove-registry drops entries.
+// registryFlags are cluster policy's flags for one image registry:
+// --registry names it (a new entry, or the one the policy has), the
+// others replace its parts; --remove-registry drops entries.
 type registryFlags struct {
 	host          string
 	mirrors       listFlag
@@ -26,57 +27,55 @@ type registryFlags struct {
 	remove        listFlag
 }
 
-// entryFlags are the flags that change the -registry entry.
+// entryFlags are the flags that change the --registry entry.
 var entryFlags = []string{"mirror", "no-mirrors", "registry-ca", "no-registry-ca", "registry-username", "registry-password-file", "no-registry-credentials"}
 
-func (r *registryFlags) define(fs *flag.FlagSet) {
+func (r *registryFlags) define(fs *pflag.FlagSet) {
 	fs.StringVar(&r.host, "registry", "", "image registry `host` (as image references name it, e.g. registry.example.com or 10.0.0.5:5000) the flags below set up; added if the policy has none")
 	fs.Var(&r.mirrors, "mirror", "mirror `URL` (https://host[:port]) tried before the registry, in the order given (repeat; replaces the list)")
 	fs.BoolVar(&r.noMirrors, "no-mirrors", false, "pull from the registry itself only")
 	fs.StringVar(&r.ca, "registry-ca", "", "PEM `file` of CA certificates the registry and its mirrors are checked against, besides the system's")
 	fs.BoolVar(&r.noCA, "no-registry-ca", false, "the system's CAs only")
-	fs.StringVar(&r.username, "registry-username", "", "`name` for pulls from the registry (with -registry-password-file)")
+	fs.StringVar(&r.username, "registry-username", "", "`name` for pulls from the registry (with --registry-password-file)")
 	fs.StringVar(&r.passwordFile, "registry-password-file", "", "`file` holding the password (its first line; - for standard input)")
 	fs.BoolVar(&r.noCredentials, "no-registry-credentials", false, "pull from the registry anonymously")
 	fs.Var(&r.remove, "remove-registry", "image registry `host` to drop from the policy (repeat)")
 }
 
 // given reports whether any registry flag was given.
-func (r *registryFlags) given(fs *flag.FlagSet) bool {
-	return r.host != "" || len(r.remove) > 0 || slices.ContainsFunc(entryFlags, func(n string) bool { return flagSet(fs, n) })
+func (r *registryFlags) given(fs *pflag.FlagSet) bool {
+	return r.host != "" || len(r.remove) > 0 || slices.ContainsFunc(entryFlags, fs.Changed)
 }
 
-// check refuses combinations that say two things, before anything is
-// sent.
-func (r *registryFlags) check(fs *flag.FlagSet) error {
-	if r.host == "" && slices.ContainsFunc(entryFlags, func(n string) bool { return flagSet(fs, n) }) {
-		return fmt.Errorf("-mirror, -registry-ca and the credentials flags need -registry HOST")
+// check refuses combinations that say two things (wrong usage), before
+// anything is sent.
+func (r *registryFlags) check(fs *pflag.FlagSet) error {
+	if r.host == "" && slices.ContainsFunc(entryFlags, fs.Changed) {
+		return usagef("--mirror, --registry-ca and the credentials flags need --registry HOST")
 	}
 	switch {
 	case len(r.mirrors) > 0 && r.noMirrors:
-		return fmt.Errorf("give -mirror or -no-mirrors, not both")
+		return usagef("give --mirror or --no-mirrors, not both")
 	case r.ca != "" && r.noCA:
-		return fmt.Errorf("give -registry-ca or -no-registry-ca, not both")
+		return usagef("give --registry-ca or --no-registry-ca, not both")
 	case (r.username != "" || r.passwordFile != "") && r.noCredentials:
-		return fmt.Errorf("give credentials or -no-registry-credentials, not both")
+		return usagef("give credentials or --no-registry-credentials, not both")
 	case (r.username == "") != (r.passwordFile == ""):
-		return fmt.Errorf("give both -registry-username and -registry-password-file")
+		return usagef("give both --registry-username and --registry-password-file")
 	case r.host != "" && slices.Contains(r.remove, r.host):
-		return fmt.Errorf("-registry %s and -remove-registry %s: give one", r.host, r.host)
+		return usagef("--registry %s and --remove-registry %s: give one", r.host, r.host)
 	}
 	return nil
 }
 
-// apply changes k's registries as the flags say. The result is checked
-// here (the curator checks it again) so that a mistake says which flag.
-func (r *registryFlags) apply(fs *flag.FlagSet, k *clusterpb.KubernetesPolicy) error {
-	if err := r.check(fs); err != nil {
-		return err
-	}
+// apply changes k's registries as the flags (already checked) say. The
+// result is checked here (the curator checks it again) so that a mistake
+// says which flag.
+func (r *registryFlags) apply(k *clusterpb.KubernetesPolicy) error {
 	for _, h := range r.remove {
 		i := slices.IndexFunc(k.ImageRegistries, func(e *clusterpb.ImageRegistry) bool { return e.GetHost() == h })
 		if i < 0 {
-			return fmt.Errorf("-remove-registry %s: the policy has no such registry", h)
+			return fmt.Errorf("--remove-registry %s: the policy has no such registry", h)
 		}
 		k.ImageRegistries = slices.Delete(k.ImageRegistries, i, i+1)
 	}
@@ -99,7 +98,7 @@ func (r *registryFlags) apply(fs *flag.FlagSet, k *clusterpb.KubernetesPolicy) e
 	case r.ca != "":
 		b, err := os.ReadFile(r.ca)
 		if err != nil {
-			return fmt.Errorf("-registry-ca: %w", err)
+			return fmt.Errorf("--registry-ca: %w", err)
 		}
 		e.CaCertificates = string(b)
 	case r.noCA:
@@ -109,7 +108,7 @@ func (r *registryFlags) apply(fs *flag.FlagSet, k *clusterpb.KubernetesPolicy) e
 	case r.username != "":
 		p, err := readPassword(r.passwordFile)
 		if err != nil {
-			return fmt.Errorf("-registry-password-file: %w", err)
+			return fmt.Errorf("--registry-password-file: %w", err)
 		}
 		e.Username, e.Password = r.username, p
 	case r.noCredentials:

@@ -8,52 +8,62 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/spf13/pflag"
 
 	"plinth.dev/plinth/platform/pki"
 )
 
 func init() {
-	register("release-key", "make a release key: it signs images (build -sign-key), nodes install what it signed", func() verb { return new(releaseKeyCmd) })
+	add(spec{path: "release key", args: "[FILE]", short: "Make a release key: it signs images (plinthctl build --sign-key), nodes install what it signed",
+		long: "Make a new release key: the private key in FILE (or --file FILE), the public key in\n" +
+			"FILE.pub. Neither is ever replaced: a release key lost or overwritten is gone for the cluster.",
+		maxArgs: 1, new: func() command { return new(releaseKeyCmd) }})
 }
 
-// releaseKeyCmd is `plinthctl release-key -o FILE`: a new ed25519
-// release key, the private key in FILE (PKCS#8 PEM, 0600, the owner
-// key's form: what build -sign-key reads) and the public key in FILE.pub
-// (PKIX PEM: what policy -add-release-key reads).
+// releaseKeyCmd is `plinthctl release key FILE` (or --file FILE): a new
+// ed25519 release key, the private key in FILE (PKCS#8 PEM, 0600, the
+// owner key's form: what build --sign-key reads) and the public key in
+// FILE.pub (PKIX PEM: what cluster policy --add-release-key reads).
 //
 // Neither file is ever replaced: the nodes of a cluster install only
 // images signed by its release keys, and take a new key only from a key
-// set a current release key signed (plinthctl policy -add-release-key
-// -sign-key), so a release key lost or overwritten by mistake is gone for
-// the cluster. Keep it offline, and keep a second one offline elsewhere
-// (added the same way): whoever holds one decides what the nodes run.
+// set a current release key signed (plinthctl cluster policy
+// --add-release-key --sign-key), so a release key lost or overwritten by
+// mistake is gone for the cluster. Keep it offline, and keep a second
+// one offline elsewhere (added the same way): whoever holds one decides
+// what the nodes run.
 type releaseKeyCmd struct {
-	out string
+	file string
 }
 
-func (c *releaseKeyCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("release-key", stderr)
-	fs.StringVar(&c.out, "o", "", "private key `file` to write (its public key goes to FILE.pub); never replaced")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	if c.out == "" {
-		return errors.New("usage: plinthctl release-key -o FILE")
+func (c *releaseKeyCmd) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.file, "file", "", "private key `file` to write, instead of the FILE argument (its public key goes to FILE.pub); never replaced")
+}
+
+func (c *releaseKeyCmd) run(_ context.Context, e *env, args []string) error {
+	file := c.file
+	switch {
+	case len(args) == 1 && file != "":
+		return usagef("give FILE or --file FILE, not both")
+	case len(args) == 1:
+		file = args[0]
+	case file == "":
+		return usagef("missing FILE: the private key file to write (or --file FILE)")
 	}
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
 	}
-	if err := writeReleaseKey(c.out, key); err != nil {
+	if err := writeReleaseKey(file, key); err != nil {
 		return err
 	}
 	pub := key.Public().(ed25519.PublicKey)
 	sum := sha256.Sum256(pub)
-	fmt.Fprintf(stdout, "release key %s (sha256 %s): private key %s, public key %s\n",
-		hex.EncodeToString(pub), hex.EncodeToString(sum[:8]), c.out, c.out+".pub")
+	fmt.Fprintf(e.stdout, "release key %s (sha256 %s): private key %s, public key %s\n",
+		hex.EncodeToString(pub), hex.EncodeToString(sum[:8]), file, file+".pub")
 	return nil
 }
 
@@ -101,7 +111,7 @@ func writeNewFile(path string, data []byte, mode os.FileMode) error {
 }
 
 // readReleaseKey reads a release private key (PKCS#8 PEM, as
-// release-key writes it; an owner key file has the same form).
+// plinthctl release key writes it; an owner key file has the same form).
 func readReleaseKey(path string) (ed25519.PrivateKey, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -109,7 +119,7 @@ func readReleaseKey(path string) (ed25519.PrivateKey, error) {
 	}
 	k, err := pki.ParsePrivateKeyPEM(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w (plinthctl release-key -o FILE makes one)", path, err)
+		return nil, fmt.Errorf("%s: %w (plinthctl release key FILE makes one)", path, err)
 	}
 	return k, nil
 }

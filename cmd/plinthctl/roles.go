@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 
 	"plinth.dev/plinth/api/clusterpb"
@@ -13,71 +12,78 @@ import (
 )
 
 func init() {
-	register("roles", "roles add|remove NODE consensus-member|kubernetes-controller|kubernetes-worker..., roles taint|untaint NODE", func() verb { return new(rolesCmd) })
+	const roleArgs = "NODE ROLE..."
+	const roleLong = "ROLE is consensus-member, kubernetes-controller or kubernetes-worker."
+	add(spec{path: "role add", args: roleArgs, short: "Give a node roles", long: "Give NODE each ROLE. " + roleLong,
+		minArgs: 2, maxArgs: -1, new: func() command { return &roleCmd{on: true} }})
+	add(spec{path: "role remove", args: roleArgs, short: "Take roles away from a node", long: "Take each ROLE away from NODE. " + roleLong,
+		minArgs: 2, maxArgs: -1, new: func() command { return &roleCmd{on: false} }})
+	add(spec{path: "role taint", args: "NODE", short: "Keep pods off a controller that is also a worker (the control plane taint)",
+		long: "Put the NoSchedule control plane taint on NODE's Kubernetes node: pods that do not\n" +
+			"tolerate it are scheduled on other workers.",
+		minArgs: 1, maxArgs: 1, new: func() command { return &taintCmd{on: true} }})
+	add(spec{path: "role untaint", args: "NODE", short: "Take the control plane taint away from a node",
+		minArgs: 1, maxArgs: 1, new: func() command { return &taintCmd{on: false} }})
 }
 
-// rolesCmd is `plinthctl roles add|remove NODE ROLE...`, and `plinthctl
-// roles taint|untaint NODE`, which puts the NoSchedule control plane
-// taint on a controller that is also a worker (or takes it away):
-// Kubernetes then schedules pods that do not tolerate it elsewhere.
-type rolesCmd struct {
-	config     string
-	kubeServer string
+// roleCmd is `plinthctl role add NODE ROLE...` (on) and `plinthctl role
+// remove NODE ROLE...`.
+type roleCmd struct {
+	on bool
 }
 
-func (c *rolesCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlagSet("roles", stderr)
-	configFlagVar(fs, &c.config)
-	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` for taint/untaint (default: the first the cluster names)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
+func (c *roleCmd) flags(*pflag.FlagSet) {}
+
+func (c *roleCmd) run(ctx context.Context, e *env, args []string) error {
+	req := &clusterpb.UpdateNodeRolesRequest{}
+	for _, r := range args[1:] {
+		switch r {
+		case "consensus-member", "consensus":
+			req.ConsensusMember = proto.Bool(c.on)
+		case "kubernetes-controller", "controller":
+			req.KubernetesController = proto.Bool(c.on)
+		case "kubernetes-worker", "worker":
+			req.KubernetesWorker = proto.Bool(c.on)
+		default:
+			return usagef("unknown role %q: want consensus-member, kubernetes-controller or kubernetes-worker", r)
+		}
 	}
-	if len(pos) == 2 && (pos[0] == "taint" || pos[0] == "untaint") {
-		return c.taint(ctx, pos[1], pos[0] == "taint", stderr)
-	}
-	if len(pos) < 3 || (pos[0] != "add" && pos[0] != "remove") {
-		return errors.New("usage: plinthctl roles add|remove NODE consensus-member|kubernetes-controller|kubernetes-worker..., or roles taint|untaint NODE")
-	}
-	on := pos[0] == "add"
-	cl, ctx, done, err := ownerCall(ctx, c.config)
+	cl, ctx, done, err := e.call(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	n, err := cl.FindNode(ctx, pos[1])
+	n, err := cl.FindNode(ctx, args[0])
 	if err != nil {
 		return err
 	}
-	req := &clusterpb.UpdateNodeRolesRequest{Node: &clusterpb.UpdateNodeRolesRequest_Id{Id: n.GetId()}}
-	for _, r := range pos[2:] {
-		switch r {
-		case "consensus-member", "consensus":
-			req.ConsensusMember = proto.Bool(on)
-		case "kubernetes-controller", "controller":
-			req.KubernetesController = proto.Bool(on)
-		case "kubernetes-worker", "worker":
-			req.KubernetesWorker = proto.Bool(on)
-		default:
-			return fmt.Errorf("unknown role %q: want consensus-member, kubernetes-controller or kubernetes-worker", r)
-		}
-	}
+	req.Node = &clusterpb.UpdateNodeRolesRequest_Id{Id: n.GetId()}
 	if err := cl.UpdateRoles(ctx, req); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "plinthctl: %s: roles updated\n", n.GetId())
+	fmt.Fprintf(e.stderr, "plinthctl: %s: roles updated\n", n.GetId())
 	return nil
 }
 
-// taint puts the control plane taint on node's Kubernetes node, or takes
-// it away.
-func (c *rolesCmd) taint(ctx context.Context, ref string, on bool, stderr io.Writer) error {
-	cl, ctx, done, err := ownerCall(ctx, c.config)
+// taintCmd is `plinthctl role taint NODE` (on) and `plinthctl role
+// untaint NODE`: the NoSchedule control plane taint on a controller that
+// is also a worker, through the Kubernetes API.
+type taintCmd struct {
+	on         bool
+	kubeServer string
+}
+
+func (c *taintCmd) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` (default: the first the cluster names)")
+}
+
+func (c *taintCmd) run(ctx context.Context, e *env, args []string) error {
+	cl, ctx, done, err := e.call(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	n, err := cl.FindNode(ctx, ref)
+	n, err := cl.FindNode(ctx, args[0])
 	if err != nil {
 		return err
 	}
@@ -85,13 +91,13 @@ func (c *rolesCmd) taint(ctx context.Context, ref string, on bool, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	if err := api.Taint(ctx, n.GetId(), on); err != nil {
+	if err := api.Taint(ctx, n.GetId(), c.on); err != nil {
 		return err
 	}
-	if on {
-		fmt.Fprintf(stderr, "plinthctl: %s: tainted %s:NoSchedule (pods that do not tolerate it go elsewhere)\n", n.GetId(), owner.ControlPlaneTaint)
+	if c.on {
+		fmt.Fprintf(e.stderr, "plinthctl: %s: tainted %s:NoSchedule (pods that do not tolerate it go elsewhere)\n", n.GetId(), owner.ControlPlaneTaint)
 	} else {
-		fmt.Fprintf(stderr, "plinthctl: %s: %s taint removed\n", n.GetId(), owner.ControlPlaneTaint)
+		fmt.Fprintf(e.stderr, "plinthctl: %s: %s taint removed\n", n.GetId(), owner.ControlPlaneTaint)
 	}
 	return nil
 }

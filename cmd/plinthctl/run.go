@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/platform/atomicfile"
@@ -23,7 +25,13 @@ import (
 )
 
 func init() {
-	register("run", "boot one node of a built image in QEMU with its own swtpm", func() verb { return new(runCmd) })
+	add(spec{path: "run", short: "Boot one node of a built image in QEMU with its own swtpm", group: groupImage,
+		long: "Boot one node of a built image in QEMU, with its own swtpm, and stream its console.\n" +
+			"The first run in a state directory writes bootstrap parameters with a fresh owner key\n" +
+			"(saved as the owner configuration, --owner-dir) and prints the commands that take\n" +
+			"ownership of the new cluster and reach it. The first Ctrl-C powers the node off, a\n" +
+			"second one kills QEMU.",
+		maxArgs: 0, new: func() command { return new(runCmd) }})
 }
 
 // runCmd is `plinthctl run`: it boots one node and streams its console.
@@ -33,8 +41,8 @@ func init() {
 // The node is on QEMU user networking (10.0.2.15); its curator and
 // NodeManagement ports are forwarded from 127.0.0.1. On the first run the
 // bootstrap parameters get a fresh owner key, saved as the owner
-// configuration directory (-owner-dir) that plinthctl takeownership and
-// the cluster commands use.
+// configuration directory (--owner-dir) that plinthctl cluster
+// takeownership and the cluster commands use.
 type runCmd struct {
 	image       string
 	state       string
@@ -46,20 +54,34 @@ type runCmd struct {
 	apiPort     int
 }
 
-func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", stderr)
-	fs.StringVar(&c.image, "image", "out/image/"+board.Default, "image directory (plinthctl build -out)")
-	fs.StringVar(&c.state, "state", "out/run/"+board.Default, "directory for the node's disk, TPM state and logs (kept between runs)")
-	fs.Int64Var(&c.diskSize, "disk-size", 4<<30, "size of the data disk file created on first run")
-	fs.StringVar(&c.params, "params", "", "node parameters (plinthctl params); default: STATE/parameters.pb, created on first run for a bootstrap node with a TPM")
+func (c *runCmd) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.image, "image", "", "image `directory` (plinthctl build --out; default OUT/image/"+board.Default+", "+outHelp+")")
+	fs.StringVar(&c.state, "state", "", "`directory` for the node's disk, TPM state and logs, kept between runs (default OUT/run/"+board.Default+")")
+	fs.Int64Var(&c.diskSize, "disk-size", 4<<30, "size in `bytes` of the data disk file created on first run")
+	fs.StringVar(&c.params, "params", "", "node parameters `file` (plinthctl params); default: STATE/parameters.pb, created on first run for a bootstrap node with a TPM")
 	fs.StringVar(&c.ownerDir, "owner-dir", "", "owner configuration `dir` the first run writes the owner key to (default STATE/owner)")
 	fs.IntVar(&c.curatorPort, "curator-port", layout.CuratorPort, "host `port` on 127.0.0.1 forwarded to the node's curator (0: none)")
 	fs.IntVar(&c.mgmtPort, "mgmt-port", layout.NodeManagementPort, "host `port` on 127.0.0.1 forwarded to the node's NodeManagement (0: none)")
 	fs.IntVar(&c.apiPort, "kubernetes-port", layout.KubernetesAPIPort, "host `port` on 127.0.0.1 forwarded to the node's Kubernetes API server (0: none)")
-	fs.Parse(args)
+}
+
+// defaults fills in the directories not given: under OUT, and the owner
+// configuration in the state directory.
+func (c *runCmd) defaults() {
+	if c.image == "" {
+		c.image = filepath.Join(outDir(), "image", board.Default)
+	}
+	if c.state == "" {
+		c.state = filepath.Join(outDir(), "run", board.Default)
+	}
 	if c.ownerDir == "" {
 		c.ownerDir = filepath.Join(c.state, "owner")
 	}
+}
+
+func (c *runCmd) run(ctx context.Context, e *env, _ []string) error {
+	stdout, stderr := e.stdout, e.stderr
+	c.defaults()
 	img, err := vmtest.LoadImage(c.image)
 	if err != nil {
 		return err
@@ -101,7 +123,7 @@ func (c *runCmd) run(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 }
 
-// nodeParameters returns the node's parameters document: -params, else
+// nodeParameters returns the node's parameters document: --params, else
 // STATE/parameters.pb, written on the first run (firstRunParameters). An
 // existing node's document is read, never rewritten: its disk and TPM
 // were set up with it.
@@ -171,11 +193,11 @@ func bootOnce(ctx context.Context, stderr io.Writer, o vmtest.NodeOptions) (bool
 // (parameters.NewBootstrap: consensus member, Kubernetes controller and
 // worker) plus the one thing a QEMU -kernel boot needs: firmware does not
 // measure that kernel, so the node may seal its first keys on an
-// unmeasured boot (plinthctl params -bootstrap leaves this off, as real
+// unmeasured boot (plinthctl params --bootstrap leaves this off, as real
 // machines boot measured).
 func firstRunParameters(stderr io.Writer, paramsFile, ownerDir string) error {
 	if _, err := os.Stat(filepath.Join(ownerDir, owner.KeyFile)); err == nil {
-		return fmt.Errorf("%s already holds an owner key (of an earlier node?): move it away or pass -owner-dir", ownerDir)
+		return fmt.Errorf("%s already holds an owner key (of an earlier node?): move it away or pass --owner-dir", ownerDir)
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {

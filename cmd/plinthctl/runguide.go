@@ -46,7 +46,7 @@ const runKubeconfigWait = "10m"
 func (g runGuide) write(w io.Writer) {
 	switch {
 	case errors.Is(g.ownerErr, os.ErrNotExist) || (g.ownerErr == nil && g.owner.Key == nil):
-		fmt.Fprintf(w, "plinthctl: no owner key in %s (the node's parameters were not made by a first plinthctl run): take ownership with their key (takeownership -owner-key FILE), or start afresh with an empty -state\n", g.ownerDir)
+		fmt.Fprintf(w, "plinthctl: no owner key in %s (the node's parameters were not made by a first plinthctl run): take ownership with their key (%s cluster takeownership --owner-key FILE), or start afresh with an empty --state\n", g.ownerDir, g.self)
 		return
 	case g.ownerErr != nil:
 		fmt.Fprintf(w, "plinthctl: %v\n", g.ownerErr)
@@ -54,39 +54,39 @@ func (g runGuide) write(w io.Writer) {
 	case g.curatorPort == 0:
 		return
 	}
-	config := " -config " + g.ownerDir
+	config := " --config " + g.ownerDir
 	if g.owner.Credentials == nil {
 		mgmt := ""
 		if g.mgmtPort != 0 {
-			mgmt = " -mgmt-endpoint " + loopback(g.mgmtPort)
+			mgmt = " --mgmt-endpoint " + loopback(g.mgmtPort)
 		}
-		fmt.Fprintf(w, "plinthctl: once the console shows %q, in another shell:\n  %s takeownership%s -endpoint %s%s\n",
+		fmt.Fprintf(w, "plinthctl: once the console shows %q, in another shell:\n  %s cluster takeownership%s --endpoint %s%s\n",
 			bootstrappedLine, g.self, config, loopback(g.curatorPort), mgmt)
 	} else {
 		fmt.Fprintf(w, "plinthctl: you own this node (%s); in another shell:\n", g.ownerDir)
 	}
-	fmt.Fprintf(w, "  %s nodes list%s\n  %s logs%s NODE\n", g.self, config, g.self, config)
+	fmt.Fprintf(w, "  %s node list%s\n  %s node logs%s NODE\n", g.self, config, g.self, config)
 
 	controller, worker := parameters.RunsKubernetes(g.params)
 	switch {
 	case g.params.GetBootstrap() == nil:
 		fmt.Fprintf(w, "plinthctl: the node registers with an existing cluster (%s), whose owner gives it its roles\n", g.paramsFile)
 	case !controller || !worker:
-		// An older plinthctl wrote parameters without Kubernetes; they
-		// stay (the node was set up with them), its roles can change.
-		fmt.Fprintf(w, "plinthctl: this node's parameters (%s, kept as they are: the node was set up with them) start it without the Kubernetes %s role; to run pods on it, as its owner:\n  %s roles add%s NODE kubernetes-controller kubernetes-worker\n",
+		// Parameters without Kubernetes stay as they are (the node was
+		// set up with them); its roles can change.
+		fmt.Fprintf(w, "plinthctl: this node's parameters (%s, kept as they are: the node was set up with them) start it without the Kubernetes %s role; to run pods on it, as its owner:\n  %s role add%s NODE kubernetes-controller kubernetes-worker\n",
 			g.paramsFile, map[bool]string{true: "worker", false: "controller"}[controller], g.self, config)
 	case g.apiPort != 0:
 		kubeconfig := g.state + "/kubeconfig"
-		fmt.Fprintf(w, "  %s kubeconfig%s -server https://%s -wait %s -o %s && %s --kubeconfig %s get nodes\n",
+		fmt.Fprintf(w, "  %s cluster kubeconfig%s --server https://%s --wait %s --file %s && %s --kubeconfig %s get nodes\n",
 			g.self, config, loopback(g.apiPort), runKubeconfigWait, kubeconfig, g.kubectl, kubeconfig)
 		if g.kvm {
-			fmt.Fprintln(w, "plinthctl: the node runs Kubernetes (controller and worker); its API server serves within a minute of power-on (kubeconfig -wait waits for it)")
+			fmt.Fprintln(w, "plinthctl: the node runs Kubernetes (controller and worker); its API server serves within a minute of power-on (cluster kubeconfig --wait waits for it)")
 		} else {
-			fmt.Fprintln(w, "plinthctl: the node runs Kubernetes (controller and worker); under TCG its API server serves about 1-2 minutes after power-on and the node is Ready about half a minute later (kubeconfig -wait waits for the API server)")
+			fmt.Fprintln(w, "plinthctl: the node runs Kubernetes (controller and worker); under TCG its API server serves about 1-2 minutes after power-on and the node is Ready about half a minute later (cluster kubeconfig --wait waits for the API server)")
 		}
 	}
-	fmt.Fprintln(w, "plinthctl: NODE is the node's ID, as nodes list shows it")
+	fmt.Fprintln(w, "plinthctl: NODE is the node's ID, as plinthctl node list shows it")
 }
 
 // loopback is 127.0.0.1:port.

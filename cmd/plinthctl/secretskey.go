@@ -2,24 +2,32 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/roleserver/owner"
 )
 
 func init() {
-	register("secrets-key", "secrets-key status|rotate: the key Kubernetes Secrets are encrypted with inside etcd", func() verb { return new(secretsKeyCmd) })
+	add(spec{path: "cluster secrets-key status", short: "Show the keys Kubernetes Secrets are encrypted with inside etcd, and which each controller runs with",
+		maxArgs: 0, formats: textFormats, new: func() command { return new(secretsKeyCmd) }})
+	add(spec{path: "cluster secrets-key rotate", short: "Replace the key Kubernetes Secrets are encrypted with inside etcd, and write every Secret anew with it",
+		long: "Replace the key Kubernetes Secrets are encrypted with inside etcd: add a new key, make it\n" +
+			"the one that writes, write every Secret anew, retire the old one. Each step waits for every\n" +
+			"controller; a rotation cut short is finished by running rotate again.",
+		maxArgs: 0, formats: textFormats, new: func() command { return &secretsKeyCmd{rotate: true} }})
 }
 
-// secretsKeyCmd is `plinthctl secrets-key status|rotate`, as the owner.
-// Secrets are encrypted inside etcd (secretbox) with a key the curators
-// keep outside the API servers' reach; rotate replaces it:
+// secretsKeyCmd is `plinthctl cluster secrets-key status` and `plinthctl
+// cluster secrets-key rotate [--kube-server HOST:PORT] [--timeout D]`, as
+// the owner. Secrets are encrypted inside etcd (secretbox) with a key the
+// curators keep outside the API servers' reach; rotate replaces it:
 //
 //	add       a new key every controller can read, none writes with yet
 //	          … every controller's API server runs with it …
@@ -31,38 +39,48 @@ func init() {
 // Each step waits until every UP controller runs with the previous one
 // (its control plane restarts with new keys: under TCG a minute or two),
 // so no API server ever meets a Secret it cannot read. A rotation cut
-// short is finished by running rotate again.
+// short is finished by running rotate again. Both print the keys as
+// they are at the end.
 type secretsKeyCmd struct {
-	config     string
+	rotate     bool
 	kubeServer string
 	timeout    time.Duration
 }
 
-func (c *secretsKeyCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("secrets-key", stderr)
-	configFlagVar(fs, &c.config)
+func (c *secretsKeyCmd) flags(fs *pflag.FlagSet) {
+	if !c.rotate {
+		return
+	}
 	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` to rewrite the Secrets through (default: the first the cluster names)")
 	fs.DurationVar(&c.timeout, "timeout", 15*time.Minute, "how long each step may wait for every controller")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 || (pos[0] != "status" && pos[0] != "rotate") {
-		return errors.New("usage: plinthctl secrets-key status|rotate")
-	}
-	cl, err := dialOwner(c.config)
+}
+
+func (c *secretsKeyCmd) run(ctx context.Context, e *env, _ []string) error {
+	cl, err := e.dial()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	if pos[0] == "status" {
-		r, err := c.step(ctx, cl, clusterpb.RotateSecretsKeyRequest_STEP_STATUS)
-		if err != nil {
+	step := clusterpb.RotateSecretsKeyRequest_STEP_STATUS
+	if c.rotate {
+		if err := c.rotateKeys(ctx, cl, e.stderr); err != nil {
 			return err
 		}
-		printSecretsKeys(stdout, r)
-		return nil
+		step = clusterpb.RotateSecretsKeyRequest_STEP_RETIRE
 	}
+	r, err := c.step(ctx, cl, step)
+	if err != nil {
+		return err
+	}
+	if c.rotate {
+		fmt.Fprintln(e.stderr, "plinthctl: the old key is retired")
+	}
+	return e.show(r, func(w io.Writer) error { printSecretsKeys(w, r); return nil })
+}
+
+// rotateKeys takes the steps of a rotation up to retire: add, activate
+// (each waited for) and the rewrite of every Secret.
+func (c *secretsKeyCmd) rotateKeys(ctx context.Context, cl *owner.Client, stderr io.Writer) error {
 	for _, s := range []clusterpb.RotateSecretsKeyRequest_Step{clusterpb.RotateSecretsKeyRequest_STEP_ADD, clusterpb.RotateSecretsKeyRequest_STEP_ACTIVATE} {
 		r, err := c.step(ctx, cl, s)
 		if err != nil {
@@ -80,15 +98,9 @@ func (c *secretsKeyCmd) run(ctx context.Context, args []string, stdout, stderr i
 	}
 	n, err := api.RewriteSecrets(actx)
 	if err != nil {
-		return fmt.Errorf("rewriting the Secrets with the new key (run rotate again to finish): %w", err)
+		return fmt.Errorf("rewriting the Secrets with the new key (run plinthctl cluster secrets-key rotate again to finish): %w", err)
 	}
 	fmt.Fprintf(stderr, "plinthctl: %d Secrets written anew with the new key\n", n)
-	r, err := c.step(ctx, cl, clusterpb.RotateSecretsKeyRequest_STEP_RETIRE)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stderr, "plinthctl: the old key is retired")
-	printSecretsKeys(stdout, r)
 	return nil
 }
 
@@ -119,7 +131,7 @@ func (c *secretsKeyCmd) waitControllers(ctx context.Context, cl *owner.Client, g
 		}
 		sort.Strings(behind)
 		if time.Now().After(deadline) {
-			return fmt.Errorf("controllers %s do not run with key generation %d after %v (run rotate again to go on)", strings.Join(behind, ", "), generation, c.timeout)
+			return fmt.Errorf("controllers %s do not run with key generation %d after %v (run plinthctl cluster secrets-key rotate again to go on)", strings.Join(behind, ", "), generation, c.timeout)
 		}
 		fmt.Fprintf(stderr, "plinthctl: waiting for %s to restart with key generation %d\n", strings.Join(behind, ", "), generation)
 		select {

@@ -7,24 +7,27 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/pflag"
+
 	"plinth.dev/plinth/api/clusterpb"
 )
 
 func init() {
-	register("status", "a node's runnables: state, restarts, CPU and memory of their processes", func() verb { return new(statusCmd) })
+	add(spec{path: "node status", args: "NODE", short: "Show a node's runnables: state, restarts, CPU and memory of their processes",
+		minArgs: 1, maxArgs: 1, formats: readFormats, new: func() command { return new(statusCmd) }})
 }
 
-// statusCmd is `plinthctl status [-all] NODE`.
+// statusCmd is `plinthctl node status [--all] NODE`.
 type statusCmd struct {
-	config string
-	all    bool
+	all bool
 }
 
-func (c *statusCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", stderr)
-	configFlagVar(fs, &c.config)
+func (c *statusCmd) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.all, "all", false, "list every runnable, not only those running a process or in trouble")
-	cl, id, err := dialForNode(ctx, fs, args, &c.config, "usage: plinthctl status [-all] NODE")
+}
+
+func (c *statusCmd) run(ctx context.Context, e *env, args []string) error {
+	cl, id, err := e.dialNode(ctx, args[0])
 	if err != nil {
 		return err
 	}
@@ -35,10 +38,12 @@ func (c *statusCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	for _, p := range resp.GetStatus().GetProblems() {
-		fmt.Fprintf(stdout, "problem: %s: %s\n", p.GetComponent(), p.GetMessage())
-	}
-	return printRunnables(stdout, resp.GetRunnables(), c.all)
+	return e.show(resp, func(w io.Writer) error {
+		for _, p := range resp.GetStatus().GetProblems() {
+			fmt.Fprintf(w, "problem: %s: %s\n", p.GetComponent(), p.GetMessage())
+		}
+		return printRunnables(w, resp.GetRunnables(), c.all)
+	})
 }
 
 // printRunnables is the status table: runnables with a process, restarts

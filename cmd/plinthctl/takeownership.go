@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -26,20 +26,27 @@ import (
 )
 
 func init() {
-	register("takeownership", "take ownership of a freshly bootstrapped cluster", func() verb { return new(takeOwnershipCmd) })
+	add(spec{path: "cluster takeownership", short: "Take ownership of a freshly bootstrapped cluster",
+		long: "Take ownership of a freshly bootstrapped cluster: the holder of the owner key in its\n" +
+			"bootstrap parameters gets an owner certificate, saved in --config with the curators to\n" +
+			"use. --endpoint names the bootstrap node's curator (required here).",
+		maxArgs: 0, new: func() command { return new(takeOwnershipCmd) }})
 }
 
-// takeOwnershipCmd is `plinthctl takeownership`: the one-time hand-over
-// of a new cluster to the holder of the owner key in its bootstrap
-// parameters, saved as the owner configuration directory.
+// takeOwnershipCmd is `plinthctl cluster takeownership --endpoint
+// HOST:PORT`: the one-time hand-over of a new cluster to the holder of
+// the owner key in its bootstrap parameters, saved as the owner
+// configuration directory (--config). There are no credentials to dial
+// with yet: the global --endpoint names the bootstrap curators.
 //
-// The cluster CA is trusted on first use unless -ca-fingerprint names it;
-// either way its fingerprint is printed, to compare with the
+// The cluster CA is trusted on first use unless --ca-fingerprint names
+// it; either way its fingerprint is printed, to compare with the
 // "cluster bootstrapped ... ca-sha256=" line on the bootstrap node's
 // console.
 type takeOwnershipCmd struct {
+	fs            *pflag.FlagSet
 	config        string
-	endpoints     listFlag
+	endpoints     []string
 	ownerKey      string
 	directory     bool
 	mgmtEndpoint  string
@@ -48,13 +55,10 @@ type takeOwnershipCmd struct {
 	wait          time.Duration
 }
 
-func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlagSet("takeownership", stderr)
-	c.flags(fs)
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	opts, err := c.check(fs)
+func (c *takeOwnershipCmd) run(ctx context.Context, e *env, _ []string) error {
+	c.config, c.endpoints = e.config, e.endpoints
+	stderr := e.stderr
+	opts, err := c.check()
 	if err != nil {
 		return err
 	}
@@ -88,37 +92,36 @@ func (c *takeOwnershipCmd) run(ctx context.Context, args []string, _, stderr io.
 	return nil
 }
 
-func (c *takeOwnershipCmd) flags(fs *flag.FlagSet) {
-	configFlagVar(fs, &c.config)
-	fs.Var(&c.endpoints, "endpoint", "the bootstrap node's curator `host:port` (repeat or comma-separate for more curators)")
-	fs.StringVar(&c.ownerKey, "owner-key", "", "owner private key `file` written by plinthctl params -bootstrap (default: owner.key in the configuration dir)")
-	fs.BoolVar(&c.directory, "directory-endpoints", true, "also use the curator addresses the cluster directory names (ignored unless given when every -endpoint is loopback, e.g. a forwarded port)")
+func (c *takeOwnershipCmd) flags(fs *pflag.FlagSet) {
+	c.fs = fs
+	fs.StringVar(&c.ownerKey, "owner-key", "", "owner private key `file` written by plinthctl params --bootstrap (default: owner.key in the configuration dir)")
+	fs.BoolVar(&c.directory, "directory-endpoints", true, "also use the curator addresses the cluster directory names (ignored unless given when every --endpoint is loopback, e.g. a forwarded port)")
 	fs.StringVar(&c.mgmtEndpoint, "mgmt-endpoint", "", "`host:port` where the bootstrap node's NodeManagement is reached (e.g. the 127.0.0.1 port plinthctl run forwards), recorded for it in the endpoints file")
 	fs.BoolVar(&c.force, "force", false, "replace an existing owner certificate in the configuration dir")
 	fs.StringVar(&c.caFingerprint, "ca-fingerprint", "", "the cluster CA's SHA-256 fingerprint (`hex`, colons optional; the bootstrap node logs it as ca-sha256=): refuse any other CA instead of trusting it on first use")
 	fs.DurationVar(&c.wait, "wait", 2*time.Minute, "keep trying for up to `duration` while the curator does not answer yet (a node still booting)")
 }
 
-// check checks the flags parsed in fs and returns the options of
+// check checks the flags and returns the options of
 // owner.TakeOwnership they ask for.
-func (c *takeOwnershipCmd) check(fs *flag.FlagSet) ([]owner.TakeOwnershipOption, error) {
+func (c *takeOwnershipCmd) check() ([]owner.TakeOwnershipOption, error) {
 	if len(c.endpoints) == 0 {
-		return nil, errors.New("-endpoint HOST:PORT is required")
+		return nil, usagef("--endpoint HOST:PORT (the bootstrap node's curator) is required")
 	}
 	if c.mgmtEndpoint != "" {
 		if _, _, err := net.SplitHostPort(c.mgmtEndpoint); err != nil {
-			return nil, fmt.Errorf("-mgmt-endpoint: %w", err)
+			return nil, usagef("--mgmt-endpoint: %w", err)
 		}
 	}
 	var opts []owner.TakeOwnershipOption
 	if c.caFingerprint != "" {
 		sum, err := pki.ParseFingerprint(c.caFingerprint)
 		if err != nil {
-			return nil, fmt.Errorf("-ca-fingerprint: %w", err)
+			return nil, usagef("--ca-fingerprint: %w", err)
 		}
 		opts = append(opts, owner.WithCAFingerprint(sum))
 	}
-	if !flagSet(fs, "directory-endpoints") && allLoopback(c.endpoints) {
+	if !c.fs.Changed("directory-endpoints") && allLoopback(c.endpoints) {
 		// The directory names the node's own addresses, which the host
 		// cannot reach through forwarded ports.
 		c.directory = false
@@ -128,7 +131,7 @@ func (c *takeOwnershipCmd) check(fs *flag.FlagSet) ([]owner.TakeOwnershipOption,
 
 // loadConfig reads the owner key and the configuration directory (a new
 // one if it does not exist), which must not hold credentials already
-// unless -force.
+// unless --force.
 func (c *takeOwnershipCmd) loadConfig() (ed25519.PrivateKey, *owner.Config, error) {
 	dir := c.config
 	keyFile := c.ownerKey
@@ -137,7 +140,7 @@ func (c *takeOwnershipCmd) loadConfig() (ed25519.PrivateKey, *owner.Config, erro
 	}
 	key, err := owner.ReadKeyFile(keyFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (pass -owner-key, the owner.key plinthctl params wrote)", err)
+		return nil, nil, fmt.Errorf("%w (pass --owner-key, the owner.key plinthctl params wrote)", err)
 	}
 	cfg, err := owner.LoadConfig(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -147,17 +150,17 @@ func (c *takeOwnershipCmd) loadConfig() (ed25519.PrivateKey, *owner.Config, erro
 		return nil, nil, err
 	}
 	if cfg.Credentials != nil && !c.force {
-		return nil, nil, fmt.Errorf("%s already holds an owner certificate; use another -config or -force", dir)
+		return nil, nil, fmt.Errorf("%s already holds an owner certificate; use another --config or --force", dir)
 	}
 	return key, cfg, nil
 }
 
-// recordMgmtEndpoint records -mgmt-endpoint in cfg for the bootstrap
+// recordMgmtEndpoint records --mgmt-endpoint in cfg for the bootstrap
 // node, the one node of a fresh cluster's directory (info's).
 func (c *takeOwnershipCmd) recordMgmtEndpoint(cfg *owner.Config, info *clusterpb.GetClusterInfoResponse) error {
 	d := info.GetDirectory().GetNodes()
 	if len(d) != 1 || d[0].GetId() == "" {
-		return fmt.Errorf("-mgmt-endpoint: the cluster directory lists %d nodes, want the bootstrap node alone (add a \"node ID HOST:PORT\" line to %s instead)",
+		return fmt.Errorf("--mgmt-endpoint: the cluster directory lists %d nodes, want the bootstrap node alone (add a \"node ID HOST:PORT\" line to %s instead)",
 			len(d), filepath.Join(c.config, owner.EndpointsFile))
 	}
 	if cfg.NodeEndpoints == nil {
@@ -168,7 +171,7 @@ func (c *takeOwnershipCmd) recordMgmtEndpoint(cfg *owner.Config, info *clusterpb
 }
 
 // report says what was saved, and the CA's fingerprint to compare with the
-// bootstrap node's console unless -ca-fingerprint named it.
+// bootstrap node's console unless --ca-fingerprint named it.
 func (c *takeOwnershipCmd) report(cfg *owner.Config, stderr io.Writer) {
 	dir := c.config
 	fmt.Fprintf(stderr, "plinthctl: you own the cluster (CA %q); owner configuration saved in %s, curators %s\n",
@@ -178,11 +181,11 @@ func (c *takeOwnershipCmd) report(cfg *owner.Config, stderr io.Writer) {
 	}
 	fp := pki.Fingerprint(cfg.Credentials.CA)
 	if c.caFingerprint != "" {
-		fmt.Fprintf(stderr, "plinthctl: cluster CA fingerprint (SHA-256) %s, as -ca-fingerprint said\n", fp)
+		fmt.Fprintf(stderr, "plinthctl: cluster CA fingerprint (SHA-256) %s, as --ca-fingerprint said\n", fp)
 	} else {
 		fmt.Fprintf(stderr, "plinthctl: cluster CA fingerprint (SHA-256) %s\n"+
 			"plinthctl: trusted on first use: compare it with ca-sha256= on the bootstrap node's \"cluster bootstrapped\" console line; "+
-			"if they differ, -endpoint was not your node: do not use %s, and take ownership of your node with -force -ca-fingerprint\n", fp, dir)
+			"if they differ, --endpoint was not your node: do not use %s, and take ownership of your node with --force --ca-fingerprint\n", fp, dir)
 	}
 }
 

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/platform/releasekeys"
@@ -16,16 +17,25 @@ import (
 )
 
 func init() {
-	register("update", "install a new image on a node (A/B), or on every node one at a time", func() verb { return new(updateCmd) })
+	add(spec{path: "node update", args: "NODE", short: "Install a new image on a node (A/B) and reboot it into it",
+		long: "Install the image in --image on NODE's inactive slot and reboot it into it, waiting until\n" +
+			"it is back healthy on the new version. --stage and --no-reboot install only; --activate\n" +
+			"and --cancel boot or drop an installed update.",
+		minArgs: 1, maxArgs: 1, new: func() command { return new(updateCmd) }})
+	add(spec{path: "cluster update", short: "Install a new image on every node, one at a time",
+		long: "Update every node that is up, one at a time: nodes that are not consensus members\n" +
+			"first, each healthy on the new version before the next reboots (the next installs\n" +
+			"meanwhile). --stage installs everywhere without rebooting; then plinthctl node update\n" +
+			"NODE --activate boots each.",
+		maxArgs: 0, new: func() command { return &updateCmd{all: true} }})
 }
 
-// updateCmd is `plinthctl update NODE -image DIR` and `plinthctl update
-// -all -image DIR`; -stage, -activate and -cancel split an update into
-// its install and its reboot.
+// updateCmd is `plinthctl node update NODE --image DIR` and `plinthctl
+// cluster update --image DIR` (all); --stage, --activate and --cancel
+// split an update into its install and its reboot.
 type updateCmd struct {
-	config   string
+	all      bool // every node: cluster update
 	image    string
-	all      bool
 	noReboot bool
 	stage    bool
 	activate bool
@@ -44,48 +54,43 @@ type updateCmd struct {
 	downgradeValid time.Duration
 }
 
-const updateUsage = "usage: plinthctl update (NODE | -all) -image DIR [-stage | -no-reboot] [-allow-downgrade -sign-key FILE] [-timeout D]\n" +
-	"       plinthctl update NODE (-activate | -cancel) [-version V]"
-
-func (c *updateCmd) flags(fs *flag.FlagSet) {
-	configFlagVar(fs, &c.config)
+func (c *updateCmd) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.image, "image", "", "image `dir`ectory (the builder's output: manifest.json, system.img, UKIs)")
-	fs.BoolVar(&c.all, "all", false, "update every node, one at a time, each healthy on the new version before the next (the next installs meanwhile)")
 	fs.BoolVar(&c.noReboot, "no-reboot", false, "install only: the node boots the new slot at its next reboot")
-	fs.BoolVar(&c.stage, "stage", false, "install only, staged: nothing boots it before -activate (or -cancel drops it)")
+	fs.BoolVar(&c.stage, "stage", false, "install only, staged: nothing boots it before --activate (or --cancel drops it)")
 	fs.BoolVar(&c.activate, "activate", false, "reboot NODE into its staged update and wait as for an update")
 	fs.BoolVar(&c.cancel, "cancel", false, "drop NODE's installed update that was not booted yet; its keys are sealed to the running slot alone")
-	fs.StringVar(&c.version, "version", "", "with -activate or -cancel: only if the update is this `version`")
+	fs.StringVar(&c.version, "version", "", "with --activate or --cancel: only if the update is this `version`")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "how long to wait for a node to come back healthy on the new version")
 	fs.BoolVar(&c.drain, "drain", true, "cordon and drain a Kubernetes worker before it reboots into its update (its pods move to other workers), uncordon it after")
-	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` for -drain (default: the first the cluster names)")
-	fs.BoolVar(&c.allowDowngrade, "allow-downgrade", false, "install the image even if its release is older than the node's (emergencies; the node logs it), with a downgrade statement signed by -sign-key. The image must still be signed by a release key of the cluster")
-	fs.StringVar(&c.signKey, "sign-key", "", "with -allow-downgrade: a release key `file` of the cluster (plinthctl release-key) that signs the downgrade statement")
-	fs.DurationVar(&c.downgradeValid, "downgrade-valid", time.Hour, "with -allow-downgrade: how long nodes accept the downgrade statement (at most a week)")
+	fs.StringVar(&c.kubeServer, "kube-server", "", "Kubernetes API server `host:port` for --drain (default: the first the cluster names)")
+	fs.BoolVar(&c.allowDowngrade, "allow-downgrade", false, "install the image even if its release is older than the node's (emergencies; the node logs it), with a downgrade statement signed by --sign-key. The image must still be signed by a release key of the cluster")
+	fs.StringVar(&c.signKey, "sign-key", "", "with --allow-downgrade: a release key `file` of the cluster (plinthctl release key) that signs the downgrade statement")
+	fs.DurationVar(&c.downgradeValid, "downgrade-valid", time.Hour, "with --allow-downgrade: how long nodes accept the downgrade statement (at most a week)")
+	if c.all {
+		// Parsed, to be refused with what to run instead (check).
+		for _, name := range []string{"activate", "cancel", "version"} {
+			fs.MarkHidden(name)
+		}
+	}
 }
 
-func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("update", stderr)
-	c.flags(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+func (c *updateCmd) run(ctx context.Context, e *env, args []string) error {
+	if err := c.check(); err != nil {
 		return err
 	}
-	if err := c.check(pos); err != nil {
-		return err
-	}
-	cl, err := dialOwner(c.config)
+	cl, err := e.dial()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	// Whole lines: a rolling update's next node reports as it installs.
 	mu := new(sync.Mutex)
-	out := &prefixWriter{mu: mu, w: stdout}
+	out := &prefixWriter{mu: mu, w: e.stdout}
 	if c.activate || c.cancel {
-		return c.activateOrCancel(ctx, cl, pos[0], out)
+		return c.activateOrCancel(ctx, cl, args[0], out)
 	}
-	img, err := c.readImage(stderr)
+	img, err := c.readImage(e.stderr)
 	if err != nil {
 		return err
 	}
@@ -95,7 +100,7 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 			return err
 		}
 	} else {
-		id, err := nodeID(ctx, cl, pos[0])
+		id, err := nodeID(ctx, cl, args[0])
 		if err != nil {
 			return err
 		}
@@ -103,34 +108,40 @@ func (c *updateCmd) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	if c.all && !c.stage {
 		return c.rolling(ctx, cl, ids, img, out, func(i int) io.Writer {
-			return &prefixWriter{mu: mu, w: stdout, prefix: fmt.Sprintf("  [%d/%d %s]", i+1, len(ids), ids[i])}
+			return &prefixWriter{mu: mu, w: e.stdout, prefix: fmt.Sprintf("  [%d/%d %s]", i+1, len(ids), ids[i])}
 		})
 	}
 	return c.oneByOne(ctx, cl, ids, img, out)
 }
 
-// check refuses combinations of flags and arguments (pos) that say no
-// one thing to do.
-func (c *updateCmd) check(pos []string) error {
+// check refuses combinations of flags that say no one thing to do, as
+// wrong usage.
+func (c *updateCmd) check() error {
 	finishing := c.activate || c.cancel
 	switch {
-	case (len(pos) == 1) == c.all || len(pos) > 1, (c.image == "") != finishing, c.activate && c.cancel:
-		return errors.New(updateUsage)
-	case finishing && (c.all || c.stage || c.noReboot):
-		return errors.New("-activate and -cancel act on one NODE's installed update")
+	case c.all && finishing:
+		return usagef("--activate and --cancel act on one node's installed update: run plinthctl node update NODE --activate (or --cancel)")
+	case c.activate && c.cancel:
+		return usagef("--activate boots the installed update, --cancel drops it: give one of them")
+	case c.image == "" && !finishing:
+		return usagef("nothing to install: give --image DIR (or, for an update already installed, --activate or --cancel)")
+	case c.image != "" && finishing:
+		return usagef("--image installs an update, --activate and --cancel act on one already installed: give --image or one of them")
+	case finishing && (c.stage || c.noReboot):
+		return usagef("--activate and --cancel act on NODE's installed update: --stage and --no-reboot go with --image")
 	case finishing && c.allowDowngrade:
-		return errors.New("-allow-downgrade goes with -image: the node checks an image's release when it is installed, not when it is activated or cancelled")
+		return usagef("--allow-downgrade goes with --image: the node checks an image's release when it is installed, not when it is activated or cancelled")
 	case c.allowDowngrade != (c.signKey != ""):
-		return errors.New("-allow-downgrade needs -sign-key: only a release key of the cluster can allow a node to go back (and -sign-key signs nothing else here)")
+		return usagef("--allow-downgrade needs --sign-key: only a release key of the cluster can allow a node to go back (and --sign-key signs nothing else here)")
 	case c.stage && c.noReboot:
-		return errors.New("-stage and -no-reboot exclude each other: a staged update waits for -activate, the other boots at the next reboot")
+		return usagef("--stage and --no-reboot exclude each other: a staged update waits for --activate, the other boots at the next reboot")
 	case c.all && c.noReboot:
-		return errors.New("-all updates one node after another and needs each to reboot: it cannot be combined with -no-reboot (-stage installs everywhere)")
+		return usagef("plinthctl cluster update updates one node after another and needs each to reboot: it cannot be combined with --no-reboot (--stage installs everywhere)")
 	}
 	return nil
 }
 
-// activateOrCancel is -activate and -cancel: node's installed update is
+// activateOrCancel is --activate and --cancel: node's installed update is
 // booted (and waited for as an update) or dropped.
 func (c *updateCmd) activateOrCancel(ctx context.Context, cl *owner.Client, node string, out io.Writer) error {
 	id, err := nodeID(ctx, cl, node)
@@ -150,7 +161,7 @@ func (c *updateCmd) activateOrCancel(ctx context.Context, cl *owner.Client, node
 	return nil
 }
 
-// readImage reads the -image directory, saying on stderr what the nodes
+// readImage reads the --image directory, saying on stderr what the nodes
 // will be told about it.
 func (c *updateCmd) readImage(stderr io.Writer) (*owner.UpdateImage, error) {
 	img, err := owner.ReadUpdateImage(c.image)
@@ -159,26 +170,26 @@ func (c *updateCmd) readImage(stderr io.Writer) (*owner.UpdateImage, error) {
 	}
 	if img.Signature == nil {
 		// Sent all the same: the node's policy decides, and says why.
-		fmt.Fprintf(stderr, "plinthctl: %s has no manifest.sig: the image is unsigned (plinthctl build -sign-key signs it)\n", c.image)
+		fmt.Fprintf(stderr, "plinthctl: %s has no manifest.sig: the image is unsigned (plinthctl build --sign-key signs it)\n", c.image)
 	}
 	if c.allowDowngrade {
 		key, err := readReleaseKey(c.signKey)
 		if err != nil {
-			return nil, fmt.Errorf("-sign-key: %w", err)
+			return nil, fmt.Errorf("--sign-key: %w", err)
 		}
 		body, err := releasekeys.NewDowngrade(img.Release, time.Now(), c.downgradeValid)
 		if err != nil {
-			return nil, fmt.Errorf("-downgrade-valid: %w", err)
+			return nil, fmt.Errorf("--downgrade-valid: %w", err)
 		}
 		img.Downgrade = clusterpb.NewSignedStatement(releasekeys.Sign(body, key))
-		fmt.Fprintf(stderr, "plinthctl: -allow-downgrade: nodes install release %d even if they run a newer one, for %v, if %s is one of the cluster's release keys\n",
+		fmt.Fprintf(stderr, "plinthctl: --allow-downgrade: nodes install release %d even if they run a newer one, for %v, if %s is one of the cluster's release keys\n",
 			img.Release, c.downgradeValid, c.signKey)
 	}
 	return img, nil
 }
 
-// oneByOne installs img on ids in turn: staged (-stage), for the next
-// boot (-no-reboot), or booted and waited for before the next.
+// oneByOne installs img on ids in turn: staged (--stage), for the next
+// boot (--no-reboot), or booted and waited for before the next.
 func (c *updateCmd) oneByOne(ctx context.Context, cl *owner.Client, ids []string, img *owner.UpdateImage, out io.Writer) error {
 	mode := owner.UpdateStage
 	if c.noReboot {
@@ -198,7 +209,7 @@ func (c *updateCmd) oneByOne(ctx context.Context, cl *owner.Client, ids []string
 		case c.noReboot:
 			fmt.Fprintf(out, "  the node boots it once at its next reboot, and keeps it when healthy\n")
 		case c.stage:
-			fmt.Fprintf(out, "  staged: `plinthctl update %s -activate` boots it, -cancel drops it\n", id)
+			fmt.Fprintf(out, "  staged: `plinthctl node update %s --activate` boots it, --cancel drops it\n", id)
 		default:
 			if err := c.finish(ctx, cl, id, done.GetVersion(), started, out); err != nil {
 				return err

@@ -1,35 +1,38 @@
 package main
 
 import (
-	"context"
-	"io"
 	"strings"
 	"testing"
 )
 
-// TestUpdateFlags: combinations that make no sense are refused before
-// any cluster is dialled, each with what to do instead.
+// TestUpdateFlags: combinations that make no sense are refused as wrong
+// usage (exit 2) before any cluster is dialled, each with what to do
+// instead.
 func TestUpdateFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"node"}, "usage: plinthctl update"},
-		{[]string{"-image", "dir"}, "usage: plinthctl update"},
-		{[]string{"node", "-all", "-image", "dir"}, "usage: plinthctl update"},
-		{[]string{"node", "-activate", "-image", "dir"}, "usage: plinthctl update"},
-		{[]string{"node", "-activate", "-cancel"}, "usage: plinthctl update"},
-		{[]string{"-all", "-activate"}, "-activate and -cancel act on one NODE"},
-		{[]string{"node", "-cancel", "-stage"}, "-activate and -cancel act on one NODE's installed update"},
-		{[]string{"node", "-image", "dir", "-stage", "-no-reboot"}, "-stage and -no-reboot exclude each other"},
-		{[]string{"-all", "-image", "dir", "-no-reboot"}, "-stage installs everywhere"},
-		{[]string{"node", "-activate", "-allow-downgrade"}, "-allow-downgrade goes with -image"},
-		{[]string{"node", "-image", "dir", "-allow-downgrade"}, "-allow-downgrade needs -sign-key"},
-		{[]string{"node", "-image", "dir", "-sign-key", "k"}, "-allow-downgrade needs -sign-key"},
+		{[]string{"node", "update", "n1"}, "nothing to install: give --image DIR"},
+		{[]string{"node", "update", "--image", "dir"}, "missing arguments: want NODE"},
+		{[]string{"cluster", "update", "n1", "--image", "dir"}, "unexpected arguments"},
+		{[]string{"cluster", "update", "--all", "--image", "dir"}, "unknown flag: --all"},
+		{[]string{"node", "update", "n1", "--activate", "--image", "dir"}, "--image installs an update, --activate and --cancel act on one already installed"},
+		{[]string{"node", "update", "n1", "--activate", "--cancel"}, "give one of them"},
+		{[]string{"cluster", "update", "--activate"}, "--activate and --cancel act on one node's installed update: run plinthctl node update NODE --activate"},
+		{[]string{"cluster", "update", "--cancel", "--image", "dir"}, "act on one node's installed update"},
+		{[]string{"node", "update", "n1", "--cancel", "--stage"}, "--activate and --cancel act on NODE's installed update"},
+		{[]string{"node", "update", "n1", "--image", "dir", "--stage", "--no-reboot"}, "--stage and --no-reboot exclude each other"},
+		{[]string{"cluster", "update", "--image", "dir", "--no-reboot"}, "--stage installs everywhere"},
+		{[]string{"node", "update", "n1", "--activate", "--allow-downgrade"}, "--allow-downgrade goes with --image"},
+		{[]string{"node", "update", "n1", "--image", "dir", "--allow-downgrade"}, "--allow-downgrade needs --sign-key"},
+		{[]string{"node", "update", "n1", "--image", "dir", "--sign-key", "k"}, "--allow-downgrade needs --sign-key"},
+		{[]string{"node", "update", "n1", "--image", "dir", "-o", "json"}, "prints no object"},
 	} {
-		err := new(updateCmd).run(context.Background(), append([]string{"-config", t.TempDir()}, c.args...), io.Discard, io.Discard)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("update %s: %v, want an error saying %q", strings.Join(c.args, " "), err, c.want)
+		// An empty configuration: dialling would fail with exit 1.
+		_, stderr, code := runCLI(append(c.args, "--config", t.TempDir())...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("plinthctl %s: exit %d, want 2 with %q:\n%s", strings.Join(c.args, " "), code, c.want, stderr)
 		}
 	}
 }

@@ -45,7 +45,7 @@ const drainTimeout = 5 * time.Minute
 func (c *updateCmd) cordonAndDrain(ctx context.Context, cl *owner.Client, id string, stdout io.Writer) (*owner.KubeAPI, error) {
 	kube, err := cl.KubeAPI(ctx, c.kubeServer)
 	if err != nil {
-		return nil, fmt.Errorf("%s is a Kubernetes worker and cannot be drained (-drain=false updates it anyway): %w", id, err)
+		return nil, fmt.Errorf("%s is a Kubernetes worker and cannot be drained (--drain=false updates it anyway): %w", id, err)
 	}
 	if err := kube.Cordon(ctx, id, true); err != nil {
 		return nil, err

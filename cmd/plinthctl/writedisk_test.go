@@ -1,33 +1,35 @@
 package main
 
 import (
-	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// TestWriteDiskChecksParameters: write-disk refuses missing flags and
-// parameters that do not decode or validate before it opens the target.
+// TestWriteDiskChecksParameters: write-disk refuses missing flags (wrong
+// usage, exit 2) and parameters that do not decode or validate (exit 1)
+// before it opens the target.
 func TestWriteDiskChecksParameters(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(dir, "disk.raw")
 	garbage := filepath.Join(dir, "garbage.pb")
 	os.WriteFile(garbage, []byte("\xff\xff not a protobuf"), 0o644)
-	for name, args := range map[string][]string{
-		"no flags":       nil,
-		"no parameters":  {"-image", dir, "-device", target},
-		"garbage params": {"-image", dir, "-params", garbage, "-device", target},
-		"missing params": {"-image", dir, "-params", filepath.Join(dir, "none.pb"), "-device", target},
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"no flags":       {nil, 2, "--image is required"},
+		"no parameters":  {[]string{"--image", dir, "--device", target}, 2, "--params is required"},
+		"no device":      {[]string{"--image", dir, "--params", garbage}, 2, "--device is required"},
+		"stray argument": {[]string{"--image", dir, "--params", garbage, "--device", target, "stray"}, 2, "unexpected arguments"},
+		"garbage params": {[]string{"--image", dir, "--params", garbage, "--device", target}, 1, "nothing was written"},
+		"missing params": {[]string{"--image", dir, "--params", filepath.Join(dir, "none.pb"), "--device", target}, 1, "--params"},
 	} {
-		err := new(writeDiskCmd).run(context.Background(), args, io.Discard, io.Discard)
-		if err == nil {
-			t.Errorf("%s: no error", name)
-		}
-		if name == "garbage params" && !strings.Contains(err.Error(), "nothing was written") {
-			t.Errorf("%s: %v", name, err)
+		_, stderr, code := runCLI(append([]string{"write-disk"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, %s\nwant exit %d, %q", name, code, stderr, tc.code, tc.want)
 		}
 		if _, err := os.Stat(target); err == nil {
 			t.Fatalf("%s: the target was created", name)

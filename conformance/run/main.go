@@ -82,7 +82,7 @@ type runCmd struct {
 func main() {
 	vmtest.MaybeProxy() // the registry's guest forwards run this program as their proxy
 	c := runCmd{grace: 3 * time.Minute, pollEvery: 5 * time.Second, nodeEvery: 30 * time.Second}
-	flag.StringVar(&c.image, "image", "out/image-conformance/qemu-x86_64", "node image built with plinthctl build -conformance-images")
+	flag.StringVar(&c.image, "image", "out/image-conformance/qemu-x86_64", "node image built with plinthctl build --conformance-images")
 	flag.StringVar(&c.out, "out", "out/conformance", "directory for the cluster, logs, the JUnit report and the summary")
 	flag.StringVar(&c.e2e, "e2e", "out/bin/e2e.test", "the suite (make e2e)")
 	flag.StringVar(&c.ginkgo, "ginkgo", "out/bin/ginkgo", "ginkgo CLI of go.mod's version (parallel runs)")
@@ -304,11 +304,11 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 		return stop, "", err
 	}
 	kc := filepath.Join(dir, "kubeconfig")
-	cmd := exec.CommandContext(ctx, c.plinthctl, "kubeconfig", "-server", "https://"+cl.KubernetesAPIEndpoint(cl.Nodes()[0]),
-		"-wait", "10m", "-o", kc)
+	cmd := exec.CommandContext(ctx, c.plinthctl, "cluster", "kubeconfig", "--server", "https://"+cl.KubernetesAPIEndpoint(cl.Nodes()[0]),
+		"--wait", "10m", "--file", kc)
 	cmd.Env = append(os.Environ(), "PLINTH_CONFIG="+cl.OwnerDir())
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return stop, "", fmt.Errorf("plinthctl kubeconfig: %v: %s", err, out)
+		return stop, "", fmt.Errorf("plinthctl cluster kubeconfig: %v: %s", err, out)
 	}
 	return stop, kc, nil
 }

@@ -19,7 +19,7 @@ type nodeRef struct {
 // power was cut does not answer, and the others are still read.
 var nodeLogsTimeout = 3 * time.Minute
 
-// saveNodeLogs writes every node's log tree (`plinthctl logs`: each
+// saveNodeLogs writes every node's log tree (`plinthctl node logs`: each
 // component, as much of it as the node keeps) to dir/NAME.log before the
 // cluster is powered off. The suite keeps the logs of a failed spec's
 // pods but not of what ran them, and a failure that a node's kube-proxy,
@@ -52,13 +52,13 @@ func (c *runCmd) nodeLogs(ownerDir, id, file string) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			fmt.Fprintf(f, "conformance: plinthctl logs %s: %v\n", id, err)
+			fmt.Fprintf(f, "conformance: plinthctl node logs %s: %v\n", id, err)
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 	}()
-	cmd := exec.CommandContext(ctx, c.plinthctl, "logs", "-config", ownerDir, id)
+	cmd := exec.CommandContext(ctx, c.plinthctl, "node", "logs", "--config", ownerDir, id)
 	cmd.Stdout = f
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -29,7 +29,7 @@ import (
 // cluster would:
 //
 //	OUT/…/conformance.tar ──► vmtest.Registry (TLS, its own CA) ◄── slirp guestfwd ◄── containerd on the nodes
-//	plinthctl policy -registry registry.k8s.io -mirror https://<guest address> -registry-ca …
+//	plinthctl cluster policy --registry registry.k8s.io --mirror https://<guest address> --registry-ca …
 
 // startMirror serves the images of archive (an OCI layout in a tar, as
 // the image build writes it) and returns the registry and the hosts of
@@ -89,10 +89,10 @@ func (c *runCmd) mirrorPolicy(ctx context.Context, cl *vmtest.Cluster, reg *vmte
 		return err
 	}
 	for _, h := range hosts {
-		out, err := exec.CommandContext(ctx, c.plinthctl, "policy", "-config", cl.OwnerDir(),
-			"-registry", h, "-mirror", "https://"+reg.MirrorHost(), "-registry-ca", ca).CombinedOutput()
+		out, err := exec.CommandContext(ctx, c.plinthctl, "cluster", "policy", "--config", cl.OwnerDir(),
+			"--registry", h, "--mirror", "https://"+reg.MirrorHost(), "--registry-ca", ca).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("plinthctl policy -registry %s: %v: %s", h, err, out)
+			return fmt.Errorf("plinthctl cluster policy --registry %s: %v: %s", h, err, out)
 		}
 	}
 	fmt.Printf("conformance: registry mirror for %s at %s\n", strings.Join(hosts, ", "), reg.MirrorHost())

@@ -32,12 +32,12 @@ const suiteDescription = "Kubernetes e2e suite"
 const fakeKubectlEnv = "PLINTH_FAKE_KUBECTL"
 
 // fakePlinthctlEnv makes the test binary a fake plinthctl (fakePlinthctl)
-// when its first argument is logs.
+// when its arguments start with node logs.
 const fakePlinthctlEnv = "PLINTH_FAKE_PLINTHCTL"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(fakePlinthctlEnv) != "" && len(os.Args) > 1 && os.Args[1] == "logs" {
-		os.Exit(fakePlinthctl(os.Args[2:]))
+	if os.Getenv(fakePlinthctlEnv) != "" && len(os.Args) > 2 && os.Args[1] == "node" && os.Args[2] == "logs" {
+		os.Exit(fakePlinthctl(os.Args[1:]))
 	}
 	if nodes := os.Getenv(fakeKubectlEnv); nodes != "" && len(os.Args) > 1 && os.Args[1] == "--kubeconfig" {
 		os.Exit(fakeKubectl(nodes, os.Args[1:]))
@@ -68,15 +68,15 @@ func fakeKubectl(nodes string, args []string) int {
 	return 0
 }
 
-// fakePlinthctl is `plinthctl logs -config DIR ID`: node "dead" does not
+// fakePlinthctl is `plinthctl node logs --config DIR ID`: node "dead" does not
 // answer (an error on stderr), "slow" answers after the test's timeout,
 // others print two log lines naming themselves and the owner directory.
 func fakePlinthctl(args []string) int {
-	if len(args) != 3 || args[0] != "-config" {
+	if len(args) != 5 || args[0] != "node" || args[1] != "logs" || args[2] != "--config" {
 		fmt.Fprintf(os.Stderr, "fake plinthctl: unexpected arguments %q\n", args)
 		return 2
 	}
-	switch id := args[2]; id {
+	switch id := args[4]; id {
 	case "dead":
 		fmt.Fprintln(os.Stderr, "plinthctl: rpc error: code = Unavailable desc = connection refused")
 		return 1
@@ -85,7 +85,7 @@ func fakePlinthctl(args []string) int {
 		time.Sleep(time.Hour)
 		return 0
 	default:
-		fmt.Printf("%s first line (owner %s)\n%s second line\n", id, args[1], id)
+		fmt.Printf("%s first line (owner %s)\n%s second line\n", id, args[3], id)
 		return 0
 	}
 }
@@ -425,7 +425,7 @@ func TestNodeLogsSaved(t *testing.T) {
 	for name, want := range map[string]string{
 		"node0": "id0 first line (owner /owner)\nid0 second line\n",
 		"node1": "connection refused",
-		"node2": "slow first line\nconformance: plinthctl logs slow: no answer within 5s\n",
+		"node2": "slow first line\nconformance: plinthctl node logs slow: no answer within 5s\n",
 		"node3": "id3 first line (owner /owner)\nid3 second line\n",
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, name+".log"))

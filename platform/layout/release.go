@@ -1,7 +1,7 @@
 package layout
 
 // ReleaseKeyPath is where the system image carries the ed25519 public key
-// of the release key that signed it (plinthctl build -sign-key): 64 hex
+// of the release key that signed it (plinthctl build --sign-key): 64 hex
 // digits and a newline, the manifest's "release_key". The builder writes
 // it; a node takes the cluster's chain of release keys only if it leads
 // from this key (platform/update.AnchorTrust). An unsigned image has

@@ -11,8 +11,8 @@ import (
 
 // Certificate fingerprints let an owner check, over a channel they trust
 // (the bootstrap node's console, say), that the cluster CA a tool was shown
-// is the cluster's: plinthctl takeownership prints the CA's fingerprint and
-// can be told which one to expect.
+// is the cluster's: plinthctl cluster takeownership prints the CA's
+// fingerprint and can be told which one to expect.
 
 // ErrBadFingerprint is returned by ParseFingerprint for text that is not a
 // SHA-256 fingerprint.

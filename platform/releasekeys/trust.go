@@ -68,7 +68,7 @@ type ChainError struct {
 
 func (e *ChainError) Error() string {
 	why := map[ChainRefusal]string{
-		ChainEmpty:      "the cluster has no release keys: add the first with plinthctl policy -add-release-key",
+		ChainEmpty:      "the cluster has no release keys: add the first with plinthctl cluster policy --add-release-key",
 		ChainMalformed:  "a statement is not a release key set in order",
 		ChainBrokenLink: "a key set does not name the one before it",
 		ChainUnsigned:   "a key set is not signed by a key of the set before it and by every key it adds",

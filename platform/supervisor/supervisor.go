@@ -1,8 +1,8 @@
 // Package supervisor runs the node's long-running work as a tree of named
 // runnables, restarts what fails and tells whether everything is healthy.
 //
-// A node's tree (the DNs `plinthctl status` and `plinthctl logs -dn`
-// show), with every role:
+// A node's tree (the DNs `plinthctl node status` and `plinthctl node logs
+// --dn` show), with every role:
 //
 //	root ──┬── enrolment ──┬── clusterkey  (enrolment is done once the node has a
 //	       │               └── directory    cluster identity; these keep its join state)

@@ -12,7 +12,7 @@ import (
 
 // Signed, monotonic updates: which images a node installs at all.
 //
-//	builder (plinthctl build -sign-key K -release N)
+//	builder (plinthctl build --sign-key K --release N)
 //	  manifest.json  {"release": N, "release_key": hex(K.pub), ...}
 //	  manifest.sig   ed25519 signature by K over manifest.json's bytes (64 raw bytes)
 //	  system image   /etc/os-release PLINTH_RELEASE=N, /etc/plinth/release.pub
@@ -78,7 +78,7 @@ type ReleaseError struct {
 	Release, Running uint64
 	// Signer is the release key the manifest names (hex, unverified),
 	// when a signature did not verify: the key to compare with the
-	// cluster's (plinthctl policy).
+	// cluster's (plinthctl cluster policy).
 	Signer string
 	// Detail says what was wrong with a downgrade statement.
 	Detail string
@@ -88,7 +88,7 @@ func (e *ReleaseError) Error() string {
 	var why string
 	switch e.Refusal {
 	case RefusedNoKeys:
-		why = "the cluster has no release keys: add one with plinthctl policy -add-release-key"
+		why = "the cluster has no release keys: add one with plinthctl cluster policy --add-release-key"
 	case RefusedUnsigned:
 		why = "the image is not signed (no manifest.sig)"
 	case RefusedSignature:
@@ -101,7 +101,7 @@ func (e *ReleaseError) Error() string {
 			why += " (its manifest names release key " + e.Signer + ")"
 		}
 	case RefusedDowngrade:
-		why = fmt.Sprintf("release %d is older than the running release %d: %s (plinthctl update -allow-downgrade -sign-key RELEASE-KEY signs one)", e.Release, e.Running, e.Detail)
+		why = fmt.Sprintf("release %d is older than the running release %d: %s (plinthctl node update --allow-downgrade --sign-key RELEASE-KEY signs one)", e.Release, e.Running, e.Detail)
 	default:
 		why = fmt.Sprintf("release check %d", e.Refusal)
 	}

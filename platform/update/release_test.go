@@ -91,7 +91,7 @@ func TestCheckRelease(t *testing.T) {
 		{"a key set as downgrade statement", five, ed25519.Sign(key, five), [][]byte{pub}, 7, &notOne, RefusedDowngrade, 0, "is not one"},
 		{"the image's signature as downgrade statement", five, ed25519.Sign(key, five), [][]byte{pub}, 7, &asImage, RefusedDowngrade, 0, "is not one"},
 		{"no keys", seven, ed25519.Sign(key, seven), nil, 0, nil, RefusedNoKeys, 0,
-			"the cluster has no release keys: add one with plinthctl policy -add-release-key"},
+			"the cluster has no release keys: add one with plinthctl cluster policy --add-release-key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rel, err := CheckRelease(c.manifest, c.sig, c.keys, c.running, c.downgrade, now)

@@ -73,7 +73,7 @@ func (m managementServer) RotateOwnerKey(ctx context.Context, req *clusterpb.Rot
 		return nil, err
 	}
 	if err := revoke(ctx, kv, ownerCertsID, certOwner); err != nil {
-		return nil, status.Errorf(status.Code(err), "the owner key is replaced but the old key's certificates are not revoked yet (plinthctl owner-key -revoke-old): %v", status.Convert(err).Message())
+		return nil, status.Errorf(status.Code(err), "the owner key is replaced but the old key's certificates are not revoked yet: %v", status.Convert(err).Message())
 	}
 	cfg, err := m.updateConfiguration(ctx, func(cfg *clusterpb.ClusterConfiguration) error {
 		cfg.KubernetesOwnerEpoch++

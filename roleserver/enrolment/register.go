@@ -144,7 +144,7 @@ func (s *Service) register(ctx context.Context, l *slog.Logger, resume *joinStat
 	if err != nil {
 		return err
 	}
-	l.Info("registered: waiting for the owner to approve this node", "node", id, "approve_with", "plinthctl approve "+id)
+	l.Info("registered: waiting for the owner to approve this node", "node", id, "approve_with", "plinthctl node approve "+id)
 
 	var commit *clusterpb.CommitNodeResponse
 	lastReminder := time.Now()

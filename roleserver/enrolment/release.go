@@ -9,7 +9,7 @@ import (
 // with: the genesis this node's image carries (layout.ReleaseGenesisPath:
 // the key that signed the image, signed by it), or none for an unsigned
 // image (the owner adds the first key, signed by itself, with plinthctl
-// policy -add-release-key before any node can be updated). Why the
+// cluster policy --add-release-key before any node can be updated). Why the
 // image's key: whoever built and flashed the image that founds the
 // cluster decides what it runs anyway, and the next image they sign
 // with the same key then updates it without a step in between. source

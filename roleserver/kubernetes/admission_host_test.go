@@ -203,9 +203,9 @@ func kapiDo(t *testing.T, ctx context.Context, k *owner.KubeAPI, method, path, b
 
 // checkOwnerRevocation: the owner's certificates work through the
 // controller's binding of their epoch's group to cluster-admin, and a new
-// epoch in the cluster policy (plinthctl kubeconfig -revoke-all) rebinds
-// it, so a certificate of the old epoch is refused at once and one of the
-// new works.
+// epoch in the cluster policy (plinthctl cluster kubeconfig --revoke-all)
+// rebinds it, so a certificate of the old epoch is refused at once and
+// one of the new works.
 func checkOwnerRevocation(t *testing.T, ctx context.Context, server string, ca *x509.Certificate, p *pki.PKI, policy *memory.Value[*clusterpb.ClusterConfiguration]) {
 	t.Helper()
 	ownerAPI := func(epoch uint64) *owner.KubeAPI {

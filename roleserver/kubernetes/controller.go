@@ -216,7 +216,7 @@ func (r *controllerRun) startAPIServer(ctx context.Context) error {
 		{"apiserver", func(ctx context.Context) error {
 			// Its audit log (--audit-log-path=-) is kept on the data
 			// volume by class (auditlog) and followed live as a stream
-			// of the node's log tree: plinthctl logs NODE -audit.
+			// of the node's log tree: plinthctl node logs NODE --audit.
 			store, err := auditlog.Open(c.Root.Data.Kubernetes.Audit.Path(), nil)
 			if err != nil {
 				return fmt.Errorf("the audit log: %w", err)

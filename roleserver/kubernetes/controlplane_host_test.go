@@ -40,7 +40,7 @@ import (
 // confined etcd endpoint: the API server serves, the break-glass
 // certificate (pki.Admin) is system:masters, a Node gets a pod CIDR from
 // the core's node IPAM, a worker is cordoned, drained and uncordoned
-// as `plinthctl update` does (owner.KubeAPI), the audit stream has what
+// as `plinthctl node update` does (owner.KubeAPI), the audit stream has what
 // it should and nothing it should not, and the API server's keys
 // land under /kubernetes/ only. Natively this takes seconds; under TCG it would take
 // minutes, so the VM tests only check what needs a node.
@@ -248,7 +248,7 @@ func TestControlPlaneOnHost(t *testing.T) {
 	if _, b := api("GET", "/api/v1/nodes/plinth-test", ""); strings.Contains(string(b), `"unschedulable":true`) {
 		t.Fatalf("uncordoned Node: %s", b)
 	}
-	// plinthctl roles taint: the control plane taint, once however often
+	// plinthctl role taint: the control plane taint, once however often
 	// it is put on, gone when taken away.
 	for range 2 {
 		if err := kapi.Taint(ctx, "plinth-test", true); err != nil {
@@ -280,8 +280,8 @@ func TestControlPlaneOnHost(t *testing.T) {
 	}
 }
 
-// checkAudit: the API server's audit stream (plinthctl logs -audit) has
-// the controller's RBAC changes with their bodies, under the break-glass
+// checkAudit: the API server's audit stream (plinthctl node logs --audit)
+// has the controller's RBAC changes with their bodies, under the break-glass
 // user (plinth-controller:<node ID>, never the owner's prefix); reads of
 // RBAC objects and Secrets as Metadata, never a Secret's contents (the
 // Secret checkSecretsAtRest wrote, and rewrote); no health probe; no

@@ -43,11 +43,13 @@
 // kube-proxy's certificates (a user per node, so that a decommissioned
 // node's are refused); the serving certificate names only addresses
 // the curator observed the node at. Owners reach the API server with
-// short-lived certificates from the curator too (plinthctl kubeconfig).
+// short-lived certificates from the curator too (plinthctl cluster
+// kubeconfig).
 //
 // Why in the core's tree, not as static pods: the control plane must
 // start before any API server exists (there is nothing to read static
 // pod manifests from but the node image), its keys must stay out of
 // containers, and its restarts, crashes and logs are the node's own
-// (plinthctl status and logs), like every other part of Plinth.
+// (plinthctl node status and node logs), like every other part of
+// Plinth.
 package kubernetes

@@ -89,7 +89,7 @@ func hostsTOML(r *clusterpb.ImageRegistry, caFile string) []byte {
 	if caFile != "" {
 		ca = fmt.Sprintf("ca = [%q]\n", caFile)
 	}
-	fmt.Fprintf(&b, "# From the cluster policy (plinthctl policy -registry %s); rewritten by the node.\n", r.GetHost())
+	fmt.Fprintf(&b, "# From the cluster policy (plinthctl cluster policy --registry %s); rewritten by the node.\n", r.GetHost())
 	fmt.Fprintf(&b, "server = %q\n%s", registryServer(r.GetHost()), ca)
 	for _, m := range r.GetMirrors() {
 		fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", m)

@@ -50,7 +50,7 @@ type Client struct {
 
 // ErrNotOwner is returned by Dial for a configuration without owner
 // credentials.
-var ErrNotOwner = errors.New("owner: no owner certificate in the configuration (run plinthctl takeownership first)")
+var ErrNotOwner = errors.New("owner: no owner certificate in the configuration (run plinthctl cluster takeownership first)")
 
 // Dial returns a client using cfg's credentials and endpoints (copied:
 // later changes to cfg do not reach the client; see SetCurators and

@@ -3,7 +3,7 @@
 // directory, and a client for Management and NodeManagement. plinthctl and
 // the vmtest cluster launcher both use it.
 //
-//	owner key (from `plinthctl params -bootstrap`)
+//	owner key (from `plinthctl params --bootstrap`)
 //	   │
 //	   │ AAA.Escrow, ephemeral cert, server pinned (trust on first use)
 //	   ▼

@@ -110,8 +110,8 @@ func TestCordonAndDrain(t *testing.T) {
 }
 
 // TestReadyWhileStarting: Ready says "not serving yet" (ErrAPINotServing,
-// so plinthctl kubeconfig -wait keeps waiting) for every answer an API
-// server that is still starting gives — /readyz failing, the default
+// so plinthctl cluster kubeconfig --wait keeps waiting) for every answer
+// an API server that is still starting gives — /readyz failing, the default
 // service account missing, priority and fairness refusing, the request
 // after /readyz answering too late (a starved API server under TCG) — and
 // nil once it serves and the account exists.

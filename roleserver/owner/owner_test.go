@@ -82,7 +82,7 @@ func TestTakeOwnershipRejectsForeignCA(t *testing.T) {
 	}
 }
 
-// TestTakeOwnershipCAFingerprint: with -ca-fingerprint's option the
+// TestTakeOwnershipCAFingerprint: with --ca-fingerprint's option the
 // cluster CA must have that fingerprint, or nothing is returned.
 func TestTakeOwnershipCAFingerprint(t *testing.T) {
 	ca := fakecluster.NewCA(t, "cluster")

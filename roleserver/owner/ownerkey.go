@@ -165,7 +165,7 @@ func (c *Client) RotateOwnerKey(ctx context.Context, newKey ed25519.PrivateKey, 
 	}
 	creds, _, err := TakeOwnership(ctx, endpoint, newKey, WithCAFingerprint(sha256.Sum256(c.creds.CA.Raw)))
 	if err != nil {
-		return nil, resp, fmt.Errorf("the owner key is replaced, but the new key's certificate was not taken (plinthctl takeownership with the new key takes it): %w", err)
+		return nil, resp, fmt.Errorf("the owner key is replaced, but the new key's certificate was not taken (plinthctl cluster takeownership with the new key takes it): %w", err)
 	}
 	creds.Trust = c.creds.Trust
 	return creds, resp, nil

@@ -11,7 +11,7 @@ import (
 // member, Kubernetes controller and Kubernetes worker (a one-node cluster
 // that runs pods), seals its keys in a required TPM and keeps its data on
 // an encrypted ext4 partition; the cluster's initial policy requires a
-// TPM of every node. `plinthctl params -bootstrap` and the first run of
+// TPM of every node. `plinthctl params --bootstrap` and the first run of
 // `plinthctl run` start from it, so the first command a user types gets
 // the node the README describes; tests that want less (no Kubernetes)
 // take it away from this, never the other way round.

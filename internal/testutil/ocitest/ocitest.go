@@ -1,7 +1,7 @@
 // Package ocitest writes OCI image archives as tools outside Plinth do:
 // go-containerregistry's image layout writer (the library under crane),
 // its directory then put into a tar, like `skopeo copy oci-archive:`
-// output. The builder's -oci-archive tests and the VM tests' user image
+// output. The builder's --oci-archive tests and the VM tests' user image
 // take their archives from here, so the builder is checked against
 // another writer than its own (image/oci.go).
 //

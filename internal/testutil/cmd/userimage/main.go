@@ -1,7 +1,7 @@
 // Command userimage writes the VM tests' user image: the test workload
 // (cmd/testpod) under a user's reference, as an OCI image archive from
 // another writer than the builder's (ocitest), which make carries into
-// the update test's next image with plinthctl build -oci-archive.
+// the update test's next image with plinthctl build --oci-archive.
 //
 //	userimage -testpod out/bin/testpod -ref REF -o out/user-image.tar
 package main
