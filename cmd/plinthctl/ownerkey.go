@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/owner"
 )
 
@@ -90,20 +91,24 @@ func (c *ownerKeyCmd) run(ctx context.Context, e *env, _ []string) error {
 // its certificate (the old key's file is overwritten: its certificates
 // are revoked, and it opens nothing any more). The curators asked are
 // --endpoint's if given, else cfg's; cfg keeps its own.
+//
+// The new key is written to owner.key.next before any curator is asked,
+// and a rotation that failed is resumed with it: once the cluster has
+// swapped keys, the old one opens nothing (TestOwnerKeyRotationResumed).
 func (c *ownerKeyCmd) rotateKey(ctx context.Context, e *env, cfg *owner.Config) error {
 	dialCfg := *cfg
 	if len(e.endpoints) > 0 {
 		dialCfg.Curators = e.endpoints
+	}
+	next, err := nextOwnerKey(e, cfg)
+	if err != nil {
+		return err
 	}
 	cl, err := owner.Dial(&dialCfg)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	_, next, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 2*callTimeout)
 	defer cancel()
 	var lastErr error
@@ -113,17 +118,8 @@ func (c *ownerKeyCmd) rotateKey(ctx context.Context, e *env, cfg *owner.Config) 
 			lastErr = err
 			continue
 		}
-		// Rotated: the new key is kept whatever happens next, or the
-		// cluster is lost; without its certificate, plinthctl cluster
-		// takeownership with it takes one.
-		cfg.Key, cfg.Credentials = next, nc
-		if serr := cfg.Save(); serr != nil {
-			return fmt.Errorf("the owner key is replaced, but saving the new key failed (%v): it is lost", serr)
-		}
-		// The old key's Kubernetes certificates are revoked with it:
-		// kubectl must not be handed the cached one.
-		if rerr := os.Remove(filepath.Join(e.config, kubeCredentialFile)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			return rerr
+		if serr := c.saveRotated(e, cfg, next, nc); serr != nil {
+			return serr
 		}
 		if err != nil {
 			return err
@@ -132,7 +128,51 @@ func (c *ownerKeyCmd) rotateKey(ctx context.Context, e *env, cfg *owner.Config) 
 			hex.EncodeToString(next.Public().(ed25519.PublicKey)), resp.GetRevoked(), resp.GetKubernetesOwnerEpoch())
 		return nil
 	}
-	return fmt.Errorf("no curator rotated the owner key: %w", lastErr)
+	return fmt.Errorf("no curator rotated the owner key: %w (the new key stays in %s: plinthctl cluster owner-key --rotate again finishes the rotation with it)",
+		lastErr, filepath.Join(e.config, owner.NextKeyFile))
+}
+
+// nextOwnerKey is the key of a rotation that did not finish, or a new
+// one, saved as the next key before the cluster learns of it.
+func nextOwnerKey(e *env, cfg *owner.Config) (ed25519.PrivateKey, error) {
+	next, err := cfg.NextKey()
+	if err != nil {
+		return nil, err
+	}
+	if next != nil {
+		fmt.Fprintf(e.stderr, "plinthctl: resuming the rotation to the key in %s\n", filepath.Join(e.config, owner.NextKeyFile))
+		return next, nil
+	}
+	if _, next, err = ed25519.GenerateKey(rand.Reader); err != nil {
+		return nil, err
+	}
+	return next, cfg.SaveNextKey(next)
+}
+
+// saveRotated keeps next as the owner key, with its certificate nc if
+// taken; without one, the old key's certificate and CA go, and plinthctl
+// cluster takeownership with the new key takes a certificate.
+func (c *ownerKeyCmd) saveRotated(e *env, cfg *owner.Config, next ed25519.PrivateKey, nc *identity.Credentials) error {
+	cfg.Key, cfg.Credentials = next, nc
+	if nc == nil {
+		for _, f := range []string{owner.CertFile, owner.CAFile} {
+			if err := os.Remove(filepath.Join(e.config, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	if err := cfg.Save(); err != nil {
+		return fmt.Errorf("the owner key is replaced, but saving it as %s failed (%v): it is in %s", owner.KeyFile, err, owner.NextKeyFile)
+	}
+	if err := cfg.DropNextKey(); err != nil {
+		return err
+	}
+	// The old key's Kubernetes certificates are revoked with it: kubectl
+	// must not be handed the cached one.
+	if err := os.Remove(filepath.Join(e.config, kubeCredentialFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // askPassphrase reads the owner key's passphrase from

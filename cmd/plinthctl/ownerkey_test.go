@@ -113,3 +113,39 @@ func TestSecretsKeyUsage(t *testing.T) {
 		t.Errorf("wrong usage made %d owner calls", n-calls)
 	}
 }
+
+// TestOwnerKeyRotationResumed: the new key is on disk before any curator
+// is asked; a rotation that reached none keeps it, and the next --rotate
+// finishes with that key instead of making another.
+func TestOwnerKeyRotationResumed(t *testing.T) {
+	f := newFakeCluster(t)
+	cfg := f.owned(t)
+	before, err := owner.LoadConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runCLI("cluster", "owner-key", "--config", cfg, "--rotate", "--endpoint", "127.0.0.1:1")
+	if code != 1 || !strings.Contains(stderr, owner.NextKeyFile) {
+		t.Fatalf("--rotate with no curator answering: exit %d\n%s", code, stderr)
+	}
+	failed, err := owner.LoadConfig(cfg)
+	if err != nil || !failed.Key.Equal(before.Key) {
+		t.Fatalf("after the failed rotation the owner key changed (%v)", err)
+	}
+	pending, err := failed.NextKey()
+	if err != nil || pending == nil {
+		t.Fatalf("no next key kept: %v", err)
+	}
+	_, stderr = ctl(t, "cluster", "owner-key", "--config", cfg, "--rotate")
+	if !strings.Contains(stderr, "resuming") {
+		t.Errorf("the second --rotate does not say it resumes:\n%s", stderr)
+	}
+	after, err := owner.LoadConfig(cfg)
+	if err != nil || !after.Key.Equal(pending) {
+		t.Fatalf("after the resumed rotation the owner key is not the kept one (%v)", err)
+	}
+	if k, err := after.NextKey(); k != nil || err != nil {
+		t.Errorf("the next key is still kept after the rotation: %v", err)
+	}
+	ctl(t, "node", "list", "--config", cfg)
+}

@@ -128,3 +128,41 @@ func TestRotateOwnerKey(t *testing.T) {
 		t.Errorf("the owner's Kubernetes epoch is %d, want %d", e, epoch+1)
 	}
 }
+
+// A rotation whose key swap committed but whose answer was lost (or whose
+// revocation failed) is finished by the same request again, still made
+// with the old certificate; a request for any other key is refused.
+func TestRotateOwnerKeyRetried(t *testing.T) {
+	c := newCluster(t)
+	a := c.members[0]
+	ctx := ctxTimeout(t, time.Minute)
+	c.ownerCreds(a)
+	mg := c.mgmt(a)
+	newPub, newKey, _ := ed25519.GenerateKey(rand.Reader)
+	kv, err := a.running(time.Minute).CuratorClient()
+	mustOK(t, "CuratorClient", err)
+	defer kv.Close()
+	// The swap of the first attempt, without its revocation.
+	_, err = kv.Put(ctx, keyOwnerKey, string(newPub))
+	mustOK(t, "Put", err)
+
+	otherPub, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	_, err = mg.RotateOwnerKey(ctx, &clusterpb.RotateOwnerKeyRequest{NewPublicKey: otherPub, Signature: ed25519.Sign(otherKey, identity.OwnerKeyRotationMessage(c.ca.Raw, otherPub))})
+	wantCode(t, "a rotation to another key by the old certificate", err, codes.PermissionDenied, "current owner key")
+
+	r, err := mg.RotateOwnerKey(ctx, &clusterpb.RotateOwnerKeyRequest{NewPublicKey: newPub, Signature: ed25519.Sign(newKey, identity.OwnerKeyRotationMessage(c.ca.Raw, newPub))})
+	mustOK(t, "the retried RotateOwnerKey", err)
+	if r.GetRevoked() < 1 {
+		t.Errorf("the retried rotation revoked %d certificates", r.GetRevoked())
+	}
+	eventually(t, 10*time.Second, "the old certificate refused", func() error {
+		_, err := mg.GetClusterInfo(ctx, &clusterpb.GetClusterInfoRequest{})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "revoked") {
+			return fmt.Errorf("a read with the old certificate: %v", err)
+		}
+		return nil
+	})
+	conn, creds := ephemeral(t, a.addr(), c.ca, newKey)
+	_, err = escrow.TakeOwnership(ctx, clusterpb.NewAAAClient(conn), creds, newKey)
+	mustOK(t, "Escrow with the new key", err)
+}

@@ -59,13 +59,16 @@ func (m managementServer) RotateOwnerKey(ctx context.Context, req *clusterpb.Rot
 		return nil, status.Error(codes.InvalidArgument, "signature: not the new key's over the rotation of this cluster's owner key")
 	}
 	// Only the current owner key's certificate: an old one not yet on
-	// the CRL must not take the cluster back.
+	// the CRL must not take the cluster back. A retry of this rotation
+	// (its answer lost, or its revocation failed) finds next in place:
+	// it finishes the revocation, as next's signature shows its holder
+	// asks (TestRotateOwnerKeyRetried).
 	resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.Value(keyOwnerKey), "=", string(p.PublicKey))).
-		Then(clientv3.OpPut(keyOwnerKey, string(next))).Commit()
+		Then(clientv3.OpPut(keyOwnerKey, string(next))).Else(clientv3.OpGet(keyOwnerKey)).Commit()
 	if err != nil {
 		return nil, etcdErr("RotateOwnerKey", err)
 	}
-	if !resp.Succeeded {
+	if !resp.Succeeded && !rotatedTo(resp, next) {
 		return nil, status.Error(codes.PermissionDenied, "the caller's certificate is not of the current owner key")
 	}
 	serials, err := issuedSerials(ctx, kv, ownerCertsID, certOwner)
@@ -83,6 +86,16 @@ func (m managementServer) RotateOwnerKey(ctx context.Context, req *clusterpb.Rot
 		return nil, err
 	}
 	return &clusterpb.RotateOwnerKeyResponse{Revoked: uint32(len(serials)), KubernetesOwnerEpoch: cfg.GetKubernetesOwnerEpoch()}, nil
+}
+
+// rotatedTo reports whether the Else branch of RotateOwnerKey's
+// transaction read next as the owner key.
+func rotatedTo(resp *clientv3.TxnResponse, next ed25519.PublicKey) bool {
+	if len(resp.Responses) != 1 {
+		return false
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	return len(kvs) == 1 && bytes.Equal(kvs[0].Value, next)
 }
 
 // checkOwnerCertificate runs after Escrow recorded an owner certificate

@@ -45,7 +45,11 @@ import (
 
 // Files in the configuration directory.
 const (
-	KeyFile       = "owner.key" // PKCS#8 PEM, the same format `plinthctl params` writes
+	KeyFile = "owner.key" // PKCS#8 PEM, the same format `plinthctl params` writes
+	// NextKeyFile is the new key of a rotation under way, in KeyFile's
+	// format: kept before the cluster is asked, so that a rotation whose
+	// answer is lost leaves the key the cluster now wants on disk.
+	NextKeyFile   = "owner.key.next"
 	CertFile      = "owner.pem" // owner certificate, PEM
 	CAFile        = "ca.pem"    // cluster CA certificate, PEM
 	EndpointsFile = "endpoints" // see Config.Save
@@ -223,6 +227,36 @@ func (c *Config) endpointsText() []byte {
 		fmt.Fprintf(&b, "node %s %s\n", id, c.NodeEndpoints[id])
 	}
 	return b.Bytes()
+}
+
+// SaveNextKey writes k as the next owner key (NextKeyFile, 0600,
+// encrypted as the owner key is).
+func (c *Config) SaveNextKey(k ed25519.PrivateKey) error {
+	b, err := keyFileBytes(k, c.KeyPassphrase)
+	if err != nil {
+		return fmt.Errorf("owner: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(c.Dir, NextKeyFile), b, 0o600); err != nil {
+		return fmt.Errorf("owner: %w", err)
+	}
+	return nil
+}
+
+// NextKey is the next owner key SaveNextKey wrote, or nil.
+func (c *Config) NextKey() (ed25519.PrivateKey, error) {
+	path := filepath.Join(c.Dir, NextKeyFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return ReadKeyFile(path)
+}
+
+// DropNextKey removes the next owner key once it is the owner key.
+func (c *Config) DropNextKey() error {
+	if err := os.Remove(filepath.Join(c.Dir, NextKeyFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("owner: %w", err)
+	}
+	return nil
 }
 
 // ReadKeyFile reads an owner private key (PKCS#8 PEM, as `plinthctl
