@@ -269,6 +269,10 @@ image-next: deps $(NEXT_IMAGE)/manifest.json
 run: image
 	$(BIN)/plinthctl run --image $(IMAGE) --state $(OUT)/run/$(BOARD)
 
+# Tests that need what make builds (an image, the kernel package, the
+# kube binary, kubectl) carry the build tag built: go test ./... on a
+# fresh clone runs the others, and every target here sets it.
+#
 # kubectl first: plinthctl's tests check their kubeconfigs with it (the
 # nodes' Kubernetes version), instead of compiling client-go once more
 # without the kube binary's tags and cgo (~80 packages on a cold cache).
@@ -279,8 +283,8 @@ unit: deps tools $(BIN)/kubectl
 	@# -trimpath and CGO off, as scripts/gobuild builds plinthctl and
 	@# /init: the tests then reuse every package those compiled instead of
 	@# compiling them again. Only the TPM simulator's users need cgo.
-	$(NOCGO) go test -trimpath -count=1 $$(go list ./... | grep -v -e '/vmtest$$' -e '/conformance/toolbox$$' -e '/roleserver' -e '/cmd/kube$$' $(foreach p,$(CGO_TEST_PKGS),-e '/$(p)$$'))
-	go test -trimpath -count=1 $(addprefix ./,$(CGO_TEST_PKGS))
+	$(NOCGO) go test -trimpath -count=1 -tags built $$(go list ./... | grep -v -e '/vmtest$$' -e '/conformance/toolbox$$' -e '/roleserver' -e '/cmd/kube$$' $(foreach p,$(CGO_TEST_PKGS),-e '/$(p)$$'))
+	go test -trimpath -count=1 -tags built $(addprefix ./,$(CGO_TEST_PKGS))
 
 # The packages whose tests run the TPM simulator (go-tpm-tools, cgo).
 CGO_TEST_PKGS := platform/tpm platform/measure platform/eventlog platform/update
@@ -295,15 +299,15 @@ KUBE_TEST_PKGS := ./roleserver/kubernetes/localvolumes ./roleserver/kubernetes/n
 # server's start, retry timers), so four at a time fill the cores that go
 # test's default of GOMAXPROCS (2) leaves idle.
 race: $(BIN)/kube
-	go test -count=1 -race -p 4 $(RACE_PKGS)
-	go test -trimpath -count=1 -tags $(KUBE_TAGS) $(KUBE_TEST_PKGS)
+	go test -count=1 -race -p 4 -tags built $(RACE_PKGS)
+	go test -trimpath -count=1 -tags $(KUBE_TAGS),built $(KUBE_TEST_PKGS)
 
 repro: image
 	scripts/repro $(BOARD) $(BIN) $(CACHE) $(IMAGE) $(VERSION) $(OUT)/repro $(RELEASE_KEY) $(RELEASE)
 
 vmtest: image image-generic image-next e2e
 	@# -parallel: the tests' own pool starts the longest first (vmtest/doc.go).
-	$(NOCGO) go test -trimpath -count=1 -timeout 70m -parallel 100 -v ./vmtest/ 2>&1 | scripts/testsummary vmtest
+	$(NOCGO) go test -trimpath -count=1 -tags built -timeout 70m -parallel 100 -v ./vmtest/ 2>&1 | scripts/testsummary vmtest
 
 # Each fuzz target runs briefly (a count, not a duration: a duration can
 # end mid-baseline with "context deadline exceeded"); FUZZTIME=10m digs

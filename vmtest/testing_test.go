@@ -1,3 +1,5 @@
+//go:build built
+
 package vmtest
 
 import (
