@@ -30,7 +30,7 @@ export PLINTH_TESTPOD        := $(abspath $(BIN)/testpod)
 export PLINTH_PLINTHCTL      := $(abspath $(BIN)/plinthctl)
 export PLINTH_RELEASE_KEY    := $(abspath $(RELEASE_KEY))
 
-.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate cli-docs clean e2e image-conformance conformance
+.PHONY: all help deps tools kube-bins image image-generic image-next run test unit race fuzz vmtest repro bench generate cli-docs lint clean e2e image-conformance conformance
 
 all: image
 
@@ -41,6 +41,7 @@ help:
 	@echo "make image-generic  build the generic-x86_64 board's image (real machines)"
 	@echo "make kube-bins build kube, containerd, its shim and crun, CNI plugins, testpod and kubectl into $(BIN)"
 	@echo "make unit      unit tests (no VM)"
+	@echo "make lint      gofmt, go vet and staticcheck $(STATICCHECK_VERSION), with each package's build flags"
 	@echo "make race      consensus, supervisor, event and logtree tests under the race detector"
 	@echo "make fuzz      run every fuzz target briefly (FUZZTIME=$(FUZZTIME))"
 	@echo "make vmtest    VM tests against the built image"
@@ -286,6 +287,26 @@ unit: deps tools $(BIN)/kubectl
 	$(NOCGO) go test -trimpath -count=1 -tags built $$(go list ./... | grep -v -e '/vmtest$$' -e '/conformance/toolbox$$' -e '/roleserver' -e '/cmd/kube$$' $(foreach p,$(CGO_TEST_PKGS),-e '/$(p)$$'))
 	go test -trimpath -count=1 -tags built $(addprefix ./,$(CGO_TEST_PKGS))
 
+# lint: gofmt, go vet and staticcheck, each package checked with the
+# flags and tags its build uses (CGO off and -trimpath as /init and
+# plinthctl; cgo for the TPM simulator's users; the kube binary's tags
+# for its packages), so that checking reuses the build cache instead of
+# compiling Kubernetes once more. A finding fails make test; a deliberate
+# exception carries //lint:ignore CHECK with its reason.
+STATICCHECK_VERSION := v0.8.2
+LINT_KUBE_PKGS = ./cmd/kube $(KUBE_TEST_PKGS)
+LINT_PKGS = $$(go list ./... | grep -v -e '/cmd/kube$$' -e '/roleserver/kubernetes/localvolumes$$' -e '/roleserver/kubernetes/netpol$$' $(foreach p,$(CGO_TEST_PKGS),-e '/$(p)$$'))
+$(BIN)/staticcheck:
+	GOBIN=$(abspath $(BIN)) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+lint: $(BIN)/staticcheck $(BIN)/kube
+	@files=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$files" ]; then echo "$$files"; echo "lint: not gofmt-formatted (gofmt -w them)"; exit 1; fi
+	$(NOCGO) go vet -trimpath -tags built $(LINT_PKGS)
+	go vet -trimpath -tags built $(addprefix ./,$(CGO_TEST_PKGS))
+	go vet -trimpath -tags $(KUBE_TAGS),built $(LINT_KUBE_PKGS)
+	$(NOCGO) GOFLAGS=-trimpath $(BIN)/staticcheck -tags built $(LINT_PKGS)
+	GOFLAGS=-trimpath $(BIN)/staticcheck -tags built $(addprefix ./,$(CGO_TEST_PKGS))
+	GOFLAGS=-trimpath $(BIN)/staticcheck -tags $(KUBE_TAGS),built $(LINT_KUBE_PKGS)
+
 # The packages whose tests run the TPM simulator (go-tpm-tools, cgo).
 CGO_TEST_PKGS := platform/tpm platform/measure platform/eventlog platform/update
 
@@ -340,7 +361,7 @@ fuzz:
 # went.
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=line kube-bins unit fuzz e2e && echo "make test: builds, unit tests and fuzz took $${SECONDS}s"
-	@$(MAKE) --no-print-directory -j2 --output-sync=line race repro image-generic image-next && echo "make test: race tests, repro and the images took $${SECONDS}s"
+	@$(MAKE) --no-print-directory -j2 --output-sync=line race repro image-generic image-next lint && echo "make test: race tests, repro, the images and lint took $${SECONDS}s"
 	@$(MAKE) --no-print-directory vmtest && echo "make test: VM tests took $${SECONDS}s"
 	@echo "make test: all passed"
 

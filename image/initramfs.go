@@ -33,13 +33,6 @@ type initramfsFile struct {
 	Mode uint64
 }
 
-func writeInitramfs(w io.Writer, systemImage []byte, files []initramfsFile) error {
-	if err := writeSystemSegment(w, systemImage); err != nil {
-		return err
-	}
-	return writeBootSegment(w, files)
-}
-
 // writeSystemSegment writes the first, uncompressed archive: the system
 // image alone.
 func writeSystemSegment(w io.Writer, systemImage []byte) error {

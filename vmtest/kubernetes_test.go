@@ -349,7 +349,7 @@ func checkClocks(t *testing.T, ctx context.Context, k kubectl, nodes ...*Cluster
 			t.Errorf("%s: node lease renewed at %q: %v", n.Name, out, err)
 			continue
 		}
-		if skew := renewed.Sub(time.Now()); skew > time.Minute || skew < -time.Minute {
+		if skew := time.Until(renewed); skew > time.Minute || skew < -time.Minute {
 			t.Errorf("%s's clock is %v off the host's (its node lease renewed at %s)", n.Name, skew.Round(time.Second), out)
 		}
 	}

@@ -158,7 +158,7 @@ func deleteDecommissionedVolumes(ctx context.Context, p *pki.PKI, nodeID, server
 	}
 	var nodes objectList
 	if err := json.Unmarshal(b, &nodes); err != nil {
-		return fmt.Errorf("Nodes: %w", err)
+		return fmt.Errorf("the Nodes: %w", err)
 	}
 	for _, n := range nodes.Items {
 		if !slices.Contains(gone, n.Metadata.Name) {

@@ -176,7 +176,7 @@ func run(initAt float64) error {
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}},
 	}
-	lastErr := errors.New("no answer yet")
+	var lastErr error
 	for {
 		if err := check(ctx, client); err == nil {
 			break
