@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -66,7 +67,11 @@ func (c *runCmd) ginkgoRun(ctx context.Context, kubeconfig, focus, skip string, 
 	if c.leftBehind > 0 {
 		suite = append(suite, fmt.Sprintf("--allowed-not-ready-nodes=%d", c.leftBehind))
 	}
-	cmd := exec.Command(c.ginkgo, append(args, suite...)...)
+	// ginkgo and the e2e.test processes it forks run niced: the nodes
+	// under test get the host's CPU first, as on a machine of their own.
+	// nice(1) sets it before ginkgo runs, so nothing starts at the
+	// default priority (TestRoundsEndHangingSpecs).
+	cmd := exec.Command("nice", append([]string{"-n", strconv.Itoa(c.clientNice), c.ginkgo}, append(args, suite...)...)...)
 	cmd.Env = append(os.Environ(), e2especs.ProgressEnv+"="+r.path)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

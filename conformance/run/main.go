@@ -77,6 +77,7 @@ type runCmd struct {
 	certify                                     bool          // one round of every [Conformance] spec, then the submission
 	product                                     string        // PRODUCT.yaml template of the submission
 	verbose                                     bool          // ginkgo -v: every spec's output in the e2e log
+	clientNice                                  int           // the nice value of ginkgo and its e2e.test processes
 }
 
 func main() {
@@ -102,6 +103,7 @@ func main() {
 	flag.IntVar(&c.memoryMiB, "memory", conformanceMemoryMiB, "each launched node's memory in MiB")
 	flag.BoolVar(&c.certify, "certify", false, "run every [Conformance] spec once, nothing skipped (the serial ones last), and write a certification submission from a run that qualifies (CONFORMANCE=certify; not with -focus, -skip, -names or -serial)")
 	flag.StringVar(&c.product, "product", "conformance/PRODUCT.yaml", "the submission's PRODUCT.yaml, its version set from the image")
+	flag.IntVar(&c.clientNice, "client-nice", 10, "nice value of ginkgo and the e2e.test processes: the suite's client takes the host CPU the nodes' QEMU processes leave, as on a machine of its own")
 	flag.Int64Var(&c.seed, "seed", 0, "ginkgo's random seed, which orders the specs (0: a new one; the summary prints it, and -seed N with any selection runs the specs it shares with that run in the same order, to replay a failure that depends on the spec before)")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -125,11 +125,13 @@ func fakeGinkgo(specs string, args []string) int {
 	if err != nil {
 		return 2
 	}
-	// Each attempt's --seed, one line each, for the test to compare.
+	// Each attempt's --seed and the nice value it runs at, one line
+	// each, for the test to compare. getpriority answers 20 - nice.
 	if f, err := os.OpenFile(filepath.Join(filepath.Dir(out.Name()), "seeds"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
 		for _, a := range args {
 			if strings.HasPrefix(a, "--seed=") {
-				fmt.Fprintln(f, a)
+				prio, _ := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+				fmt.Fprintf(f, "%s nice=%d\n", a, 20-prio)
 			}
 		}
 		f.Close()
@@ -195,7 +197,7 @@ func TestRoundsEndHangingSpecs(t *testing.T) {
 	}
 	t.Setenv(fakeGinkgoEnv, "a=pass,b=hang,c=pass,d=fail,e=stubborn")
 	dir := t.TempDir()
-	c := runCmd{ginkgo: exe, e2e: "e2e.test", kubectl: "kubectl", out: dir, timeout: time.Hour,
+	c := runCmd{ginkgo: exe, e2e: "e2e.test", kubectl: "kubectl", out: dir, timeout: time.Hour, clientNice: 10,
 		stall: time.Second, grace: 500 * time.Millisecond, pollEvery: 50 * time.Millisecond, seed: 4242}
 	r := newResults(filepath.Join(dir, "progress.jsonl"))
 	r.seed = c.seed
@@ -232,8 +234,10 @@ func TestRoundsEndHangingSpecs(t *testing.T) {
 		t.Errorf("summary.txt differs from the printed summary:\n%s", file)
 	}
 	// Every attempt keeps the run's order.
-	if seeds, _ := os.ReadFile(filepath.Join(dir, "seeds")); string(seeds) != strings.Repeat("--seed=4242\n", 4) {
-		t.Errorf("the attempts' seeds:\n%s\nwant --seed=4242 in each of 4", seeds)
+	// The same seed in every attempt; ginkgo (and the e2e.test processes
+	// it forks) at the client's nice value, below the nodes under test.
+	if seeds, _ := os.ReadFile(filepath.Join(dir, "seeds")); string(seeds) != strings.Repeat("--seed=4242 nice=10\n", 4) {
+		t.Errorf("the attempts' seeds and nice values:\n%s\nwant --seed=4242 nice=10 in each of 4", seeds)
 	}
 	// Attempts: a b (interrupted) | b (interrupted again) | c d e (e
 	// killed) | e (killed, nothing finished: the end).
