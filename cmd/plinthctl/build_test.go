@@ -59,11 +59,7 @@ func TestBuildUsage(t *testing.T) {
 	dir := t.TempDir()
 	boot := filepath.Join(dir, "boot.pb")
 	ctl(t, "params", boot, "--bootstrap")
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
+	checkExits(t, []exitCase{
 		{[]string{"build", "--bin", dir}, 2, "--init is required"},
 		{[]string{"build", "--init", "x"}, 2, "--bin is required"},
 		{[]string{"build", "--init", "x", "--bin", dir, "--sign-key", "k"}, 2, "--sign-key needs --release N"},
@@ -74,12 +70,7 @@ func TestBuildUsage(t *testing.T) {
 		{[]string{"build", "--init", "x", "--bin", dir, "--params", boot}, 1, "must register with a cluster"},
 		{[]string{"fetch-kernel", "--board", "nope"}, 2, `unknown board "nope"`},
 		{[]string{"fetch-kernel", "stray"}, 2, "unexpected arguments"},
-	} {
-		_, stderr, code := runCLI(tc.args...)
-		if code != tc.code || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%v: exit %d, %s\nwant exit %d, %q", tc.args, code, stderr, tc.code, tc.want)
-		}
-	}
+	})
 	if got := files(t, dir); got != "boot.pb owner.key owner.pub" {
 		t.Errorf("refused builds left files: %s", got)
 	}

@@ -43,6 +43,41 @@ func (f *fakeCluster) owned(t *testing.T) string {
 	return dir
 }
 
+// ownedWithNode is owned with the fake node's NodeManagement address in
+// the endpoints file, for the commands that talk to the node itself.
+func (f *fakeCluster) ownedWithNode(t *testing.T) string {
+	t.Helper()
+	dir := f.owned(t)
+	cfg, err := owner.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NodeEndpoints = map[string]string{f.Node.ID(): f.NodeAddr}
+	if err := cfg.Save(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// exitCase is a command line and what plinthctl must answer it: the exit
+// code and a piece of standard error.
+type exitCase struct {
+	args []string
+	code int
+	want string
+}
+
+// checkExits runs each case through the whole tree.
+func checkExits(t *testing.T, cases []exitCase) {
+	t.Helper()
+	for _, tc := range cases {
+		_, stderr, code := runCLI(tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %s\nwant exit %d, %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+}
+
 // runCLI runs plinthctl with args as main does, capturing its output
 // and exit code.
 func runCLI(args ...string) (stdout, stderr string, code int) {

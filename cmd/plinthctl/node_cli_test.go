@@ -18,7 +18,6 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/internal/testutil/fakecluster"
 	"plinth.dev/plinth/roleserver/identity"
-	"plinth.dev/plinth/roleserver/owner"
 )
 
 // node approve lists the NEW nodes (as a table with what to do next, or
@@ -89,15 +88,7 @@ func TestNodeRoleUsage(t *testing.T) {
 // documents; --audit prints the audit stream's messages as they are.
 func TestNodeLogs(t *testing.T) {
 	f := newFakeCluster(t)
-	dir := f.owned(t)
-	cfg, err := owner.LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.NodeEndpoints = map[string]string{f.Node.ID(): f.NodeAddr}
-	if err := cfg.Save(); err != nil {
-		t.Fatal(err)
-	}
+	dir := f.ownedWithNode(t)
 	id := f.Node.ID()
 
 	stdout, _ := ctl(t, "node", "logs", id, "--config", dir, "--dn", "root.x")
@@ -207,15 +198,7 @@ func TestRoleAddRemove(t *testing.T) {
 // boot it, in the commands' spelling.
 func TestNodeUpdateStage(t *testing.T) {
 	f := newFakeCluster(t)
-	dir := f.owned(t)
-	cfg, err := owner.LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.NodeEndpoints = map[string]string{f.Node.ID(): f.NodeAddr}
-	if err := cfg.Save(); err != nil {
-		t.Fatal(err)
-	}
+	dir := f.ownedWithNode(t)
 	img := t.TempDir()
 	manifest := []byte(`{"board":"qemu-x86_64","version":"v2","release":9,"artefacts":{"system.img":{"size":3},"plinth-b.efi":{"size":2}}}`)
 	for name, data := range map[string][]byte{"manifest.json": manifest, "system.img": []byte("sys"), "plinth-b.efi": []byte("uk"), "manifest.sig": []byte("sig")} {

@@ -48,10 +48,17 @@ func (e *env) dial() (*owner.Client, error) {
 		}
 		return nil, err
 	}
+	return e.dialWith(cfg)
+}
+
+// dialWith connects with cfg, loaded already, through the --endpoint
+// curators if given; cfg itself keeps its own.
+func (e *env) dialWith(cfg *owner.Config) (*owner.Client, error) {
+	c := *cfg
 	if len(e.endpoints) > 0 {
-		cfg.Curators = e.endpoints
+		c.Curators = e.endpoints
 	}
-	return owner.Dial(cfg)
+	return owner.Dial(&c)
 }
 
 // call is dial for one call: the client, a context bounded by

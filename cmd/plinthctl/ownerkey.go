@@ -96,15 +96,11 @@ func (c *ownerKeyCmd) run(ctx context.Context, e *env, _ []string) error {
 // and a rotation that failed is resumed with it: once the cluster has
 // swapped keys, the old one opens nothing (TestOwnerKeyRotationResumed).
 func (c *ownerKeyCmd) rotateKey(ctx context.Context, e *env, cfg *owner.Config) error {
-	dialCfg := *cfg
-	if len(e.endpoints) > 0 {
-		dialCfg.Curators = e.endpoints
-	}
 	next, err := nextOwnerKey(e, cfg)
 	if err != nil {
 		return err
 	}
-	cl, err := owner.Dial(&dialCfg)
+	cl, err := e.dialWith(cfg)
 	if err != nil {
 		return err
 	}
@@ -112,7 +108,11 @@ func (c *ownerKeyCmd) rotateKey(ctx context.Context, e *env, cfg *owner.Config) 
 	ctx, cancel := context.WithTimeout(ctx, 2*callTimeout)
 	defer cancel()
 	var lastErr error
-	for _, ep := range dialCfg.Curators {
+	curators := cfg.Curators
+	if len(e.endpoints) > 0 {
+		curators = e.endpoints
+	}
+	for _, ep := range curators {
 		nc, resp, err := cl.RotateOwnerKey(ctx, next, ep)
 		if resp == nil {
 			lastErr = err

@@ -125,11 +125,7 @@ func TestRunGuide(t *testing.T) {
 // exits 1 before anything is made.
 func TestRunUsage(t *testing.T) {
 	dir := t.TempDir()
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
+	checkExits(t, []exitCase{
 		{[]string{"run", "stray"}, 2, "unexpected arguments"},
 		{[]string{"run", "-image", dir}, 2, "--image, not -image"},
 		{[]string{"run", "--disk-size", "big"}, 2, "invalid argument"},
@@ -138,12 +134,7 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"launch", "stray"}, 2, "unexpected arguments"},
 		{[]string{"launch", "--nodes", "0"}, 2, "want at least 1"},
 		{[]string{"launch", "--image", filepath.Join(dir, "none"), "--dir", filepath.Join(dir, "cluster")}, 1, "no image in"},
-	} {
-		_, stderr, code := runCLI(tc.args...)
-		if code != tc.code || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%v: exit %d, %s\nwant exit %d, %q", tc.args, code, stderr, tc.code, tc.want)
-		}
-	}
+	})
 	if got := files(t, dir); got != "" {
 		t.Errorf("refused runs left %s", got)
 	}

@@ -57,14 +57,20 @@ func (c *versionCmd) run(ctx context.Context, e *env, _ []string) error {
 // nodes asks the cluster of --config for its nodes' versions; none
 // before ownership is taken, which is no error for version.
 func (c *versionCmd) nodes(ctx context.Context, e *env) ([]nodeVersion, error) {
-	if cfg, err := owner.LoadConfig(e.config); errors.Is(err, os.ErrNotExist) || (err == nil && cfg.Credentials == nil) {
+	cfg, err := owner.LoadConfig(e.config)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && cfg.Credentials == nil) {
 		return nil, nil // no cluster owned from here
 	}
-	cl, ctx, done, err := e.call(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	cl, err := e.dialWith(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	nodes, err := cl.Nodes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the nodes' versions: %w", err)
