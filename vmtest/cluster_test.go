@@ -20,44 +20,11 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/internal/testutil/netprobe"
+	"plinth.dev/plinth/launch"
+	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/owner"
 )
-
-// logWriter sends progress lines to the test log.
-func TestClusterMatch(t *testing.T) {
-	c := &Cluster{}
-	a := &ClusterNode{Name: "node0", Addr: netip.MustParseAddr("10.42.0.10"), used: true, id: "plinth-a"}
-	b := &ClusterNode{Name: "node1", Addr: netip.MustParseAddr("10.42.0.11"), used: true}
-	c.slots = []*ClusterNode{a, b}
-	recA := &clusterpb.Node{Id: "plinth-a", State: clusterpb.NodeState_NODE_STATE_UP, Status: &clusterpb.NodeStatus{Addresses: []string{"10.42.0.11"}}}
-	recB := &clusterpb.Node{Id: "plinth-b", State: clusterpb.NodeState_NODE_STATE_NEW, Status: &clusterpb.NodeStatus{Addresses: []string{"10.42.0.11"}}}
-	noAddr := &clusterpb.Node{Id: "plinth-c", State: clusterpb.NodeState_NODE_STATE_NEW}
-	gone := &clusterpb.Node{Id: "plinth-d", State: clusterpb.NodeState_NODE_STATE_DECOMMISSIONED}
-
-	// A known ID wins over addresses (addresses can move).
-	if got := c.match(a, []*clusterpb.Node{recB, recA}); got != recA {
-		t.Errorf("node0 matched %v", got)
-	}
-	// By address; node0's stale address claim does not count for node1.
-	if got := c.match(b, []*clusterpb.Node{recA, recB, noAddr}); got != recB {
-		t.Errorf("node1 matched %v", got)
-	}
-	// No address reported: the one unclaimed live node.
-	if got := c.match(b, []*clusterpb.Node{recA, noAddr, gone}); got != noAddr {
-		t.Errorf("node1 without address matched %v", got)
-	}
-	// Two candidates: no guess.
-	if got := c.match(b, []*clusterpb.Node{recA, noAddr, {Id: "plinth-e", State: clusterpb.NodeState_NODE_STATE_NEW}}); got != nil {
-		t.Errorf("ambiguous match %v", got)
-	}
-	// Two nodes registering side by side: the only unclaimed record is
-	// the other one's (it names the other's address), not node2's.
-	n2 := &ClusterNode{Name: "node2", Addr: netip.MustParseAddr("10.42.0.12"), used: true}
-	c.slots = append(c.slots, n2)
-	if got := c.match(n2, []*clusterpb.Node{recA, recB}); got != nil {
-		t.Errorf("node2 took node1's record %v", got)
-	}
-}
 
 // TestClusterNodeLifecycle runs the harness side of a cluster without the
 // role server: a node on the cluster's switch gets its reserved address,
@@ -66,31 +33,28 @@ func TestClusterMatch(t *testing.T) {
 func TestClusterNodeLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*bootTimeout)
 	defer cancel()
-	c, err := newCluster(ctx, ClusterOptions{Nodes: 1, SpareSlots: 1, Image: testImage(t), Dir: testDir(t),
+	c, err := launch.NewCluster(ctx, launch.ClusterOptions{Nodes: 1, SpareSlots: 1, Image: testImage(t), Dir: testDir(t),
 		DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if len(c.slots) != 2 || c.slots[0].Addr != netip.MustParseAddr("10.42.0.10") || c.slots[1].Addr != netip.MustParseAddr("10.42.0.11") {
-		t.Fatalf("slots %v %v", c.slots[0].Addr, c.slots[1].Addr)
+	slots := c.Slots()
+	if len(slots) != 2 || slots[0].Addr != netip.MustParseAddr("10.42.0.10") || slots[1].Addr != netip.MustParseAddr("10.42.0.11") {
+		t.Fatalf("slots %v %v", slots[0].Addr, slots[1].Addr)
 	}
-	for _, n := range c.slots {
+	for _, n := range slots {
 		if c.CuratorEndpoint(n) == "" || c.NodeManagementEndpoint(n) == "" || c.CuratorEndpoint(n) == c.NodeManagementEndpoint(n) {
 			t.Fatalf("%s: endpoints %q %q", n.Name, c.CuratorEndpoint(n), c.NodeManagementEndpoint(n))
 		}
 	}
-	n := c.slots[0]
-	probe := netip.AddrPortFrom(n.Addr, closedPort)
+	n := slots[0]
+	probe := netip.AddrPortFrom(n.Addr, netprobe.ClosedPort)
 	if err := c.Router.AddForwards(ctx, []netip.AddrPort{probe}); err != nil {
 		t.Fatal(err)
 	}
-	params, _ := BootstrapParametersWithOwner()
-	if err := c.setParams(n, params); err != nil {
-		t.Fatal(err)
-	}
-	n.used = true
-	if err := c.start(ctx, n); err != nil {
+	params, _ := launch.BootstrapParametersWithOwner()
+	if err := c.StartWith(ctx, n, params); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.Nodes(); len(got) != 1 || got[0] != n || c.Node("node0") != n {
@@ -98,7 +62,7 @@ func TestClusterNodeLifecycle(t *testing.T) {
 	}
 	first := n.VM()
 	mustLine(t, ctx, first, `I root.network: configured address .*address=10\.42\.0\.10/24`)
-	if !closedByPeer(t, c.Router.Endpoint(probe), 30*time.Second) {
+	if !netprobe.ClosedByPeer(t, c.Router.Endpoint(probe), 30*time.Second) {
 		t.Fatal("the node is not reachable through the router")
 	}
 	mustLine(t, ctx, first, `I init: node ready`)
@@ -107,14 +71,14 @@ func TestClusterNodeLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for n.VM() == first {
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if supervisor.Sleep(ctx, 100*time.Millisecond) != nil {
 			t.Fatal("the harness did not start the node again after its reboot")
 		}
 	}
 	second := n.VM()
 	wantBootCount(t, ctx, second, "2")
-	if !strings.HasSuffix(second.opts.WorkDir, "boot2") {
-		t.Errorf("second boot's work dir %s", second.opts.WorkDir)
+	if !strings.HasSuffix(second.WorkDir(), "boot2") {
+		t.Errorf("second boot's work dir %s", second.WorkDir())
 	}
 	if b, err := os.ReadFile(first.ConsolePath()); err != nil || !regexp.MustCompile(`action=reboot`).Match(b) {
 		t.Errorf("first boot's console log kept? %v", err)
@@ -158,7 +122,7 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	ctl := buildPlinthctl(t)
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: testDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
+	c, err := launch.LaunchCluster(ctx, launch.ClusterOptions{Nodes: 1, Image: testImage(t), Dir: testDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +130,7 @@ func TestCluster(t *testing.T) {
 	first := c.Nodes()[0]
 	// Set by one step, used by the later ones.
 	var (
-		second    *ClusterNode
+		second    *launch.ClusterNode
 		twoVoters func(r *clusterpb.Node) bool
 	)
 
@@ -198,7 +162,7 @@ func TestCluster(t *testing.T) {
 		// A power cut while it waits for approval: it comes back as the same
 		// node (its keys are sealed in its disk header), not as a second one.
 		var err error
-		second, err = c.AddNode(ctx, PowerCutBeforeApproval())
+		second, err = c.AddNode(ctx, launch.PowerCutBeforeApproval())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +182,7 @@ func TestCluster(t *testing.T) {
 	step(t, "worker-rejoin", func(t *testing.T) {
 		// A worker's volume key needs the cluster: it rejoins with its sealed
 		// join key and gets the cluster unlock key from the curator.
-		rebootAndWait(t, ctx, c, second, 2, upAndHealthy)
+		rebootAndWait(t, ctx, c, second, 2, launch.UpAndHealthy)
 		// How a node came by its cluster unlock key (from the curator, or
 		// sealed locally) is in no API: enrolment says it on the console.
 		mustLine(t, ctx, second.VM(), `I root.enrolment: cluster unlock key received`)
@@ -227,12 +191,12 @@ func TestCluster(t *testing.T) {
 	step(t, "add-consensus-member", func(t *testing.T) {
 		t.Log(ctl.run(t, "role", "add", "--config", c.OwnerDir(), second.ID(), "consensus-member"))
 		twoVoters = func(r *clusterpb.Node) bool {
-			return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
+			return launch.UpAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER
 		}
-		if _, err := c.waitNode(ctx, second, "promoted to etcd voter", twoVoters); err != nil {
+		if _, err := c.WaitNode(ctx, second, "promoted to etcd voter", twoVoters); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.waitNode(ctx, first, "still an etcd voter", twoVoters); err != nil {
+		if _, err := c.WaitNode(ctx, first, "still an etcd voter", twoVoters); err != nil {
 			t.Fatal(err)
 		}
 		// Enrolment's, like the key received above: on the console only.
@@ -251,43 +215,40 @@ func TestCluster(t *testing.T) {
 		// Cold start: the whole cluster goes down and comes back with no
 		// curator anywhere to ask — each member opens its disk on its own
 		// sealed keys and etcd finds its peers through the cached node map.
-		for _, n := range []*ClusterNode{first, second} {
+		for _, n := range []*launch.ClusterNode{first, second} {
 			if err := c.StopNode(ctx, n, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, n := range []*ClusterNode{first, second} {
+		for _, n := range []*launch.ClusterNode{first, second} {
 			if err := c.StartNode(ctx, n); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, n := range []*ClusterNode{first, second} {
-			if _, err := c.waitNode(ctx, n, "back after a cold start of the whole cluster", twoVoters); err != nil {
+		for _, n := range []*launch.ClusterNode{first, second} {
+			if _, err := c.WaitNode(ctx, n, "back after a cold start of the whole cluster", twoVoters); err != nil {
 				t.Fatal(err)
 			}
 		}
 		wantNodeBootCount(t, ctx, c, second, 4)
-		if _, err := c.waitNode(ctx, first, "HEALTHY voter", twoVoters); err != nil {
+		if _, err := c.WaitNode(ctx, first, "HEALTHY voter", twoVoters); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	step(t, "wrong-ticket", func(t *testing.T) {
-		wrong, err := c.freeSlot(ctx)
+		wrong, err := c.FreeSlot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reg, err := c.registerParameters(ctx)
+		reg, err := c.RegisterParameters(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		reg.RegisterTicket = []byte("not the ticket of this cluster")
-		p := BootstrapParameters()
+		p := launch.BootstrapParameters()
 		p.Cluster = &nodepb.Parameters_Register{Register: reg}
-		if err := c.setParams(wrong, p); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.start(ctx, wrong); err != nil {
+		if err := c.StartWith(ctx, wrong, p); err != nil {
 			t.Fatal(err)
 		}
 		// A node the cluster refuses has no API anyone could ask: its console
@@ -335,13 +296,13 @@ func TestCluster(t *testing.T) {
 // rebootAndWait reboots n through NodeManagement and waits until the
 // curator sees it back with the given boot count and ok, and the node
 // itself reports that boot count.
-func rebootAndWait(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, bootCount int64, ok func(*clusterpb.Node) bool) {
+func rebootAndWait(t *testing.T, ctx context.Context, c *launch.Cluster, n *launch.ClusterNode, bootCount int64, ok func(*clusterpb.Node) bool) {
 	t.Helper()
 	before := n.VM()
 	if err := c.RebootNode(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.waitNode(ctx, n, fmt.Sprintf("back after the reboot (boot %d)", bootCount), func(r *clusterpb.Node) bool {
+	if _, err := c.WaitNode(ctx, n, fmt.Sprintf("back after the reboot (boot %d)", bootCount), func(r *clusterpb.Node) bool {
 		return ok(r) && r.GetStatus().GetBootCount() == bootCount
 	}); err != nil {
 		t.Fatal(err)
@@ -355,9 +316,9 @@ func rebootAndWait(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode
 // wantNodeBootCount fails unless n's current boot is its boot want, as
 // the node's own status reports it (asked of the node: the curator's
 // copy may still be the last boot's).
-func wantNodeBootCount(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, want int64) {
+func wantNodeBootCount(t *testing.T, ctx context.Context, c *launch.Cluster, n *launch.ClusterNode, want int64) {
 	t.Helper()
-	st, err := c.waitStatus(ctx, n, "its boot count", func(*clusterpb.StatusResponse) bool { return true })
+	st, err := c.WaitStatus(ctx, n, "its boot count", func(*clusterpb.StatusResponse) bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +353,7 @@ func findPlinthctl() (string, error) {
 	if p := os.Getenv("PLINTH_PLINTHCTL"); p != "" {
 		return p, nil
 	}
-	root, err := repoRoot()
+	root, err := launch.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -446,7 +407,7 @@ func (p plinthctl) runJSON(t *testing.T, v *[]*clusterpb.Node, args ...string) {
 // else rel under the repository's out/ (FromEnv).
 func builtPath(t *testing.T, env, rel string) string {
 	t.Helper()
-	p, err := FromEnv(env, rel)
+	p, err := launch.FromEnv(env, rel)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,11 @@ package vmtest
 import (
 	"context"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"plinth.dev/plinth/launch"
 )
 
 // Which disk is the data disk, with more than one attached. The guest
@@ -22,7 +23,7 @@ const scratchDiskSize = 256 << 20
 
 // openDataDiskLine waits for the result of the boot step "open data disk"
 // and returns whether it failed and its detail or error.
-func openDataDiskLine(t *testing.T, ctx context.Context, n *Node) (failed bool, text string) {
+func openDataDiskLine(t *testing.T, ctx context.Context, n *launch.Node) (failed bool, text string) {
 	t.Helper()
 	m := mustLine(t, ctx, n, `init: (boot step failed: )?open data disk (?:detail|err)=(.*)`)
 	return m[1] != "", m[2]
@@ -35,7 +36,7 @@ func TestDataDiskStaysWithItsNode(t *testing.T) {
 	parallel(t, 18*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
-	m := newMachine(t, BootstrapParameters())
+	m := newMachine(t, launch.BootstrapParameters())
 	n := m.boot(t, ctx, "boot1")
 	if failed, text := openDataDiskLine(t, ctx, n); failed || !strings.Contains(text, "initialised /dev/vda") {
 		t.Fatalf("want vda set up; got %s", text)
@@ -44,8 +45,8 @@ func TestDataDiskStaysWithItsNode(t *testing.T) {
 	powerOff(t, ctx, n)
 
 	blank := filepath.Join(m.dir, "blank.img")
-	n = m.boot(t, ctx, "boot2-blank-disk-first", func(o *NodeOptions) {
-		o.Disks = []Disk{{Path: o.DiskPath}}
+	n = m.boot(t, ctx, "boot2-blank-disk-first", func(o *launch.NodeOptions) {
+		o.Disks = []launch.Disk{{Path: o.DiskPath}}
 		o.DiskPath, o.DiskSizeBytes = blank, scratchDiskSize
 	})
 	if failed, text := openDataDiskLine(t, ctx, n); failed || !strings.Contains(text, "unlocked /dev/vdb") {
@@ -67,10 +68,10 @@ func TestTwoBlankDisksNeedDataDisk(t *testing.T) {
 	parallel(t, 12*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	m := newMachine(t, BootstrapParameters())
+	m := newMachine(t, launch.BootstrapParameters())
 	second := filepath.Join(m.dir, "second.img")
-	n := m.boot(t, ctx, "boot", func(o *NodeOptions) {
-		o.Disks = []Disk{{Path: second, SizeBytes: scratchDiskSize}}
+	n := m.boot(t, ctx, "boot", func(o *launch.NodeOptions) {
+		o.Disks = []launch.Disk{{Path: second, SizeBytes: scratchDiskSize}}
 	})
 	failed, text := openDataDiskLine(t, ctx, n)
 	if !failed || !strings.Contains(text, "cannot choose the data disk: more than one disk qualifies: 2 disks and none carries a Plinth data partition") {
@@ -98,12 +99,12 @@ func TestDataDiskNamedBySerial(t *testing.T) {
 	parallel(t, 11*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	p := BootstrapParameters()
+	p := launch.BootstrapParameters()
 	p.Storage.DataDisk = "plinth-data-2"
 	m := newMachine(t, p)
 	second := filepath.Join(m.dir, "second.img")
-	n := m.boot(t, ctx, "boot", func(o *NodeOptions) {
-		o.Disks = []Disk{{Path: second, SizeBytes: scratchDiskSize, Serial: "plinth-data-2"}}
+	n := m.boot(t, ctx, "boot", func(o *launch.NodeOptions) {
+		o.Disks = []launch.Disk{{Path: second, SizeBytes: scratchDiskSize, Serial: "plinth-data-2"}}
 	})
 	if failed, text := openDataDiskLine(t, ctx, n); failed || !strings.Contains(text, "initialised /dev/vdb") {
 		t.Fatalf("want the named disk, vdb, set up; got %s", text)
@@ -116,24 +117,5 @@ func TestDataDiskNamedBySerial(t *testing.T) {
 	}
 	if diskZero(t, second) {
 		t.Error("the named disk was not set up")
-	}
-}
-
-// TestQEMUDiskArgs: disks take PCI slots in the order given, with serials.
-func TestQEMUDiskArgs(t *testing.T) {
-	o := NodeOptions{DiskPath: "/d/a,b.img", Disks: []Disk{{Path: "/d/second.img", Serial: "S2"}}}
-	var got []string
-	args := qemuArgs(o, "/s/qmp", "", false, 0)
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == "-drive" || args[i] == "-device" && strings.HasPrefix(args[i+1], "virtio-blk") {
-			got = append(got, args[i], args[i+1])
-		}
-	}
-	want := []string{
-		"-drive", "if=none,id=disk0,format=raw,cache=unsafe,file=/d/a,,b.img", "-device", "virtio-blk-pci,drive=disk0",
-		"-drive", "if=none,id=disk1,format=raw,cache=unsafe,file=/d/second.img", "-device", "virtio-blk-pci,drive=disk1,serial=S2",
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("disk arguments\n got %q\nwant %q", got, want)
 	}
 }

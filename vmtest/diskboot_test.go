@@ -14,16 +14,17 @@ import (
 	"time"
 
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/gpt"
 	"plinth.dev/plinth/platform/layout"
 )
 
 // diskBoot makes a boot of m go through OVMF from m.disk (flashed from the
 // image's disk.img by flashMachine) instead of -kernel and fw_cfg.
-func diskBoot(m *machine) func(*NodeOptions) {
-	return func(o *NodeOptions) {
+func diskBoot(m *machine) func(*launch.NodeOptions) {
+	return func(o *launch.NodeOptions) {
 		o.Kernel, o.Initramfs, o.Cmdline, o.FwCfg = "", "", "", nil
-		o.UEFI = &UEFI{Vars: m.dir + "/OVMF_VARS.fd"}
+		o.UEFI = &launch.UEFI{Vars: m.dir + "/OVMF_VARS.fd"}
 	}
 }
 
@@ -49,7 +50,7 @@ func TestDiskBoot(t *testing.T) {
 	parallel(t, 110*time.Second) // with TestNetBoot: see there
 	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
 	defer cancel()
-	p := BootstrapParameters()
+	p := launch.BootstrapParameters()
 	p.Tpm.AllowUnmeasuredBoot = false // measured: the node needs no exception
 	m := newMachine(t, p)
 	const size = 3 << 30

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/launch"
+	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/identity"
 )
 
@@ -36,7 +38,7 @@ const failoverBound = 90 * time.Second
 //     counter one up) and comes back HEALTHY, an etcd voter again.
 //
 // TestRollingUpdateAndFailover runs it on a cluster it has just updated.
-func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
+func failover(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl) {
 	t.Helper()
 	nodes := c.Nodes()
 	cfg := c.OwnerDir()
@@ -49,7 +51,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	if dead == nil {
 		t.Fatalf("curator leader %s is none of the nodes", leaderID)
 	}
-	var survivors []*ClusterNode
+	var survivors []*launch.ClusterNode
 	for _, n := range nodes {
 		if n != dead {
 			survivors = append(survivors, n)
@@ -57,7 +59,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	}
 	bootAfter := nodeRecord(t, ctx, c, leaderID).GetStatus().GetBootCount() + 1
 	t.Logf("curator leader is %s (%s): cutting its power", dead.Name, leaderID)
-	marks := map[*ClusterNode]int{}
+	marks := map[*launch.ClusterNode]int{}
 	for _, n := range survivors {
 		marks[n] = len(n.VM().Lines())
 	}
@@ -71,7 +73,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	defer fcancel()
 	var newLeader string
 	for newLeader == "" || newLeader == leaderID {
-		if !sleepCtx(fctx, time.Second) {
+		if supervisor.Sleep(fctx, time.Second) != nil {
 			t.Fatalf("no new curator leader %v after the power cut (last: %q)", failoverBound, newLeader)
 		}
 		lctx, lcancel := context.WithTimeout(fctx, 10*time.Second)
@@ -89,7 +91,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 		healthy := 0
 		for _, r := range listed {
 			for _, s := range survivors {
-				if r.GetId() == s.ID() && upAndHealthy(r) {
+				if r.GetId() == s.ID() && launch.UpAndHealthy(r) {
 					healthy++
 				}
 			}
@@ -97,7 +99,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 		if err == nil && healthy == len(survivors) {
 			break
 		}
-		if !sleepCtx(fctx, 2*time.Second) {
+		if supervisor.Sleep(fctx, 2*time.Second) != nil {
 			t.Fatalf("survivors not HEALTHY at the new leader %v after the power cut; last nodes list:\n%s", failoverBound, last)
 		}
 	}
@@ -116,7 +118,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	}
 
 	// A role change reaches a survivor through its role watch.
-	var target *ClusterNode
+	var target *launch.ClusterNode
 	for _, n := range survivors {
 		if nodeRecord(t, ctx, c, n.ID()).GetRoles().GetKubernetesWorker() == nil {
 			target = n
@@ -130,8 +132,8 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 	defer rcancel()
 	// The role reached the node when it runs the role's runnable (its
 	// kubernetes worker restarts with the worker below it).
-	if _, err := c.waitStatus(rctx, target, "its kubernetes-worker role running", func(st *clusterpb.StatusResponse) bool {
-		return hasRunnable(st, kubernetesWorkerDN)
+	if _, err := c.WaitStatus(rctx, target, "its kubernetes-worker role running", func(st *clusterpb.StatusResponse) bool {
+		return launch.HasRunnable(st, kubernetesWorkerDN)
 	}); err != nil {
 		t.Fatalf("%s never saw its kubernetes-worker role: %v", target.Name, err)
 	}
@@ -142,7 +144,7 @@ func failover(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl) {
 		t.Fatal(err)
 	}
 	for _, n := range nodes {
-		if _, err := c.waitNode(ctx, n, "a HEALTHY voter after the leader came back", voter); err != nil {
+		if _, err := c.WaitNode(ctx, n, "a HEALTHY voter after the leader came back", voter); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,17 +158,17 @@ const kubernetesWorkerDN = "root.roleserver.kubernetes.worker"
 
 // voter: UP, HEALTHY and a voting etcd member.
 func voter(r *clusterpb.Node) bool {
-	return upAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER && !r.GetConsensusMemberPending()
+	return launch.UpAndHealthy(r) && r.GetConsensusMembership() == clusterpb.ConsensusMembership_CONSENSUS_MEMBERSHIP_VOTER && !r.GetConsensusMemberPending()
 }
 
 // launchMembers launches a three-node cluster with o and makes the two
 // registered nodes consensus members, back to back without waiting for
 // the first learner (etcd admits one at a time: the second is pending
 // until the first is promoted), then waits until all three are voters.
-func launchMembers(t *testing.T, ctx context.Context, ctl plinthctl, o ClusterOptions) *Cluster {
+func launchMembers(t *testing.T, ctx context.Context, ctl plinthctl, o launch.ClusterOptions) *launch.Cluster {
 	t.Helper()
 	o.Nodes = 3
-	c, err := LaunchCluster(ctx, o)
+	c, err := launch.LaunchCluster(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +178,7 @@ func launchMembers(t *testing.T, ctx context.Context, ctl plinthctl, o ClusterOp
 	}
 	t.Log(ctl.run(t, "node", "list", "--config", cfg))
 	for _, n := range nodes {
-		if _, err := c.waitNode(ctx, n, "an etcd voter", voter); err != nil {
+		if _, err := c.WaitNode(ctx, n, "an etcd voter", voter); err != nil {
 			c.Close()
 			t.Fatal(err)
 		}
@@ -187,8 +189,8 @@ func launchMembers(t *testing.T, ctx context.Context, ctl plinthctl, o ClusterOp
 
 // curatorLeader asks n's curator (through the router) who leads, with the
 // owner's credentials.
-func curatorLeader(ctx context.Context, c *Cluster, n *ClusterNode) (string, error) {
-	cc, err := c.dial(c.CuratorEndpoint(n), identity.ServerCurator, "")
+func curatorLeader(ctx context.Context, c *launch.Cluster, n *launch.ClusterNode) (string, error) {
+	cc, err := c.Dial(c.CuratorEndpoint(n), identity.ServerCurator, "")
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/launch"
 )
 
 // TestGenericBoard: the generic-x86_64 board's disk.img, flashed onto a
@@ -21,7 +22,7 @@ func TestGenericBoard(t *testing.T) {
 	parallel(t, 44*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
-	p := BootstrapParameters()
+	p := launch.BootstrapParameters()
 	p.Tpm.AllowUnmeasuredBoot = false
 	m := newMachine(t, p)
 	m.img = genericImage(t)
@@ -29,8 +30,8 @@ func TestGenericBoard(t *testing.T) {
 		t.Fatal("not the generic board")
 	}
 	flashMachine(t, m, 3<<30)
-	n := m.boot(t, ctx, "boot1", diskBoot(m), func(o *NodeOptions) {
-		o.PC = &PC{SATA: true, NIC: "e1000e", USBKeyboard: true}
+	n := m.boot(t, ctx, "boot1", diskBoot(m), func(o *launch.NodeOptions) {
+		o.PC = &launch.PC{SATA: true, NIC: "e1000e", USBKeyboard: true}
 	})
 	mustLine(t, ctx, n, `I init: map and mount the system image \(dm-verity\) detail=.*/dev/sda2.*\(slot a\)`)
 	mustLine(t, ctx, n, `I init: read node parameters detail="?from esp`)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/layout"
 )
 
@@ -143,7 +144,7 @@ const untilInterval = 2 * time.Second
 // lines): its last events, and the last lines of the node's kubelet and
 // containerd logs that name it (its sandbox and containers are what a
 // restarted node has to tear down and create again).
-func explainPod(ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *ClusterNode, pod string) string {
+func explainPod(ctx context.Context, c *launch.Cluster, ctl plinthctl, k kubectl, n *launch.ClusterNode, pod string) string {
 	var lines []string
 	events, err := k.try(ctx, "get", "events", "--field-selector", "involvedObject.name="+pod, "--sort-by=.lastTimestamp",
 		"-o", "custom-columns=LAST:.lastTimestamp,REASON:.reason,COUNT:.count,MESSAGE:.message", "--no-headers")
@@ -165,7 +166,7 @@ func explainPod(ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *Cl
 // (component under root.roleserver.kubernetes) that contain any of
 // words, each prefixed with the component's name; or why the log could
 // not be read.
-func logLines(ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, component string, count int, words ...string) []string {
+func logLines(ctx context.Context, c *launch.Cluster, ctl plinthctl, n *launch.ClusterNode, component string, count int, words ...string) []string {
 	name := component[strings.LastIndex(component, ".")+1:]
 	logs, err := ctl.output(ctx, "node", "logs", "--config", c.OwnerDir(), "--dn", "root.roleserver.kubernetes."+component, n.ID())
 	if err != nil {
@@ -350,4 +351,4 @@ spec:
   type: NodePort
   selector: {app: b}
   ports: [{port: 80, targetPort: 8080, nodePort: %d}]
-`, KubernetesNodePort)
+`, launch.KubernetesNodePort)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/kubernetes"
 )
@@ -55,7 +56,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	defer regLog.Close()
 	reg.LogRequests(regLog)
 	pushConformanceImages(t, reg)
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Registry: reg, Progress: logWriter{t}})
+	c, err := launch.LaunchCluster(ctx, launch.ClusterOptions{Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Registry: reg, Progress: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +65,10 @@ func TestKubernetesTwoNodes(t *testing.T) {
 	// Set by one step, used by the later ones. The helpers take the t of
 	// the step that calls them.
 	var (
-		first, second *ClusterNode
+		first, second *launch.ClusterNode
 		k             kubectl
-		ready         func(t *testing.T, n *ClusterNode, want bool, timeout time.Duration)
-		next          *Image
+		ready         func(t *testing.T, n *launch.ClusterNode, want bool, timeout time.Duration)
+		next          *launch.Image
 		staged        func(t *testing.T)
 		web           string
 		reachB        func(t *testing.T, when string, restarts int) (ip string)
@@ -86,7 +87,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		// The worker boots from its disk, to be updated; the controller by
 		// -kernel, its control plane faster from the initramfs.
 		var err error
-		second, err = c.AddNode(ctx, FromDisk())
+		second, err = c.AddNode(ctx, launch.FromDisk())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +109,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		// The API server answers: each node pulls the smoke's images once
 		// Ready.
 		prepullSmokeImages(t, ctx, k)
-		ready = func(t *testing.T, n *ClusterNode, want bool, timeout time.Duration) {
+		ready = func(t *testing.T, n *launch.ClusterNode, want bool, timeout time.Duration) {
 			t.Helper()
 			k.until(t, ctx, timeout, fmt.Sprintf("%s Ready=%v", n.Name, want), func(out string) bool { return (out == "True") == want },
 				"get", "node", n.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
@@ -154,7 +155,7 @@ func TestKubernetesTwoNodes(t *testing.T) {
 		}
 		// The controller keeps half its two vCPUs from pods for its control
 		// plane (kubeReserved); the worker keeps none.
-		for n, want := range map[*ClusterNode]string{first: "1", second: "2"} {
+		for n, want := range map[*launch.ClusterNode]string{first: "1", second: "2"} {
 			if got := strings.TrimSpace(k.run(t, ctx, "get", "node", n.ID(), "-o", "jsonpath={.status.allocatable.cpu}")); got != want {
 				t.Errorf("%s: allocatable CPU %q, want %q", n.Name, got, want)
 			}
@@ -338,9 +339,9 @@ func TestKubernetesTwoNodes(t *testing.T) {
 // checkClocks: each node's clock agrees with the host's, minutes after
 // its boot, as its kubelet's last renewal of its node lease (every 10 s)
 // tells. A guest kernel that calibrated its TSC wrongly under TCG ran
-// its clock several times too fast (vmtest.go, qemuArgs): leases,
+// its clock several times too fast (launch: qemuArgs): leases,
 // tokens and certificates all go wrong with it.
-func checkClocks(t *testing.T, ctx context.Context, k kubectl, nodes ...*ClusterNode) {
+func checkClocks(t *testing.T, ctx context.Context, k kubectl, nodes ...*launch.ClusterNode) {
 	t.Helper()
 	for _, n := range nodes {
 		out := strings.TrimSpace(k.run(t, ctx, "get", "lease", "-n", "kube-node-lease", n.ID(), "-o", "jsonpath={.spec.renewTime}"))
@@ -426,7 +427,7 @@ metadata: {name: attack, labels: {pod-security.kubernetes.io/enforce: privileged
 // own name; after plinthctl cluster kubeconfig --revoke-all the certificate
 // kubectl had cached is refused at once, and kubectl (with a new one)
 // works again.
-func auditAndRevoke(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, controller *ClusterNode, web string) {
+func auditAndRevoke(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, k kubectl, controller *launch.ClusterNode, web string) {
 	t.Helper()
 	audit := ctl.run(t, "node", "logs", "--config", c.OwnerDir(), controller.ID(), "--audit")
 	found := false
@@ -493,7 +494,7 @@ func cachedCredential(t *testing.T, dir string) *http.Client {
 // ~1 min under TCG beside a busy worker: TestKubernetesTwoNodes tests
 // pods meanwhile, and a staged update survives the power cut that
 // follows (TestUpdate's), so the worker's update is only its reboot.
-func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n *ClusterNode, next *Image) (wait func(t *testing.T)) {
+func stageUpdate(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, n *launch.ClusterNode, next *launch.Image) (wait func(t *testing.T)) {
 	t.Helper()
 	type result struct {
 		out string
@@ -511,7 +512,7 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 		if r.err != nil {
 			t.Fatalf("staging the worker's update: %v", r.err)
 		}
-		if _, err := c.waitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
+		if _, err := c.WaitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
 			p := r.GetStatus().GetSoftware().GetPending()
 			return p.GetPhase() == "staged" && p.GetVersion() == next.Manifest.Version
 		}); err != nil {
@@ -530,7 +531,7 @@ func stageUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, n
 // back on the new version in slot b, its Kubernetes node Ready and
 // uncordoned: a new pod b is scheduled to it and answers (reachB), applied
 // with the manifests after (pods the caller checks on the updated node).
-func updateWorker(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n, other *ClusterNode, next *Image, reachB func(when string), after ...string) {
+func updateWorker(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, k kubectl, n, other *launch.ClusterNode, next *launch.Image, reachB func(when string), after ...string) {
 	t.Helper()
 	// Where the mover's running pods are.
 	moverNodes := []string{"get", "pods", "-l", "app=mover", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}"}

@@ -5,9 +5,11 @@ package vmtest
 import (
 	"os"
 	"testing"
+
+	"plinth.dev/plinth/launch"
 )
 
 func TestMain(m *testing.M) {
-	MaybeProxy()
+	launch.MaybeProxy()
 	os.Exit(m.Run())
 }

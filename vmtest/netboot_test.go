@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"plinth.dev/plinth/launch"
 )
 
 // TestNetBoot: a node boots the cluster's network-boot UKI through OVMF's
@@ -22,12 +24,12 @@ func TestNetBoot(t *testing.T) {
 	parallel(t, 130*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: testImage(t), Dir: testDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}, NetBoot: true})
+	c, err := launch.LaunchCluster(ctx, launch.ClusterOptions{Nodes: 1, Image: testImage(t), Dir: testDir(t), DiskSizeBytes: testDiskSize, Progress: logWriter{t}, NetBoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	n, err := c.AddNode(ctx, NetBoot())
+	n, err := c.AddNode(ctx, launch.NetBoot())
 	if err != nil {
 		t.Fatal(err)
 	}

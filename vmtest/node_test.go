@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/logtree"
 )
 
@@ -21,7 +22,7 @@ import (
 // (ImageRef). They fail, never skip, when one is missing.
 
 // mustImage loads the image r names or fails t.
-func mustImage(t *testing.T, r ImageRef) *Image {
+func mustImage(t *testing.T, r launch.ImageRef) *launch.Image {
 	t.Helper()
 	img, err := r.Load()
 	if err != nil {
@@ -31,16 +32,16 @@ func mustImage(t *testing.T, r ImageRef) *Image {
 }
 
 // testImage is the default board's image, what most tests boot.
-func testImage(t *testing.T) *Image { return mustImage(t, DefaultImage) }
+func testImage(t *testing.T) *launch.Image { return mustImage(t, launch.DefaultImage) }
 
 // nextImage is the image `make image-next` built: the test image's
 // binaries and board with another version, so another system image.
-func nextImage(t *testing.T) *Image { return mustImage(t, NextImage) }
+func nextImage(t *testing.T) *launch.Image { return mustImage(t, launch.NextImage) }
 
 // genericImage is the generic-x86_64 board's image.
-func genericImage(t *testing.T) *Image {
+func genericImage(t *testing.T) *launch.Image {
 	t.Helper()
-	img := mustImage(t, GenericImage)
+	img := mustImage(t, launch.GenericImage)
 	if img.Manifest.Board != "generic-x86_64" || img.Board.Name != img.Manifest.Board {
 		t.Fatalf("%s holds an image for board %q", img.Dir, img.Manifest.Board)
 	}
@@ -55,7 +56,7 @@ const haltedLine = `E init: node halted`
 
 // mustLine waits for a console line matching re. A node that halted can
 // never print it, so that ends the wait at once unless re expects it.
-func mustLine(t *testing.T, ctx context.Context, n *Node, re string) []string {
+func mustLine(t *testing.T, ctx context.Context, n *launch.Node, re string) []string {
 	t.Helper()
 	want := regexp.MustCompile(re)
 	combined := regexp.MustCompile("(" + re + ")|(" + haltedLine + ".*)")
@@ -89,7 +90,7 @@ func TestNodeBootsAndPowersOff(t *testing.T) {
 	parallel(t, 17*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	m := newMachine(t, BootstrapParameters())
+	m := newMachine(t, launch.BootstrapParameters())
 	img := m.img
 	n := m.boot(t, ctx, "node")
 
@@ -131,7 +132,7 @@ func TestCtrlAltDelReboots(t *testing.T) {
 	parallel(t, 13*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	n := newMachine(t, BootstrapParameters()).boot(t, ctx, "node")
+	n := newMachine(t, launch.BootstrapParameters()).boot(t, ctx, "node")
 	mustLine(t, ctx, n, `I init: node ready`)
 	if err := n.CtrlAltDel(ctx); err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func TestTamperedSystemImageRefused(t *testing.T) {
 	parallel(t, 14*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	m := newMachine(t, BootstrapParameters())
+	m := newMachine(t, launch.BootstrapParameters())
 	orig := filepath.Join(m.img.Dir, image.InitramfsFile)
 	data, err := os.ReadFile(orig)
 	if err != nil {
@@ -178,7 +179,7 @@ func TestTamperedSystemImageRefused(t *testing.T) {
 	if err := os.WriteFile(tampered, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n := m.boot(t, ctx, "node", func(o *NodeOptions) { o.Initramfs, o.NoNetwork = tampered, true })
+	n := m.boot(t, ctx, "node", func(o *launch.NodeOptions) { o.Initramfs, o.NoNetwork = tampered, true })
 
 	// The boot does not wait for the full read; the full read finds the
 	// very block that was changed.

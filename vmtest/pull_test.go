@@ -23,6 +23,7 @@ import (
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/internal/testutil/ocitest"
+	"plinth.dev/plinth/launch"
 )
 
 // Pulls from a registry (issue: real workloads), checked in
@@ -44,9 +45,9 @@ const pullRepo = "plinth/testpod"
 
 // startPullRegistry starts the registry with the test image as
 // pullRepo:v1 and returns its digest.
-func startPullRegistry(t *testing.T) (*Registry, string) {
+func startPullRegistry(t *testing.T) (*launch.Registry, string) {
 	t.Helper()
-	reg, err := StartRegistry(DefaultSubnet, ProxyCommand)
+	reg, err := launch.StartRegistry(launch.DefaultSubnet, launch.ProxyCommand)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func startPullRegistry(t *testing.T) (*Registry, string) {
 }
 
 // setPullPolicy puts the registry into the cluster policy with plinthctl.
-func setPullPolicy(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, reg *Registry) {
+func setPullPolicy(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, reg *launch.Registry) {
 	t.Helper()
 	dir := t.TempDir()
 	ca, right, wrong := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "right"), filepath.Join(dir, "wrong")
@@ -123,7 +124,7 @@ const mirroredRef = "registry.invalid/" + pullRepo + ":v1"
 // others on the controller; and, in namespace pull-a, the one pulling
 // with its own Secret's credentials (pull-secret), whose image a pod of
 // namespace pull-b then tries to use (checkPullSecretImage).
-func pullPods(reg *Registry, digest, controller, worker string) []string {
+func pullPods(reg *launch.Registry, digest, controller, worker string) []string {
 	auth := base64.StdEncoding.EncodeToString([]byte(reg.Username + ":" + reg.Password))
 	secret := fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q,"auth":%q}}}`, reg.OtherAuthHost(), reg.Username, reg.Password, auth)
 	return []string{
@@ -150,7 +151,7 @@ stringData: {.dockerconfigjson: '` + secret + `'}
 // of namespace pull-b without that Secret, on the same node, with
 // imagePullPolicy IfNotPresent, does not start from the node's copy: it
 // must pull with its own credentials, and the registry refuses them.
-func checkPullSecretImage(t *testing.T, ctx context.Context, k kubectl, reg *Registry, controller string) {
+func checkPullSecretImage(t *testing.T, ctx context.Context, k kubectl, reg *launch.Registry, controller string) {
 	t.Helper()
 	if out, err := k.wait(ctx, 10*time.Minute, "Ready", "-n", "pull-a", "pod/pull-secret"); err != nil {
 		t.Fatalf("pod pull-secret (its own Secret's credentials) not Ready: %v\n%s\n%s", err, out, k.run(t, ctx, "describe", "-n", "pull-a", "pod", "pull-secret"))
@@ -166,7 +167,7 @@ func checkPullSecretImage(t *testing.T, ctx context.Context, k kubectl, reg *Reg
 
 // checkPulls waits for the pulled pods to run, and for the refused one
 // to say why.
-func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry, controller string) {
+func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *launch.Registry, controller string) {
 	t.Helper()
 	for _, p := range []string{"pull-tag", "pull-digest"} {
 		if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/"+p); err != nil {
@@ -196,7 +197,7 @@ func checkPulls(t *testing.T, ctx context.Context, k kubectl, reg *Registry, con
 // store and the second to wait in back-off saying why. Created before
 // the boot, both start with the worker's other pods instead of after
 // them.
-func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *Registry, worker string) (check func()) {
+func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *launch.Registry, worker string) (check func()) {
 	t.Helper()
 	reg.Close()
 	k.apply(t, ctx, imagePod("pulled-before", worker, mirroredRef, "IfNotPresent"))
@@ -223,7 +224,7 @@ func pulledAfterReboot(t *testing.T, ctx context.Context, k kubectl, reg *Regist
 // refs by pod name, and the manifests. Applied once the node runs next
 // (with the pods its update's check applies: they start side by side),
 // checkUserImages waits for them.
-func userImagePods(t *testing.T, next *Image, node string) (refs map[string]string, manifests []string) {
+func userImagePods(t *testing.T, next *launch.Image, node string) (refs map[string]string, manifests []string) {
 	t.Helper()
 	refs = map[string]string{}
 	for _, img := range next.Manifest.ContainerImages {
@@ -242,7 +243,7 @@ func userImagePods(t *testing.T, next *Image, node string) (refs map[string]stri
 // checkUserImages checks that the pods of userImagePods (refs) run on
 // node n, updated to the image that carries their images: the node
 // imported them at its boot into it, and pinned them.
-func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, n *ClusterNode, refs map[string]string) {
+func checkUserImages(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, k kubectl, n *launch.ClusterNode, refs map[string]string) {
 	t.Helper()
 	for _, p := range slices.Sorted(maps.Keys(refs)) {
 		if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/"+p); err != nil {
@@ -263,7 +264,7 @@ func checkUserImages(t *testing.T, ctx context.Context, c *Cluster, ctl plinthct
 // itself, sent past it): each is refused with InvalidArgument and the
 // stored policy stays as it was. The pulls after it run on that policy,
 // so the nodes kept the last good configuration.
-func refuseMalformedRegistry(t *testing.T, ctx context.Context, c *Cluster) {
+func refuseMalformedRegistry(t *testing.T, ctx context.Context, c *launch.Cluster) {
 	t.Helper()
 	info, err := c.Client().ClusterInfo(ctx)
 	if err != nil {

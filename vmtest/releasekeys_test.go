@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/platform/releasekeys"
 )
@@ -49,7 +50,7 @@ func newReleaseKey(t *testing.T, ctl plinthctl, dir, name string) releaseKey {
 // with the owner's client. Then the owner adds K2 with the development
 // release key's signature (and K2's); the node takes it when an image
 // signed by K2 comes (TestUpdate's halting image). It returns K2.
-func releaseKeyChange(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, dir string) releaseKey {
+func releaseKeyChange(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, dir string) releaseKey {
 	t.Helper()
 	k2 := newReleaseKey(t, ctl, dir, "k2.key")
 	if out, err := exec.CommandContext(ctx, string(ctl), "cluster", "policy", "--config", c.OwnerDir(), "--add-release-key", k2.file).CombinedOutput(); err == nil ||
@@ -79,7 +80,7 @@ func releaseKeyChange(t *testing.T, ctx context.Context, c *Cluster, ctl plinthc
 // refusedDowngrades: the downgrade to halting (an older release) is
 // refused by node n without a downgrade statement, and with one signed
 // by a key the cluster does not have, before anything is sent.
-func refusedDowngrades(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, ctl plinthctl, halting, dir string) {
+func refusedDowngrades(t *testing.T, ctx context.Context, c *launch.Cluster, n *launch.ClusterNode, ctl plinthctl, halting, dir string) {
 	t.Helper()
 	other := newReleaseKey(t, ctl, dir, "other.key")
 	for _, r := range []struct {

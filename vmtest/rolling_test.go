@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/launch"
+	"plinth.dev/plinth/platform/supervisor"
 )
 
 // TestRollingUpdateAndFailover: three consensus members booted from
@@ -38,7 +40,7 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 	ctl := buildPlinthctl(t)
 	next := nextImage(t)
 	dir := testDir(t)
-	c := launchMembers(t, ctx, ctl, ClusterOptions{Image: testImage(t), Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
+	c := launchMembers(t, ctx, ctl, launch.ClusterOptions{Image: testImage(t), Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
 	defer c.Close()
 	nodes := c.Nodes()
 	cfg := c.OwnerDir()
@@ -73,7 +75,7 @@ func TestRollingUpdateAndFailover(t *testing.T) {
 // the failed update in its status;
 // plinthctl stops there and says where, and cancels the update it
 // staged on the second node meanwhile; the third is never touched.
-func failedRollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, cur *Image, dir string) {
+func failedRollingUpdate(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, cur *launch.Image, dir string) {
 	t.Helper()
 	// The order plinthctl takes: every node is a consensus member, so by ID.
 	var ids []string
@@ -102,7 +104,7 @@ func failedRollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plin
 		// The node pushes its status every few seconds: the second one's
 		// may still show the update cancelled a moment ago. Nothing
 		// pending is the cancellation plinthctl reported.
-		rec, err := c.waitNode(ctx, c.Node(id), "HEALTHY with nothing pending", func(r *clusterpb.Node) bool {
+		rec, err := c.WaitNode(ctx, c.Node(id), "HEALTHY with nothing pending", func(r *clusterpb.Node) bool {
 			return r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetSoftware() != nil && r.GetStatus().GetSoftware().GetPending() == nil
 		})
 		if err != nil {
@@ -129,7 +131,7 @@ func failedRollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plin
 //   - the cluster answered throughout: writes were acknowledged while
 //     each node was down (from its QEMU exiting for the trial boot to its
 //     new slot confirmed), so no member's reboot stopped the cluster.
-func rollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, img *Image, args ...string) {
+func rollingUpdate(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, img *launch.Image, args ...string) {
 	t.Helper()
 	nodes := c.Nodes()
 	w := startClusterWriter(ctx, c)
@@ -189,7 +191,7 @@ func rollingUpdate(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl,
 // rebootWindow waits for n's current QEMU to exit (down) and then for
 // its next boot to report version with no update pending: the trial boot
 // confirmed (up, at most a poll after the confirmation).
-func rebootWindow(ctx context.Context, c *Cluster, n *ClusterNode, version string) (down, up time.Time, err error) {
+func rebootWindow(ctx context.Context, c *launch.Cluster, n *launch.ClusterNode, version string) (down, up time.Time, err error) {
 	old := n.VM()
 	select {
 	case <-old.Exited():
@@ -198,11 +200,11 @@ func rebootWindow(ctx context.Context, c *Cluster, n *ClusterNode, version strin
 	}
 	down = time.Now()
 	for n.VM() == old {
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if supervisor.Sleep(ctx, 100*time.Millisecond) != nil {
 			return down, up, fmt.Errorf("never booted again: %w", ctx.Err())
 		}
 	}
-	_, err = c.waitStatus(ctx, n, version+" confirmed", func(st *clusterpb.StatusResponse) bool {
+	_, err = c.WaitStatus(ctx, n, version+" confirmed", func(st *clusterpb.StatusResponse) bool {
 		return st.GetStatus().GetVersion() == version && st.GetStatus().GetSoftware() != nil && st.GetStatus().GetSoftware().GetPending() == nil
 	})
 	if err != nil {
@@ -220,7 +222,7 @@ const writeEvery = time.Second
 // answer) and reads each new ticket back, until stopped: the writes an
 // operator's tooling would make during a rolling update.
 type clusterWriter struct {
-	c        *Cluster
+	c        *launch.Cluster
 	stopping atomic.Bool
 	done     chan struct{}
 
@@ -231,7 +233,7 @@ type clusterWriter struct {
 	lost    error
 }
 
-func startClusterWriter(ctx context.Context, c *Cluster) *clusterWriter {
+func startClusterWriter(ctx context.Context, c *launch.Cluster) *clusterWriter {
 	w := &clusterWriter{c: c, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -252,7 +254,7 @@ func startClusterWriter(ctx context.Context, c *Cluster) *clusterWriter {
 				w.acked, w.last, since = append(w.acked, now), tk, now
 			}
 			w.mu.Unlock()
-			sleepCtx(ctx, writeEvery)
+			supervisor.Sleep(ctx, writeEvery)
 		}
 	}()
 	return w
@@ -271,7 +273,7 @@ func (w *clusterWriter) write(ctx context.Context) (got, written []byte, err err
 		if got, err = cl.Ticket(ctx); err == nil {
 			return got, written, nil
 		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
+		if supervisor.Sleep(ctx, 200*time.Millisecond) != nil {
 			return nil, nil, err
 		}
 	}
@@ -286,7 +288,7 @@ func (w *clusterWriter) readTicket(ctx context.Context) ([]byte, error) {
 		cctx, ccancel := context.WithTimeout(ctx, 15*time.Second)
 		got, err := w.c.Client().Ticket(cctx)
 		ccancel()
-		if err == nil || !sleepCtx(ctx, time.Second) {
+		if err == nil || supervisor.Sleep(ctx, time.Second) != nil {
 			return got, err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/internal/testutil/e2especs"
+	"plinth.dev/plinth/launch"
 )
 
 // The conformance smoke: the upstream [Conformance] specs named in
@@ -62,7 +63,7 @@ const smokeSeed = 29
 // pushConformanceImages builds the conformance images (image.
 // ConformanceOCIImages, from make e2e's out/bin/conformance) and pushes
 // each to reg under its reference's repository and tag.
-func pushConformanceImages(t *testing.T, reg *Registry) {
+func pushConformanceImages(t *testing.T, reg *launch.Registry) {
 	t.Helper()
 	dir := builtPath(t, "PLINTH_CONFORMANCE_BIN", "bin/conformance")
 	images, err := image.ConformanceOCIImages(image.ConformanceInputs{Dir: dir}, testpodProgram(t), runtime.GOARCH)

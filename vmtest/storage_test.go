@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/api/nodepb"
+	"plinth.dev/plinth/launch"
 )
 
 // Storage tests: every node here has a 1 GiB disk file and (unless said
@@ -22,7 +23,7 @@ import (
 const testDiskSize = 1 << 30
 
 type machine struct {
-	img    *Image
+	img    *launch.Image
 	dir    string
 	disk   string
 	tpm    string
@@ -54,13 +55,13 @@ func newMachineIn(t *testing.T, dir string, p *nodepb.Parameters) *machine {
 func (m *machine) setParams(t *testing.T, p *nodepb.Parameters) {
 	t.Helper()
 	var err error
-	if m.params, err = WriteParameters(filepath.Join(m.dir, "parameters.pb"), p); err != nil {
+	if m.params, err = launch.WriteParameters(filepath.Join(m.dir, "parameters.pb"), p); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // boot starts the machine; each boot's console goes to its own directory.
-func (m *machine) boot(t *testing.T, ctx context.Context, name string, mutate ...func(*NodeOptions)) *Node {
+func (m *machine) boot(t *testing.T, ctx context.Context, name string, mutate ...func(*launch.NodeOptions)) *launch.Node {
 	t.Helper()
 	o := m.img.NodeOptions(name).WithParameters(m.params)
 	o.WorkDir = filepath.Join(m.dir, name)
@@ -75,7 +76,7 @@ func (m *machine) boot(t *testing.T, ctx context.Context, name string, mutate ..
 	return launchT(t, ctx, o)
 }
 
-func powerOff(t *testing.T, ctx context.Context, n *Node) {
+func powerOff(t *testing.T, ctx context.Context, n *launch.Node) {
 	t.Helper()
 	// A button press before anyone listens is lost, as on real hardware.
 	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`listening for the power button`)); err != nil {
@@ -90,7 +91,7 @@ func powerOff(t *testing.T, ctx context.Context, n *Node) {
 }
 
 // wantBootCount waits for the node's boot counter and fails unless it is want.
-func wantBootCount(t *testing.T, ctx context.Context, n *Node, want string) {
+func wantBootCount(t *testing.T, ctx context.Context, n *launch.Node, want string) {
 	t.Helper()
 	if got := mustLine(t, ctx, n, `I init: boot counter count=(\d+)`)[1]; got != want {
 		t.Fatalf("boot count %s, want %s", got, want)
@@ -106,7 +107,7 @@ func hashFile(t *testing.T, p string) [32]byte {
 	return hashRange(t, p, 0, st.Size())
 }
 
-func assertNoLine(t *testing.T, n *Node, re string) {
+func assertNoLine(t *testing.T, n *launch.Node, re string) {
 	t.Helper()
 	r := regexp.MustCompile(re)
 	for _, l := range n.Lines() {
@@ -123,7 +124,7 @@ func TestDataDiskLifecycle(t *testing.T) {
 	parallel(t, 49*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 4*bootTimeout)
 	defer cancel()
-	params := BootstrapParameters()
+	params := launch.BootstrapParameters()
 	m := newMachine(t, params)
 
 	n := m.boot(t, ctx, "boot1")
@@ -146,7 +147,7 @@ func TestDataDiskLifecycle(t *testing.T) {
 	before := hashFile(t, m.disk)
 
 	// Different parameters (a hostname): PCR 15 differs, the key stays sealed.
-	changed := BootstrapParameters()
+	changed := launch.BootstrapParameters()
 	changed.Cluster = params.Cluster
 	changed.Network = &nodepb.Network{Hostname: "renamed"}
 	m.setParams(t, changed)
@@ -160,7 +161,7 @@ func TestDataDiskLifecycle(t *testing.T) {
 
 	// The same disk in another machine (another TPM).
 	m.setParams(t, params)
-	n = m.boot(t, ctx, "boot4-other-tpm", func(o *NodeOptions) { o.TPMStateDir = filepath.Join(m.dir, "other-tpm") })
+	n = m.boot(t, ctx, "boot4-other-tpm", func(o *launch.NodeOptions) { o.TPMStateDir = filepath.Join(m.dir, "other-tpm") })
 	t.Logf("refused as expected: %s", mustLine(t, ctx, n, `E init: boot step failed: open data disk err=.*refusing to touch the data disk: cannot unseal.*`)[0])
 	powerOff(t, ctx, n)
 	if hashFile(t, m.disk) != before {
@@ -181,7 +182,7 @@ func TestUnmeasuredBootSealsNoNewKey(t *testing.T) {
 	parallel(t, 12*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	p := BootstrapParameters()
+	p := launch.BootstrapParameters()
 	p.Tpm.AllowUnmeasuredBoot = false
 	m := newMachine(t, p)
 	n := m.boot(t, ctx, "boot1")
@@ -208,7 +209,7 @@ func TestGarbageParametersTouchNothing(t *testing.T) {
 	parallel(t, 8*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	m := newMachine(t, BootstrapParameters())
+	m := newMachine(t, launch.BootstrapParameters())
 	if err := os.WriteFile(m.params, []byte("this is not a protobuf \xff\xff\xff"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestPowerCutDuringSetup(t *testing.T) {
 	parallel(t, 17*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
-	m := newMachine(t, BootstrapParameters())
+	m := newMachine(t, launch.BootstrapParameters())
 	n := m.boot(t, ctx, "boot1-cut")
 	// The header is on disk (state: initialising) once the key is sealed.
 	mustLine(t, ctx, n, `I init: storage: seal new node unlock key`)
@@ -248,11 +249,11 @@ func TestTPMPolicy(t *testing.T) {
 	t.Run("DisabledForDevelopmentBootsWithoutTPM", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 		defer cancel()
-		p := BootstrapParameters()
+		p := launch.BootstrapParameters()
 		p.Tpm = &nodepb.NodeTPM{Policy: nodepb.NodeTPM_TPM_POLICY_DISABLED_FOR_DEVELOPMENT}
 		p.GetBootstrap().InitialPolicy = &nodepb.ClusterPolicy{AllowNodesWithoutTpm: true}
 		m := newMachine(t, p)
-		n := m.boot(t, ctx, "boot", func(o *NodeOptions) { o.NoTPM = true })
+		n := m.boot(t, ctx, "boot", func(o *launch.NodeOptions) { o.NoTPM = true })
 		mustLine(t, ctx, n, `W init: TPM disabled for development`)
 		wantBootCount(t, ctx, n, "1")
 		powerOff(t, ctx, n)
@@ -260,8 +261,8 @@ func TestTPMPolicy(t *testing.T) {
 	t.Run("RequiredWithoutTPMRefuses", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 		defer cancel()
-		m := newMachine(t, BootstrapParameters())
-		n := m.boot(t, ctx, "boot", func(o *NodeOptions) { o.NoTPM = true })
+		m := newMachine(t, launch.BootstrapParameters())
+		n := m.boot(t, ctx, "boot", func(o *launch.NodeOptions) { o.NoTPM = true })
 		line := mustLine(t, ctx, n, `E init: boot step failed: TPM and measured boot err=(.*)`)[1]
 		if !strings.Contains(line, "require a TPM") {
 			t.Errorf("refusal does not say why: %s", line)
@@ -303,7 +304,7 @@ func TestAuthenticatedStorage(t *testing.T) {
 	parallel(t, 18*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), 2*bootTimeout)
 	defer cancel()
-	p := BootstrapParameters()
+	p := launch.BootstrapParameters()
 	p.Storage.Security = nodepb.StorageSecurity_STORAGE_SECURITY_AUTHENTICATED
 	m := newMachine(t, p)
 	n := m.boot(t, ctx, "boot1")
@@ -323,7 +324,7 @@ func TestXFSAndStaticNetwork(t *testing.T) {
 	parallel(t, 16*time.Second) // single-machine tests run two at a time: see the package doc
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	p := BootstrapParameters()
+	p := launch.BootstrapParameters()
 	p.Storage.Filesystem = nodepb.NodeStorage_FILESYSTEM_XFS
 	p.Network = &nodepb.Network{Hostname: "xfs-node", Static: &nodepb.StaticConfig{
 		Address: "10.0.2.20/24", Gateway: "10.0.2.2", Dns: []string{"10.0.2.3"}}}

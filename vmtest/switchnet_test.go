@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"plinth.dev/plinth/launch"
 )
 
 // TestNodesShareL2Network boots two nodes on one harness switch: both
@@ -22,7 +24,7 @@ func TestNodesShareL2Network(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	sw, err := NewSwitch(dir, netip.MustParsePrefix("10.42.0.0/24"))
+	sw, err := launch.NewSwitch(dir, netip.MustParsePrefix("10.42.0.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +37,8 @@ func TestNodesShareL2Network(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := newMachineIn(t, filepath.Join(base, name), BootstrapParameters())
-		n := m.boot(t, ctx, "node-"+name, func(o *NodeOptions) {
+		m := newMachineIn(t, filepath.Join(base, name), launch.BootstrapParameters())
+		n := m.boot(t, ctx, "node-"+name, func(o *launch.NodeOptions) {
 			o.NoNetwork = true
 			o.ExtraArgs = append(o.ExtraArgs, args...)
 		})

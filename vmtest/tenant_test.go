@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/layout"
 )
 
@@ -98,7 +99,7 @@ metadata: {name: mine, labels: {pod-security.kubernetes.io/enforce: privileged}}
 }
 
 // nodeIP is n's address as its Kubernetes node reports it.
-func nodeIP(t *testing.T, ctx context.Context, k kubectl, n *ClusterNode) string {
+func nodeIP(t *testing.T, ctx context.Context, k kubectl, n *launch.ClusterNode) string {
 	t.Helper()
 	ip := strings.TrimSpace(k.run(t, ctx, "get", "node", n.ID(), "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`))
 	if ip == "" {

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"plinth.dev/plinth/launch"
 )
 
 // unsafeName matches what must not go into a directory name; subtest names
@@ -22,7 +24,7 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // guest did. PLINTH_VMTEST_KEEP=1 keeps every test's directory.
 func testDir(t *testing.T) string {
 	t.Helper()
-	base, err := FromEnv("PLINTH_VMTEST_DIR", "vmtest")
+	base, err := launch.FromEnv("PLINTH_VMTEST_DIR", "vmtest")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func testDir(t *testing.T) string {
 // An empty WorkDir defaults to testDir(t) and an empty Name to t.Name().
 // If t fails, the console tail is logged at cleanup so that CI output
 // shows what the guest was doing without fetching artifacts.
-func launchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
+func launchT(t *testing.T, ctx context.Context, o launch.NodeOptions) *launch.Node {
 	t.Helper()
 	if o.WorkDir == "" {
 		o.WorkDir = testDir(t)
@@ -63,7 +65,7 @@ func launchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
 	if o.Progress == nil {
 		o.Progress = logWriter{t}
 	}
-	n, err := Launch(ctx, o)
+	n, err := launch.Launch(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func launchT(t *testing.T, ctx context.Context, o NodeOptions) *Node {
 			t.Errorf("closing node %s: %v", o.Name, err)
 		}
 		if t.Failed() {
-			t.Logf("node %s (qemu %s), last console lines:\n%s", o.Name, n.exitStatus(), n.tail())
+			t.Logf("node %s (qemu %s), last console lines:\n%s", o.Name, n.ExitStatus(), n.Tail())
 		}
 	})
 	return n

@@ -25,6 +25,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/owner"
 )
@@ -60,7 +61,7 @@ func TestUpdate(t *testing.T) {
 		t.Fatalf("the next image is not another version: %s and %s", x.Manifest.Version, y.Manifest.Version)
 	}
 	dir := testDir(t)
-	c, err := LaunchCluster(ctx, ClusterOptions{Nodes: 1, Image: x, Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
+	c, err := launch.LaunchCluster(ctx, launch.ClusterOptions{Nodes: 1, Image: x, Dir: dir, DiskSizeBytes: 2 << 30, Progress: logWriter{t}, DiskBoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestUpdate(t *testing.T) {
 		out := ctl.run(t, "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", y.Dir, "--stage")
 		t.Logf("plinthctl node update --stage:\n%s", out)
 		// The node pushes its status every few seconds.
-		rec, err := c.waitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
+		rec, err := c.WaitNode(ctx, n, "staged", func(r *clusterpb.Node) bool {
 			return r.GetStatus().GetSoftware().GetPending().GetPhase() == "staged"
 		})
 		if err != nil {
@@ -115,7 +116,7 @@ func TestUpdate(t *testing.T) {
 		// How the volume opened only /init's console says; the slot it runs
 		// and the update still staged, its status.
 		mustLine(t, ctx, n.VM(), `I init: storage: unseal node unlock key`)
-		if rec, err = c.waitNode(ctx, n, "staged after the power cut", func(r *clusterpb.Node) bool {
+		if rec, err = c.WaitNode(ctx, n, "staged after the power cut", func(r *clusterpb.Node) bool {
 			return r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetBootCount() > boots
 		}); err != nil {
 			t.Fatal(err)
@@ -127,7 +128,7 @@ func TestUpdate(t *testing.T) {
 			t.Fatal("a second update while one is staged was accepted")
 		}
 		t.Log(ctl.run(t, "node", "update", "--config", c.OwnerDir(), n.ID(), "--cancel", "--version", y.Manifest.Version))
-		if rec, err = c.waitNode(ctx, n, "without a pending update", func(r *clusterpb.Node) bool { return r.GetStatus().GetSoftware().GetPending() == nil }); err != nil {
+		if rec, err = c.WaitNode(ctx, n, "without a pending update", func(r *clusterpb.Node) bool { return r.GetStatus().GetSoftware().GetPending() == nil }); err != nil {
 			t.Fatal(err)
 		}
 		if sw := rec.GetStatus().GetSoftware(); !strings.Contains(sw.GetLastFailed().GetReason(), "interrupted") {
@@ -224,7 +225,7 @@ func TestUpdate(t *testing.T) {
 // the node writes slot b (its update state "writing", which lasts until
 // the slot is written, read back and sealed for): the next boot runs slot
 // a and reports the interrupted update; the node comes back healthy.
-func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, ctl plinthctl, img *Image) {
+func powerCutDuringWrite(t *testing.T, ctx context.Context, c *launch.Cluster, n *launch.ClusterNode, ctl plinthctl, img *launch.Image) {
 	t.Helper()
 	boots := nodeRecord(t, ctx, c, n.ID()).GetStatus().GetBootCount()
 	cmd := exec.CommandContext(ctx, string(ctl), "node", "update", "--config", c.OwnerDir(), n.ID(), "--image", img.Dir)
@@ -233,7 +234,7 @@ func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *Clust
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.waitStatus(ctx, n, "slot b being written", func(st *clusterpb.StatusResponse) bool {
+	if _, err := c.WaitStatus(ctx, n, "slot b being written", func(st *clusterpb.StatusResponse) bool {
 		p := st.GetStatus().GetSoftware().GetPending()
 		return p.GetPhase() == "writing" && p.GetSlot() == "b" && p.GetVersion() == img.Manifest.Version
 	}); err != nil {
@@ -261,7 +262,7 @@ func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *Clust
 	// the slot the node runs, its status (of this boot: pushed every few
 	// seconds, the record may show the last boot's a moment longer).
 	mustLine(t, ctx, n.VM(), `I init: storage: unseal node unlock key`)
-	rec, err := c.waitNode(ctx, n, "HEALTHY after the power cut", func(r *clusterpb.Node) bool {
+	rec, err := c.WaitNode(ctx, n, "HEALTHY after the power cut", func(r *clusterpb.Node) bool {
 		return r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY && r.GetStatus().GetBootCount() > boots
 	})
 	if err != nil {
@@ -281,7 +282,7 @@ func powerCutDuringWrite(t *testing.T, ctx context.Context, c *Cluster, n *Clust
 // anything), nothing was written (no "writing" line this boot) and its
 // update status is as before. The copies link img's artefacts: only
 // manifest.sig differs.
-func refusedUpdates(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, ctl plinthctl, img *Image, dir string) {
+func refusedUpdates(t *testing.T, ctx context.Context, c *launch.Cluster, n *launch.ClusterNode, ctl plinthctl, img *launch.Image, dir string) {
 	t.Helper()
 	before := nodeRecord(t, ctx, c, n.ID()).GetStatus().GetSoftware()
 	manifest, err := os.ReadFile(filepath.Join(img.Dir, image.ManifestFile))
@@ -324,7 +325,7 @@ func refusedUpdates(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNod
 // refusedByNode sends the image in dir to n through the owner's client
 // (to be staged, were it accepted) and fails unless n refuses it at once:
 // a *owner.RefusedError, InvalidArgument, saying want, no progress.
-func refusedByNode(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode, dir, want string) {
+func refusedByNode(t *testing.T, ctx context.Context, c *launch.Cluster, n *launch.ClusterNode, dir, want string) {
 	t.Helper()
 	img, err := owner.ReadUpdateImage(dir)
 	if err != nil {
@@ -342,7 +343,7 @@ func refusedByNode(t *testing.T, ctx context.Context, c *Cluster, n *ClusterNode
 // imageCopy makes dir an image directory with img's artefacts (symbolic
 // links: ~700 MiB are not copied) and manifest, and sig as its
 // manifest.sig (none if nil).
-func imageCopy(t *testing.T, img *Image, dir string, sig []byte) string {
+func imageCopy(t *testing.T, img *launch.Image, dir string, sig []byte) string {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -386,7 +387,7 @@ func devReleaseKey(t *testing.T) ed25519.PrivateKey {
 }
 
 // nodeRecord waits until node id is HEALTHY and returns its record.
-func nodeRecord(t *testing.T, ctx context.Context, c *Cluster, id string) *clusterpb.Node {
+func nodeRecord(t *testing.T, ctx context.Context, c *launch.Cluster, id string) *clusterpb.Node {
 	t.Helper()
 	for {
 		n, err := c.Client().FindNode(ctx, id)
@@ -402,7 +403,7 @@ func nodeRecord(t *testing.T, ctx context.Context, c *Cluster, id string) *clust
 }
 
 // consoleOf returns the console log of boot k of n.
-func consoleOf(t *testing.T, n *ClusterNode, k int) string {
+func consoleOf(t *testing.T, n *launch.ClusterNode, k int) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(n.Dir, fmt.Sprintf("boot%d", k), "console.log"))
 	if err != nil {
@@ -420,7 +421,7 @@ func consoleOf(t *testing.T, n *ClusterNode, k int) string {
 // manifest signed with key as release (nil, 0: the development release
 // key, the next image's release, which the nodes run when they get this
 // one: not a downgrade).
-func haltingImage(t *testing.T, img *Image, dir, halt string, key ed25519.PrivateKey, release uint64) string {
+func haltingImage(t *testing.T, img *launch.Image, dir, halt string, key ed25519.PrivateKey, release uint64) string {
 	t.Helper()
 	dir = filepath.Join(dir, "halting")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

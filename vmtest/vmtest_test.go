@@ -4,11 +4,9 @@ package vmtest
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"plinth.dev/plinth/image"
+	"plinth.dev/plinth/launch"
 )
 
 // testKernel is $PLINTH_KERNEL or the kernel `make image` leaves in the
@@ -28,7 +27,7 @@ import (
 // exercised.
 func testKernel(t *testing.T) string {
 	t.Helper()
-	p, err := FromEnv("PLINTH_KERNEL", filepath.Join(DefaultImage.Dir, image.KernelFile))
+	p, err := launch.FromEnv("PLINTH_KERNEL", filepath.Join(launch.DefaultImage.Dir, image.KernelFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +42,13 @@ func bareInitramfs(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "init")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./bareinit")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "../launch/bareinit")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building bareinit: %v\n%s", err, out)
 	}
 	out := filepath.Join(dir, "initramfs.cpio.gz")
-	if err := BuildBareInitramfs(bin, out); err != nil {
+	if err := launch.BuildBareInitramfs(bin, out); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -92,7 +91,7 @@ func TestBareBoot(t *testing.T) {
 	defer cancel()
 	var console bytes.Buffer
 	start := time.Now()
-	n := launchT(t, ctx, NodeOptions{
+	n := launchT(t, ctx, launch.NodeOptions{
 		Kernel:        kernel,
 		Initramfs:     initrd,
 		Cmdline:       "console=ttyS0 panic=-1",
@@ -100,18 +99,18 @@ func TestBareBoot(t *testing.T) {
 		DiskPath:      disk,
 		DiskSizeBytes: 64 << 20,
 		FwCfg:         map[string]string{"opt/plinth/parameters": param},
-		HostForwards:  []Forward{{HostPort: freePorts(t, 1)[0], GuestPort: 22}},
+		HostForwards:  []launch.Forward{{HostPort: freePorts(t, 1)[0], GuestPort: 22}},
 		Console:       &console,
 	})
 	if fi, err := os.Stat(disk); err != nil || fi.Size() != 64<<20 {
 		t.Errorf("disk not created with the requested size: %v %v", fi, err)
 	}
-	swtpmPid := n.tpm.cmd.Process.Pid
-	select {
-	case <-n.tpm.done:
-		t.Fatalf("swtpm exited while qemu is starting; swtpm.log:%s", fileTail(filepath.Join(n.opts.WorkDir, "swtpm.log"), 10))
-	default:
+	tpm := n.TPMProcess()
+	if tpm == nil {
+		log, _ := os.ReadFile(filepath.Join(n.WorkDir(), "swtpm.log"))
+		t.Fatalf("swtpm exited while qemu is starting; swtpm.log:\n%s", log)
 	}
+	swtpmPid := tpm.Pid
 
 	m, idx, err := n.WaitForLineAfter(ctx, 0, regexp.MustCompile(`^bareinit: reached userspace uptime=([0-9.]+)`))
 	if err != nil {
@@ -129,7 +128,7 @@ func TestBareBoot(t *testing.T) {
 	}
 	// After exit, a line that never came fails fast with the evidence.
 	_, err = n.WaitForLine(ctx, regexp.MustCompile(`never printed`))
-	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "exit status 0") || !strings.Contains(err.Error(), "bareinit: reached") {
+	if !errors.Is(err, launch.ErrExited) || !strings.Contains(err.Error(), "exit status 0") || !strings.Contains(err.Error(), "bareinit: reached") {
 		t.Errorf("WaitForLine after exit: %v", err)
 	}
 	for _, l := range n.Lines() {
@@ -145,7 +144,7 @@ func TestBareBoot(t *testing.T) {
 		t.Errorf("console.log differs from the live console (%v)", err)
 	}
 
-	sockDir := n.sockDir
+	sockDir := n.SocketDir()
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +171,8 @@ func TestQMPAndKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// SeaBIOS prints nothing on the serial port.
-	n := launchT(t, ctx, NodeOptions{NoTPM: true, NoNetwork: true, MemoryMiB: 128, CPUs: 1, SilentStart: -1})
-	ret, err := n.qmp(ctx, "query-status", nil)
+	n := launchT(t, ctx, launch.NodeOptions{NoTPM: true, NoNetwork: true, MemoryMiB: 128, CPUs: 1, SilentStart: -1})
+	ret, err := n.QMP(ctx, "query-status", nil)
 	if err != nil || !bytes.Contains(ret, []byte(`"status"`)) {
 		t.Fatalf("query-status: %s %v", ret, err)
 	}
@@ -194,13 +193,13 @@ func TestQMPAndKill(t *testing.T) {
 	if err := n.Wait(ctx); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("Wait after Kill = %v, want a killed error", err)
 	}
-	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`x`)); !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "killed") {
+	if _, err := n.WaitForLine(ctx, regexp.MustCompile(`x`)); !errors.Is(err, launch.ErrExited) || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("WaitForLine after Kill = %v", err)
 	}
 	if err := n.Kill(); err != nil {
 		t.Errorf("second Kill: %v", err)
 	}
-	if err := n.PowerDown(ctx); !errors.Is(err, ErrExited) {
+	if err := n.PowerDown(ctx); !errors.Is(err, launch.ErrExited) {
 		t.Errorf("PowerDown after exit = %v, want ErrExited", err)
 	}
 }
@@ -214,11 +213,11 @@ func TestSilentStartLaunchedAgain(t *testing.T) {
 	defer cancel()
 	dir := testDir(t)
 	var progress bytes.Buffer
-	n, err := Launch(ctx, NodeOptions{
+	n, err := launch.Launch(ctx, launch.NodeOptions{
 		Name: "silent", WorkDir: dir, NoNetwork: true, MemoryMiB: 128, CPUs: 1,
 		ExtraArgs: []string{"-S"}, SilentStart: 2 * time.Second, Progress: &progress,
 	})
-	if !errors.Is(err, ErrSilentStart) {
+	if !errors.Is(err, launch.ErrSilentStart) {
 		if n != nil {
 			n.Close()
 		}
@@ -227,7 +226,7 @@ func TestSilentStartLaunchedAgain(t *testing.T) {
 	if got := strings.Count(progress.String(), "launching it again"); got != 1 {
 		t.Errorf("progress said %d relaunches, want 1:\n%s", got, progress.String())
 	}
-	for try := 1; try <= silentStartTries; try++ {
+	for try := 1; try <= launch.SilentStartTries; try++ {
 		report, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("silent-start-%d.txt", try)))
 		if err != nil {
 			t.Fatal(err)
@@ -247,112 +246,6 @@ func TestSilentStartLaunchedAgain(t *testing.T) {
 		pid, _ := strconv.Atoi(string(m[1]))
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("try %d's qemu (pid %d) still there: %v", try, pid, err)
-		}
-	}
-}
-
-func TestConsoleLines(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "console.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n := &Node{opts: NodeOptions{Name: "fake"}, consoleLog: f, exited: make(chan struct{}), changed: make(chan struct{})}
-	w := consoleSink{n}
-	for _, s := range []string{"one\r\n", "tw", "o\r\r\nthree\nfou"} {
-		if k, err := w.Write([]byte(s)); k != len(s) || err != nil {
-			t.Fatalf("Write = %d, %v", k, err)
-		}
-	}
-	if got := strings.Join(n.Lines(), "|"); got != "one|two|three" {
-		t.Errorf("lines = %q", got)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	// "fou" has no newline yet, so it must not match.
-	_, err = n.WaitForLine(ctx, regexp.MustCompile(`fou`))
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fou⏎") {
-		t.Errorf("partial line: %v", err)
-	}
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		w.Write([]byte("r\nfive\n"))
-	}()
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel2()
-	m, idx, err := n.WaitForLineAfter(ctx2, 1, regexp.MustCompile(`^(f\w+)$`))
-	if err != nil || m[1] != "four" || idx != 3 {
-		t.Errorf("WaitForLineAfter = %v %d %v", m, idx, err)
-	}
-	if _, idx, _ := n.WaitForLineAfter(ctx2, idx+1, regexp.MustCompile(`^f`)); idx != 4 {
-		t.Errorf("next match at %d, want 4", idx)
-	}
-}
-
-func TestBareInitramfsFormat(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	data := []byte("#!fake init, odd length")
-	if err := os.WriteFile(bin, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "i.cpio.gz")
-	if err := BuildBareInitramfs(bin, out); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if zr.Name != "" || !zr.ModTime.IsZero() {
-		t.Errorf("gzip header has name %q mtime %v", zr.Name, zr.ModTime)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type entry struct {
-		name string
-		mode uint64
-		data string
-	}
-	var got []entry
-	for off := 0; ; {
-		h := string(raw[off : off+110])
-		if h[:6] != "070701" {
-			t.Fatalf("bad magic at %d: %q", off, h[:6])
-		}
-		field := func(i int) uint64 {
-			v, err := strconv.ParseUint(h[6+8*i:14+8*i], 16, 32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
-		mode, size, namesize := field(1), int(field(6)), int(field(11))
-		name := string(raw[off+110 : off+110+namesize-1])
-		off = (off + 110 + namesize + 3) &^ 3
-		got = append(got, entry{name, mode, string(raw[off : off+size])})
-		off = (off + size + 3) &^ 3
-		if name == "TRAILER!!!" {
-			if off != len(raw) {
-				t.Errorf("%d bytes after trailer", len(raw)-off)
-			}
-			break
-		}
-	}
-	want := []entry{{"dev", 0o40755, ""}, {"proc", 0o40755, ""}, {"init", 0o100755, string(data)}, {"TRAILER!!!", 0, ""}}
-	if len(got) != len(want) {
-		t.Fatalf("entries = %v", got)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
 }

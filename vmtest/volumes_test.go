@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/platform/volumefs"
 )
@@ -83,7 +84,7 @@ const keptText = "kept across restarts"
 // serves and etcd keeps writing; a file kept in the volume is there for the
 // StatefulSet's new pod after a pod delete; a deleted claim's volume
 // goes with its data.
-func checkVolumes(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, k kubectl, worker *ClusterNode) {
+func checkVolumes(t *testing.T, ctx context.Context, c *launch.Cluster, ctl plinthctl, k kubectl, worker *launch.ClusterNode) {
 	t.Helper()
 	if out, err := k.wait(ctx, 10*time.Minute, "Ready", "pod/db-0", "pod/scratch"); err != nil {
 		t.Fatalf("the pods with volumes not Ready: %v\n%s\n%s\n%s", err, out, k.run(t, ctx, "describe", "pvc"), k.run(t, ctx, "describe", "pod", "db-0", "scratch"))
@@ -114,7 +115,7 @@ func checkVolumes(t *testing.T, ctx context.Context, c *Cluster, ctl plinthctl, 
 	k.run(t, ctx, "create", "configmap", "after-the-fill", "--from-literal=written=yes")
 	k.run(t, ctx, "delete", "configmap", "after-the-fill")
 	// The node is unharmed: HEALTHY, and its containerd runs a command.
-	if _, err := c.waitNode(ctx, worker, "HEALTHY", upAndHealthy); err != nil {
+	if _, err := c.WaitNode(ctx, worker, "HEALTHY", launch.UpAndHealthy); err != nil {
 		t.Fatal(err)
 	}
 	k.run(t, ctx, "exec", "db-0", "--", "/testpod", "fill", "/data/fill", "0")

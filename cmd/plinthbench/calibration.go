@@ -16,15 +16,15 @@ import (
 	"strings"
 	"time"
 
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/kubernetes"
 	"plinth.dev/plinth/roleserver/kubernetes/pki"
-	"plinth.dev/plinth/vmtest"
 )
 
 // calibration is this run's yardstick for the Kubernetes figures: the
 // image's own `kube apiserver` alone with a plain embedded etcd on
-// tmpfs, booted as a bare initramfs (vmtest/calibinit as /init) on the
+// tmpfs, booted as a bare initramfs (launch/calibinit as /init) on the
 // image's kernel in a node's VM shape, timed to its first /readyz 200.
 // The kubernetes section divides its start figures by it: the machine's
 // speed (TCG, load) moves both, the ratio is Plinth's own cost. Zero
@@ -34,7 +34,7 @@ type calibration struct {
 	guest float64 // guest uptime at the first /readyz 200
 }
 
-// calibrationLine is what calibinit prints (vmtest/calibinit): uptimes
+// calibrationLine is what calibinit prints (launch/calibinit): uptimes
 // in seconds, memory in MiB; zero where the line does not say.
 type calibrationLine struct {
 	with               string // the policies it ran with ("plain", "admission+audit")
@@ -104,7 +104,7 @@ const calibrationPolicyDir = "/etc/calibration"
 // the yardstick (returned); the others ("admission", "audit+encryption",
 // ...) start the same API server with those of Plinth's policies, each
 // also as a ratio to plain: what they cost the start alone.
-func benchCalibration(ctx context.Context, img *vmtest.Image, binDir, work string, variants []string, rounds int, add addFunc) (calibration, error) {
+func benchCalibration(ctx context.Context, img *launch.Image, binDir, work string, variants []string, rounds int, add addFunc) (calibration, error) {
 	kube := filepath.Join(binDir, "kube")
 	if err := sameAsImage(img, kube, layout.KubeBinary); err != nil {
 		return calibration{}, err
@@ -117,7 +117,7 @@ func benchCalibration(ctx context.Context, img *vmtest.Image, binDir, work strin
 		return calibration{}, err
 	}
 	initBin := filepath.Join(dir, "init")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", initBin, "./vmtest/calibinit")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", initBin, "./launch/calibinit")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return calibration{}, fmt.Errorf("building calibinit: %v: %s", err, msg)
@@ -129,7 +129,7 @@ func benchCalibration(ctx context.Context, img *vmtest.Image, binDir, work strin
 	// Uncompressed: gunzip of the 150 MB kube binary costs seconds of
 	// guest time under TCG, before /init even starts.
 	initramfs := filepath.Join(dir, "initramfs.cpio")
-	if err := vmtest.BuildInitramfs(initBin, initramfs, false, append([]vmtest.InitramfsFile{
+	if err := launch.BuildInitramfs(initBin, initramfs, false, append([]launch.InitramfsFile{
 		{Name: "kube", Mode: 0o755, Source: kube},
 		{Name: "etc/hosts", Data: []byte("127.0.0.1 localhost\n::1 localhost\n")},
 	}, files...)...); err != nil {
@@ -196,7 +196,7 @@ type calibrationRun struct {
 // calibrationBoot boots the calibration's initramfs once, with the
 // policies of variant ("plain" or KIND+KIND...) or its environment
 // variable (NAME=VALUE).
-func calibrationBoot(ctx context.Context, img *vmtest.Image, initramfs, workDir, variant string) (calibrationRun, error) {
+func calibrationBoot(ctx context.Context, img *launch.Image, initramfs, workDir, variant string) (calibrationRun, error) {
 	o := img.NodeOptions("calibration")
 	o.Initramfs, o.Cmdline = initramfs, calibrationCmdline(o.Cmdline)
 	if strings.Contains(variant, "=") {
@@ -212,7 +212,7 @@ func calibrationBoot(ctx context.Context, img *vmtest.Image, initramfs, workDir,
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 	t := time.Now()
-	n, err := vmtest.Launch(ctx, o)
+	n, err := launch.Launch(ctx, o)
 	if err != nil {
 		return calibrationRun{}, err
 	}
@@ -240,20 +240,20 @@ func calibrationBoot(ctx context.Context, img *vmtest.Image, initramfs, workDir,
 // calibration's initramfs: each one's files under calibrationPolicyDir
 // and its flags in KIND.args, as a first controller writes them
 // (default admission policy, a first Secrets key).
-func calibrationPolicyFiles() ([]vmtest.InitramfsFile, error) {
+func calibrationPolicyFiles() ([]launch.InitramfsFile, error) {
 	keys, err := pki.NewSecretsKeys()
 	if err != nil {
 		return nil, err
 	}
-	var files []vmtest.InitramfsFile
+	var files []launch.InitramfsFile
 	dir := strings.TrimPrefix(calibrationPolicyDir, "/")
 	pols := kubernetes.APIServerPolicies(calibrationPolicyDir, kubernetes.AdmissionPolicy{}, keys)
 	for _, kind := range kubernetes.APIServerPolicyKinds {
 		p := pols[kind]
 		for _, name := range slices.Sorted(maps.Keys(p.Files)) {
-			files = append(files, vmtest.InitramfsFile{Name: dir + "/" + name, Mode: 0o600, Data: p.Files[name]})
+			files = append(files, launch.InitramfsFile{Name: dir + "/" + name, Mode: 0o600, Data: p.Files[name]})
 		}
-		files = append(files, vmtest.InitramfsFile{Name: dir + "/" + kind + ".args", Data: []byte(strings.Join(p.Args, "\n") + "\n")})
+		files = append(files, launch.InitramfsFile{Name: dir + "/" + kind + ".args", Data: []byte(strings.Join(p.Args, "\n") + "\n")})
 	}
 	return files, nil
 }
@@ -316,7 +316,7 @@ func calibrationCmdline(cmdline string) string {
 // sameAsImage fails unless the file bin is the image's system file at
 // path (its manifest's SHA-256): the calibration runs the image's own
 // binary.
-func sameAsImage(img *vmtest.Image, bin, path string) error {
+func sameAsImage(img *launch.Image, bin, path string) error {
 	want, ok := img.Manifest.SystemFiles[path]
 	if !ok {
 		return fmt.Errorf("the image's manifest lists no %s", path)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 func TestCalibrationVariants(t *testing.T) {
@@ -128,7 +128,7 @@ func TestCalibrationRatios(t *testing.T) {
 	}
 }
 
-// TestCalibrationInitramfs reads back an archive of vmtest.BuildInitramfs
+// TestCalibrationInitramfs reads back an archive of launch.BuildInitramfs
 // with the calibration's kind of files: uncompressed newc, parents first.
 func TestCalibrationInitramfs(t *testing.T) {
 	dir := t.TempDir()
@@ -141,9 +141,9 @@ func TestCalibrationInitramfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "initramfs.cpio")
-	if err := vmtest.BuildInitramfs(initBin, out, false,
-		vmtest.InitramfsFile{Name: "kube", Mode: 0o755, Source: big},
-		vmtest.InitramfsFile{Name: "/etc/ssl/hosts", Data: []byte("127.0.0.1 localhost\n")},
+	if err := launch.BuildInitramfs(initBin, out, false,
+		launch.InitramfsFile{Name: "kube", Mode: 0o755, Source: big},
+		launch.InitramfsFile{Name: "/etc/ssl/hosts", Data: []byte("127.0.0.1 localhost\n")},
 	); err != nil {
 		t.Fatal(err)
 	}

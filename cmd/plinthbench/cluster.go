@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 // Console lines the cluster section times (guest RFC 3339 timestamp first).
@@ -25,14 +25,14 @@ var (
 )
 
 // benchCluster launches a one-node cluster and adds a second node
-// (vmtest.LaunchCluster, AddNode). Times come from two places: each
+// (launch.LaunchCluster, AddNode). Times come from two places: each
 // console line is stamped on the host as it arrives (and carries the
 // guest's clock, which gives the guest uptime), and the harness records
 // when its GetNodes polls (about every 2 s) saw each step.
-func benchCluster(ctx context.Context, img *vmtest.Image, work string, bare bareBoot, add addFunc) error {
+func benchCluster(ctx context.Context, img *launch.Image, work string, bare bareBoot, add addFunc) error {
 	dir := filepath.Join(work, "cluster")
 	cons := &consoleClock{boots: map[string][]*stampedBoot{}}
-	c, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{
+	c, err := launch.LaunchCluster(ctx, launch.ClusterOptions{
 		Nodes: 1, Image: img, Dir: dir, Progress: os.Stderr, Console: cons.writer,
 	})
 	if err != nil {

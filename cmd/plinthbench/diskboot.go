@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"plinth.dev/plinth/image"
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 // benchDiskBoot: the deployable artefacts' sizes, and boot → node ready
 // through OVMF from disk.img (written by image.WriteDisk, parameters on
 // the ESP) against the direct kernel boot, interleaved, plus whether the
 // node found its live PCRs 4 and 11 equal to the predictions.
-func benchDiskBoot(ctx context.Context, img *vmtest.Image, work string, boots int, add addFunc) error {
+func benchDiskBoot(ctx context.Context, img *launch.Image, work string, boots int, add addFunc) error {
 	for _, a := range []string{image.UKIFile, image.UKISlotFile("a"), image.DiskFile} {
 		add("size_"+a+"_mib", float64(img.Manifest.Artefacts[a].Size)/(1<<20), "MiB", "")
 	}
@@ -27,9 +27,9 @@ func benchDiskBoot(ctx context.Context, img *vmtest.Image, work string, boots in
 			add("size_disk.img_allocated_mib", float64(sys.Blocks*512)/(1<<20), "MiB", "sparse: what a flash writes beyond zeros")
 		}
 	}
-	p := vmtest.BootstrapParameters()
+	p := launch.BootstrapParameters()
 	p.Tpm.AllowUnmeasuredBoot = true // the direct boots need it; the disk boots are measured
-	params, err := vmtest.WriteParameters(filepath.Join(work, "diskboot-parameters.pb"), p)
+	params, err := launch.WriteParameters(filepath.Join(work, "diskboot-parameters.pb"), p)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func benchDiskBoot(ctx context.Context, img *vmtest.Image, work string, boots in
 		if err != nil {
 			return err
 		}
-		u.UEFI = &vmtest.UEFI{Vars: filepath.Join(disk, "OVMF_VARS.fd")}
+		u.UEFI = &launch.UEFI{Vars: filepath.Join(disk, "OVMF_VARS.fd")}
 		u.WorkDir = filepath.Join(disk, fmt.Sprint(i+1))
 		u.TPMStateDir = filepath.Join(disk, "tpm")
 		w2, g2, ok, err := diskBootUntil(ctx, u, ready)
@@ -90,14 +90,14 @@ func benchDiskBoot(ctx context.Context, img *vmtest.Image, work string, boots in
 // diskBootUntil is bootUntil for a disk boot, which also waits for the
 // node's check of its PCR predictions (it runs beside the boot) and
 // reports whether they held.
-func diskBootUntil(ctx context.Context, o vmtest.NodeOptions, re string) (wall, guest float64, predicted bool, err error) {
+func diskBootUntil(ctx context.Context, o launch.NodeOptions, re string) (wall, guest float64, predicted bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return 0, 0, false, err
 	}
 	t := time.Now()
-	n, err := vmtest.Launch(ctx, o)
+	n, err := launch.Launch(ctx, o)
 	if err != nil {
 		return 0, 0, false, err
 	}

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/layout"
-	"plinth.dev/plinth/vmtest"
 )
 
 // apiServingRE is the controller's line once its API server serves.
@@ -27,7 +27,7 @@ var apiServingRE = regexp.MustCompile(`^(\S+) I \S+: Kubernetes API server servi
 // time and peak resident memory of the core (role server, etcd
 // embedded) and of each Kubernetes process; and last, a reboot to the
 // API server serving again (its objects exist then).
-func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string, add addFunc) error {
+func benchKubernetes(ctx context.Context, img *launch.Image, binDir, work string, add addFunc) error {
 	b := &kubeBench{plinthctl: filepath.Join(binDir, "plinthctl"), kubectlBin: filepath.Join(binDir, "kubectl"), add: add}
 	for _, bin := range []string{b.kubectlBin, b.plinthctl} {
 		if _, err := os.Stat(bin); err != nil {
@@ -37,7 +37,7 @@ func benchKubernetes(ctx context.Context, img *vmtest.Image, binDir, work string
 	dir := filepath.Join(work, "kubernetes")
 	b.kubeconfig = filepath.Join(dir, "kubeconfig")
 	cons := &consoleClock{boots: map[string][]*stampedBoot{}}
-	c, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{
+	c, err := launch.LaunchCluster(ctx, launch.ClusterOptions{
 		Nodes: 1, Image: img, Dir: dir, DiskSizeBytes: 4 << 30, Kubernetes: true, Progress: os.Stderr, Console: cons.writer,
 	})
 	if err != nil {
@@ -75,7 +75,7 @@ type kubeBench struct {
 // (about: kubeconfig --wait polls), beside the calibration's CPU time at
 // its /readyz 200. The times come from the console and kubectl, not from
 // this.
-func (b *kubeBench) serving(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode) error {
+func (b *kubeBench) serving(ctx context.Context, c *launch.Cluster, node *launch.ClusterNode) error {
 	if out, err := exec.CommandContext(ctx, b.plinthctl, "cluster", "kubeconfig", "--config", c.OwnerDir(),
 		"--server", "https://"+c.KubernetesAPIEndpoint(node), "--wait", "20m", "--file", b.kubeconfig).CombinedOutput(); err != nil {
 		return fmt.Errorf("plinthctl cluster kubeconfig: %v: %s", err, out)
@@ -115,7 +115,7 @@ func poll(what string, timeout time.Duration, ok func() bool) (time.Time, error)
 
 // ready times power-on to the API server serving (its console line) and
 // to the Node's Ready condition.
-func (b *kubeBench) ready(ctx context.Context, node *vmtest.ClusterNode, cons *consoleClock) error {
+func (b *kubeBench) ready(ctx context.Context, node *launch.ClusterNode, cons *consoleClock) error {
 	fmt.Fprintln(os.Stderr, "kubernetes: waiting for the node to be Ready")
 	readyAt, err := poll("node Ready", 20*time.Minute, func() bool {
 		out, err := b.kubectl(ctx, time.Minute, "get", "node", node.ID(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
@@ -161,7 +161,7 @@ func (b *kubeBench) podRunning(ctx context.Context) error {
 // usage reports what the node's processes used (plinthctl node status's
 // numbers): CPU time and peak resident memory of the core (role server,
 // etcd embedded) and of each Kubernetes process.
-func (b *kubeBench) usage(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode) error {
+func (b *kubeBench) usage(ctx context.Context, c *launch.Cluster, node *launch.ClusterNode) error {
 	st, err := c.Client().NodeStatus(ctx, node.ID())
 	if err != nil {
 		return err
@@ -188,7 +188,7 @@ func (b *kubeBench) usage(ctx context.Context, c *vmtest.Cluster, node *vmtest.C
 // seconds a second, from plinthctl node status's numbers) and QEMU's on
 // the host. Under TCG every minute a Kubernetes VM test waits costs that
 // much of the machine the tests share.
-func (b *kubeBench) idle(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode, window time.Duration) error {
+func (b *kubeBench) idle(ctx context.Context, c *launch.Cluster, node *launch.ClusterNode, window time.Duration) error {
 	fmt.Fprintf(os.Stderr, "kubernetes: at rest for %v\n", window)
 	sample := func() (map[string]float64, float64, time.Time, error) {
 		st, err := c.Client().NodeStatus(ctx, node.ID())
@@ -242,7 +242,7 @@ func processName(dn string) string {
 // benchKubernetesReboot reboots the node (NodeManagement, a clean
 // reboot) and times its next boot to the API server serving: what a
 // controller's restart costs once the cluster's objects exist.
-func benchKubernetesReboot(ctx context.Context, c *vmtest.Cluster, node *vmtest.ClusterNode, cons *consoleClock, add addFunc) error {
+func benchKubernetesReboot(ctx context.Context, c *launch.Cluster, node *launch.ClusterNode, cons *consoleClock, add addFunc) error {
 	fmt.Fprintln(os.Stderr, "kubernetes: rebooting the node")
 	if err := c.RebootNode(ctx, node); err != nil {
 		return err

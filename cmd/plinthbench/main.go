@@ -13,7 +13,7 @@
 //	             against raw (the roleserver/consensus Go benchmarks)
 //	cluster:     launch → HEALTHY of a bootstrap node (ratio to the bare boot),
 //	             and a second node's launch → registered → approved → UP →
-//	             HEALTHY (vmtest.LaunchCluster, AddNode)
+//	             HEALTHY (launch.LaunchCluster, AddNode)
 //	calibration: the image's own kube apiserver alone with a plain embedded
 //	             etcd on tmpfs, a bare initramfs on the image's kernel in a
 //	             node's VM shape: launch → first /readyz 200 (guest uptime,
@@ -58,7 +58,7 @@ import (
 
 	"plinth.dev/plinth/board"
 	"plinth.dev/plinth/image"
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 type result struct {
@@ -138,7 +138,7 @@ func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel m
 			return err
 		}
 	}
-	img, err := vmtest.LoadImage(imageDir)
+	img, err := launch.LoadImage(imageDir)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func run(imageDir, nextDir, initBin, binDir, cache, out string, boots int, sel m
 		}
 	}
 	if sel["update"] {
-		next, err := vmtest.LoadImage(nextDir)
+		next, err := launch.LoadImage(nextDir)
 		if err != nil {
 			return fmt.Errorf("update: %w", err)
 		}
@@ -268,21 +268,21 @@ type bareBoot struct{ wall, guest float64 }
 
 // benchBoot boots the image (unless !withNode) and the same kernel with a
 // trivial init, interleaved, and reports both and their ratio.
-func benchBoot(ctx context.Context, img *vmtest.Image, work string, boots int, withNode bool, add addFunc) (bareBoot, error) {
+func benchBoot(ctx context.Context, img *launch.Image, work string, boots int, withNode bool, add addFunc) (bareBoot, error) {
 	bareDir := filepath.Join(work, "bare")
 	os.MkdirAll(bareDir, 0o755)
 	bareBin := filepath.Join(bareDir, "init")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bareBin, "./vmtest/bareinit")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bareBin, "./launch/bareinit")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return bareBoot{}, fmt.Errorf("building bareinit: %v: %s", err, msg)
 	}
 	bareInitramfs := filepath.Join(bareDir, "initramfs.gz")
-	if err := vmtest.BuildBareInitramfs(bareBin, bareInitramfs); err != nil {
+	if err := launch.BuildBareInitramfs(bareBin, bareInitramfs); err != nil {
 		return bareBoot{}, err
 	}
 
-	params, err := vmtest.WriteParameters(filepath.Join(work, "parameters.pb"), vmtest.BootstrapParameters())
+	params, err := launch.WriteParameters(filepath.Join(work, "parameters.pb"), launch.BootstrapParameters())
 	if err != nil {
 		return bareBoot{}, err
 	}
@@ -336,7 +336,7 @@ func benchBoot(ctx context.Context, img *vmtest.Image, work string, boots int, w
 }
 
 func accelName() string {
-	if vmtest.KVMAvailable() {
+	if launch.KVMAvailable() {
 		return "KVM"
 	}
 	return "TCG"
@@ -344,14 +344,14 @@ func accelName() string {
 
 // bootUntil launches o and returns wall seconds until re matched and the
 // guest uptime it captured.
-func bootUntil(ctx context.Context, o vmtest.NodeOptions, re string) (float64, float64, error) {
+func bootUntil(ctx context.Context, o launch.NodeOptions, re string) (float64, float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return 0, 0, err
 	}
 	t := time.Now()
-	n, err := vmtest.Launch(ctx, o)
+	n, err := launch.Launch(ctx, o)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 var (
@@ -21,12 +21,12 @@ var (
 // benchStorage boots one machine twice (first-time setup, then unlock) and
 // reports each storage step, plus dm-crypt against the raw disk measured
 // inside the VM on a scratch disk.
-func benchStorage(ctx context.Context, img *vmtest.Image, work string, add func(name string, v float64, unit, note string)) error {
+func benchStorage(ctx context.Context, img *launch.Image, work string, add func(name string, v float64, unit, note string)) error {
 	dir := filepath.Join(work, "storage")
 	if err := os.MkdirAll(filepath.Join(dir, "tpm"), 0o755); err != nil {
 		return err
 	}
-	params, err := vmtest.WriteParameters(filepath.Join(dir, "parameters.pb"), vmtest.BootstrapParameters())
+	params, err := launch.WriteParameters(filepath.Join(dir, "parameters.pb"), launch.BootstrapParameters())
 	if err != nil {
 		return err
 	}
@@ -54,10 +54,10 @@ func benchStorage(ctx context.Context, img *vmtest.Image, work string, add func(
 	return nil
 }
 
-func storageBoot(ctx context.Context, o vmtest.NodeOptions, boot string, measureCrypt bool, add func(string, float64, string, string)) error {
+func storageBoot(ctx context.Context, o launch.NodeOptions, boot string, measureCrypt bool, add func(string, float64, string, string)) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	n, err := vmtest.Launch(ctx, o)
+	n, err := launch.Launch(ctx, o)
 	if err != nil {
 		return err
 	}

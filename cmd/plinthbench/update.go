@@ -13,7 +13,7 @@ import (
 
 	"plinth.dev/plinth/api/clusterpb"
 	"plinth.dev/plinth/image"
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 // benchUpdate launches a three-node cluster booted from flashed disks
@@ -21,8 +21,8 @@ import (
 // next with `plinthctl node update` (bytes sent, time to install, reboot
 // to HEALTHY on the new slot), then all three with `plinthctl cluster
 // update` (total time), as an operator would.
-func benchUpdate(ctx context.Context, img, next *vmtest.Image, plinthctl, work string, add addFunc) error {
-	c, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: 3, Image: img, Dir: filepath.Join(work, "update"), DiskSizeBytes: 2 << 30, Progress: os.Stderr, DiskBoot: true})
+func benchUpdate(ctx context.Context, img, next *launch.Image, plinthctl, work string, add addFunc) error {
+	c, err := launch.LaunchCluster(ctx, launch.ClusterOptions{Nodes: 3, Image: img, Dir: filepath.Join(work, "update"), DiskSizeBytes: 2 << 30, Progress: os.Stderr, DiskBoot: true})
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func runTimed(ctx context.Context, name string, args ...string) ([]byte, time.Du
 }
 
 // waitVoter waits until node id is UP, HEALTHY and a voting etcd member.
-func waitVoter(ctx context.Context, c *vmtest.Cluster, id string) error {
+func waitVoter(ctx context.Context, c *launch.Cluster, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	for {

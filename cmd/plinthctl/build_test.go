@@ -9,9 +9,9 @@ import (
 
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/pki"
 	"plinth.dev/plinth/roleserver/parameters"
-	"plinth.dev/plinth/vmtest"
 )
 
 // TestNetbootParameters: build --params takes a cluster's register
@@ -41,7 +41,7 @@ func TestNetbootParameters(t *testing.T) {
 	if err != nil || arg != parameters.CmdlineKey+"="+parameters.CmdlineValue(raw) {
 		t.Fatalf("register parameters: %q, %v", arg, err)
 	}
-	for name, p := range map[string]*nodepb.Parameters{"bootstrap": vmtest.BootstrapParameters(), "hostname": named} {
+	for name, p := range map[string]*nodepb.Parameters{"bootstrap": launch.BootstrapParameters(), "hostname": named} {
 		if _, err := netbootParameters(write(name+".pb", p)); err == nil || !strings.Contains(err.Error(), "--params") {
 			t.Errorf("%s parameters: %v", name, err)
 		}

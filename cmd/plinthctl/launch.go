@@ -14,13 +14,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/roleserver/owner"
-	"plinth.dev/plinth/vmtest"
 )
 
 func init() {
 	add(spec{path: "launch", short: "Launch a local test cluster of N nodes in QEMU", group: groupImage,
-		long: "Launch a local test cluster in QEMU (package vmtest): the first node bootstraps it,\n" +
+		long: "Launch a local test cluster in QEMU (package launch): the first node bootstraps it,\n" +
 			"the others join; the owner configuration is DIR/owner. plinthctl prints how to reach\n" +
 			"the cluster and keeps it running until Ctrl-C, which powers every node off.",
 		maxArgs: 0, new: func() command { return new(launchCmd) }})
@@ -59,7 +59,7 @@ func (c *launchCmd) run(ctx context.Context, e *env, _ []string) error {
 	if c.dir == "" {
 		c.dir = filepath.Join(outDir(), "cluster")
 	}
-	img, err := vmtest.LoadImage(c.image)
+	img, err := launch.LoadImage(c.image)
 	if err != nil {
 		return err
 	}
@@ -71,13 +71,13 @@ func (c *launchCmd) run(ctx context.Context, e *env, _ []string) error {
 			return err
 		}
 	}
-	o := vmtest.ClusterOptions{Nodes: c.nodes, Image: img, Dir: c.dir, Progress: stderr, DiskSizeBytes: 4 << 30, Kubernetes: !c.noKubernetes}
+	o := launch.ClusterOptions{Nodes: c.nodes, Image: img, Dir: c.dir, Progress: stderr, DiskSizeBytes: 4 << 30, Kubernetes: !c.noKubernetes}
 	if c.consoles {
 		var mu sync.Mutex
 		o.Console = func(name string) io.Writer { return &prefixWriter{mu: &mu, w: stderr, prefix: name + "| "} }
 	}
 	fmt.Fprintf(stderr, "plinthctl: launching %d node(s) (%s acceleration); this takes minutes under TCG\n", c.nodes, accel())
-	cl, err := vmtest.LaunchCluster(ctx, o)
+	cl, err := launch.LaunchCluster(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 // taintConsensusMembers puts the control plane taint on the cluster's
 // consensus members (the bootstrap node) once their Kubernetes nodes
 // exist, so that pods go to the other workers.
-func taintConsensusMembers(ctx context.Context, cl *vmtest.Cluster, stderr io.Writer) {
+func taintConsensusMembers(ctx context.Context, cl *launch.Cluster, stderr io.Writer) {
 	n := cl.Nodes()[0]
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, time.Minute)

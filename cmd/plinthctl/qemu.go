@@ -1,10 +1,10 @@
 package main
 
-import "plinth.dev/plinth/vmtest"
+import "plinth.dev/plinth/launch"
 
 // accel names the acceleration QEMU will use (run, launch).
 func accel() string {
-	if vmtest.KVMAvailable() {
+	if launch.KVMAvailable() {
 		return "KVM"
 	}
 	return "TCG (no KVM)"

@@ -17,11 +17,11 @@ import (
 
 	"plinth.dev/plinth/api/nodepb"
 	"plinth.dev/plinth/board"
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/atomicfile"
 	"plinth.dev/plinth/platform/layout"
 	"plinth.dev/plinth/roleserver/owner"
 	"plinth.dev/plinth/roleserver/parameters"
-	"plinth.dev/plinth/vmtest"
 )
 
 func init() {
@@ -82,7 +82,7 @@ func (c *runCmd) defaults() {
 func (c *runCmd) run(ctx context.Context, e *env, _ []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	c.defaults()
-	img, err := vmtest.LoadImage(c.image)
+	img, err := launch.LoadImage(c.image)
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (c *runCmd) run(ctx context.Context, e *env, _ []string) error {
 	o.DiskPath, o.DiskSizeBytes = filepath.Join(c.state, "disk.img"), c.diskSize
 	o.TPMStateDir = filepath.Join(c.state, "tpm")
 	o.Console = stdout
-	for _, f := range []vmtest.Forward{{HostPort: c.curatorPort, GuestPort: layout.CuratorPort}, {HostPort: c.mgmtPort, GuestPort: layout.NodeManagementPort},
+	for _, f := range []launch.Forward{{HostPort: c.curatorPort, GuestPort: layout.CuratorPort}, {HostPort: c.mgmtPort, GuestPort: layout.NodeManagementPort},
 		{HostPort: c.apiPort, GuestPort: layout.KubernetesAPIPort}} {
 		if f.HostPort != 0 {
 			o.HostForwards = append(o.HostForwards, f)
@@ -108,7 +108,7 @@ func (c *runCmd) run(ctx context.Context, e *env, _ []string) error {
 	fmt.Fprintf(stderr, "plinthctl: booting %s (kernel %s, %s acceleration); console log in %s; Ctrl-C powers the node off\n",
 		img.Manifest.Board, img.Manifest.KernelVersion, accel(), filepath.Join(c.state, "console.log"))
 	g := runGuide{self: selfCommand(), state: c.state, ownerDir: c.ownerDir, params: params, paramsFile: c.params,
-		curatorPort: c.curatorPort, mgmtPort: c.mgmtPort, apiPort: c.apiPort, kvm: vmtest.KVMAvailable()}
+		curatorPort: c.curatorPort, mgmtPort: c.mgmtPort, apiPort: c.apiPort, kvm: launch.KVMAvailable()}
 	g.kubectl = projectKubectl(g.self)
 	g.owner, g.ownerErr = owner.LoadConfig(c.ownerDir)
 	g.write(stderr)
@@ -147,15 +147,15 @@ func (c *runCmd) nodeParameters(stderr io.Writer) (*nodepb.Parameters, error) {
 	return p, nil
 }
 
-// rebootLine is what init prints last before a reboot (vmtest's too).
+// rebootLine is what init prints last before a reboot (the launcher's too).
 var rebootLine = regexp.MustCompile(`handing over to PID 1 .*action=reboot`)
 
 // bootOnce runs one boot of the node until QEMU exits, and reports
 // whether the guest rebooted.
-func bootOnce(ctx context.Context, stderr io.Writer, o vmtest.NodeOptions) (bool, error) {
+func bootOnce(ctx context.Context, stderr io.Writer, o launch.NodeOptions) (bool, error) {
 	o.Progress = stderr
 	// The node must outlive the first Ctrl-C, which only asks it to stop.
-	n, err := vmtest.Launch(context.WithoutCancel(ctx), o)
+	n, err := launch.Launch(context.WithoutCancel(ctx), o)
 	if err != nil {
 		return false, err
 	}

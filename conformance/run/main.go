@@ -20,7 +20,7 @@
 //	  metrics ──► OUT/nodes/*.metrics (nodelogs.go); the cluster powered off
 //
 // Why a program and not a script: the cluster comes from the VM test
-// harness (vmtest.LaunchCluster, as plinthctl launch), and it must be
+// harness (launch.LaunchCluster, as plinthctl launch), and it must be
 // torn down whatever happens, the report still written.
 package main
 
@@ -38,7 +38,7 @@ import (
 
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/internal/testutil/e2especs"
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 // The default selection: what conformance certification runs in
@@ -81,7 +81,7 @@ type runCmd struct {
 }
 
 func main() {
-	vmtest.MaybeProxy() // the registry's guest forwards run this program as their proxy
+	launch.MaybeProxy() // the registry's guest forwards run this program as their proxy
 	c := runCmd{grace: 3 * time.Minute, pollEvery: 5 * time.Second, nodeEvery: 30 * time.Second}
 	flag.StringVar(&c.image, "image", "out/image-conformance/qemu-x86_64", "node image built with plinthctl build --conformance-images")
 	flag.StringVar(&c.out, "out", "out/conformance", "directory for the cluster, logs, the JUnit report and the summary")
@@ -270,7 +270,7 @@ func (c *runCmd) runRounds(ctx context.Context, kubeconfig string, rounds []roun
 // kubeconfig; stop, if not nil, powers the cluster off and stops the
 // registry.
 func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, err error) {
-	img, err := vmtest.LoadImage(c.image)
+	img, err := launch.LoadImage(c.image)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w (make conformance builds the image with -conformance-images)", err)
 	}
@@ -286,7 +286,7 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 		return nil, "", err
 	}
 	fmt.Printf("conformance: launching %d nodes of %d MiB from %s (minutes under TCG)\n", c.clusterNodes, img.Board.QEMU.MemoryMiB, c.image)
-	cl, err := vmtest.LaunchCluster(ctx, vmtest.ClusterOptions{Nodes: c.clusterNodes, Image: img, Dir: dir, Progress: os.Stdout,
+	cl, err := launch.LaunchCluster(ctx, launch.ClusterOptions{Nodes: c.clusterNodes, Image: img, Dir: dir, Progress: os.Stdout,
 		DiskSizeBytes: 8 << 30, Kubernetes: true, Registry: reg})
 	if err != nil {
 		reg.Close()

@@ -15,8 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"plinth.dev/plinth/launch"
 	"plinth.dev/plinth/platform/ociarchive"
-	"plinth.dev/plinth/vmtest"
 )
 
 // The nodes carry every image the suite uses, imported and pinned, so
@@ -24,17 +24,17 @@ import (
 // (the projected pod certificate's mTLS spec): then the kubelet asks the
 // registry for the manifest whatever the node has. So the runner serves
 // the same images, the archive the image build wrote beside the image,
-// from a registry of its own (vmtest.Registry), and the cluster policy
+// from a registry of its own (launch.Registry), and the cluster policy
 // makes it the mirror of their registries, as an owner of an offline
 // cluster would:
 //
-//	OUT/…/conformance.tar ──► vmtest.Registry (TLS, its own CA) ◄── slirp guestfwd ◄── containerd on the nodes
+//	OUT/…/conformance.tar ──► launch.Registry (TLS, its own CA) ◄── slirp guestfwd ◄── containerd on the nodes
 //	plinthctl cluster policy --registry registry.k8s.io --mirror https://<guest address> --registry-ca …
 
 // startMirror serves the images of archive (an OCI layout in a tar, as
 // the image build writes it) and returns the registry and the hosts of
 // the images' references.
-func startMirror(archive, scratch string) (reg *vmtest.Registry, hosts []string, err error) {
+func startMirror(archive, scratch string) (reg *launch.Registry, hosts []string, err error) {
 	dir := filepath.Join(scratch, "registry-layout")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, nil, err
@@ -51,7 +51,7 @@ func startMirror(archive, scratch string) (reg *vmtest.Registry, hosts []string,
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", archive, err)
 	}
-	if reg, err = vmtest.StartRegistry(vmtest.DefaultSubnet, vmtest.ProxyCommand); err != nil {
+	if reg, err = launch.StartRegistry(launch.DefaultSubnet, launch.ProxyCommand); err != nil {
 		return nil, nil, err
 	}
 	defer func() {
@@ -83,7 +83,7 @@ func startMirror(archive, scratch string) (reg *vmtest.Registry, hosts []string,
 }
 
 // mirrorPolicy makes reg the mirror of hosts in the cluster policy.
-func (c *runCmd) mirrorPolicy(ctx context.Context, cl *vmtest.Cluster, reg *vmtest.Registry, hosts []string) error {
+func (c *runCmd) mirrorPolicy(ctx context.Context, cl *launch.Cluster, reg *launch.Registry, hosts []string) error {
 	ca := filepath.Join(cl.OwnerDir(), "mirror-ca.pem")
 	if err := os.WriteFile(ca, reg.CAPEM, 0o600); err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"plinth.dev/plinth/internal/testutil/e2especs"
-	"plinth.dev/plinth/vmtest"
+	"plinth.dev/plinth/launch"
 )
 
 // A certification submission is what the CNCF's conformance repository
@@ -182,7 +182,7 @@ func (c *runCmd) submit(r round, res *results) {
 		}
 	}
 	version := ""
-	if img, err := vmtest.LoadImage(c.image); err == nil {
+	if img, err := launch.LoadImage(c.image); err == nil {
 		version = img.Manifest.Version
 	}
 	dir, err := writeSubmission(c.out, submissionRun{

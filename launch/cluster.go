@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -191,7 +191,7 @@ func BootstrapParametersWithOwner() (*nodepb.Parameters, ed25519.PrivateKey) {
 // other nodes one by one (ticket → register parameters → boot → NEW →
 // approve → UP). On error everything is stopped again.
 func LaunchCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
-	c, err := newCluster(ctx, o)
+	c, err := NewCluster(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func LaunchCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error
 	if err := c.takeOwnership(ctx, boot, key); err != nil {
 		return nil, err
 	}
-	up, err := c.waitNode(ctx, boot, "UP and HEALTHY", upAndHealthy)
+	up, err := c.WaitNode(ctx, boot, "UP and HEALTHY", UpAndHealthy)
 	if err != nil {
 		return nil, err
 	}
@@ -248,16 +248,16 @@ func LaunchCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error
 	return c, nil
 }
 
-// newCluster makes the switch with a slot for every node and spare, and
+// NewCluster makes the switch with a slot for every node and spare, and
 // the router with their forwards; no node is started.
-func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
+func NewCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 	switch {
 	case o.Image == nil:
-		return nil, errors.New("vmtest: ClusterOptions.Image is required")
+		return nil, errors.New("launch: ClusterOptions.Image is required")
 	case o.Dir == "":
-		return nil, errors.New("vmtest: ClusterOptions.Dir is required")
+		return nil, errors.New("launch: ClusterOptions.Dir is required")
 	case o.Nodes < 1:
-		return nil, errors.New("vmtest: a cluster needs at least one node")
+		return nil, errors.New("launch: a cluster needs at least one node")
 	}
 	if !o.Subnet.IsValid() {
 		o.Subnet = DefaultSubnet
@@ -275,7 +275,7 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 		o.StepTimeout = 10 * time.Minute
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("vmtest: %w", err)
+		return nil, fmt.Errorf("launch: %w", err)
 	}
 	c := &Cluster{opts: o}
 	defer func() {
@@ -304,7 +304,7 @@ func newCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 	if o.Registry != nil {
 		for _, f := range o.Registry.forwards() {
 			if !o.Subnet.Contains(f.Guest.Addr()) {
-				return nil, fmt.Errorf("vmtest: the registry is at %v, outside the cluster's network %v", f.Guest.Addr(), o.Subnet)
+				return nil, fmt.Errorf("launch: the registry is at %v, outside the cluster's network %v", f.Guest.Addr(), o.Subnet)
 			}
 			toHost = append(toHost, f)
 		}
@@ -364,11 +364,34 @@ func (c *Cluster) setParams(n *ClusterNode, p *nodepb.Parameters) error {
 		c.opts.Parameters(n.Name, p)
 	}
 	if err := os.MkdirAll(filepath.Join(n.Dir, "tpm"), 0o755); err != nil {
-		return fmt.Errorf("vmtest: %w", err)
+		return fmt.Errorf("launch: %w", err)
 	}
 	var err error
 	n.params, err = WriteParameters(filepath.Join(n.Dir, "parameters.pb"), p)
 	return err
+}
+
+// StartWith boots slot n (from FreeSlot, or a stopped node) with the
+// parameters p instead of those the cluster would write: a node with a
+// wrong ticket, a bootstrap of its own. The cluster's own additions
+// (Kubernetes, the TPM's measured-boot setting, ClusterOptions.Parameters)
+// apply as to every node.
+func (c *Cluster) StartWith(ctx context.Context, n *ClusterNode, p *nodepb.Parameters) error {
+	if err := c.setParams(n, p); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.used = true
+	n.mu.Unlock()
+	return c.start(ctx, n)
+}
+
+// Slots are the cluster's slots in address order: its nodes and the
+// spares not started yet.
+func (c *Cluster) Slots() []*ClusterNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.slots)
 }
 
 // OwnerDir is the owner configuration directory (plinthctl --config).
@@ -526,12 +549,12 @@ func (c *Cluster) AddNode(ctx context.Context, opts ...AddNodeOption) (*ClusterN
 	for _, opt := range opts {
 		opt(&o)
 	}
-	n, err := c.freeSlot(ctx)
+	n, err := c.FreeSlot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	reg, err := c.registerParameters(ctx)
+	reg, err := c.RegisterParameters(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +587,7 @@ func (c *Cluster) AddNode(ctx context.Context, opts ...AddNodeOption) (*ClusterN
 	if err != nil {
 		return nil, err
 	}
-	rec, err := c.waitNode(ctx, n, "registered", func(r *clusterpb.Node) bool { return r.GetState() != clusterpb.NodeState_NODE_STATE_UNSPECIFIED })
+	rec, err := c.WaitNode(ctx, n, "registered", func(r *clusterpb.Node) bool { return r.GetState() != clusterpb.NodeState_NODE_STATE_UNSPECIFIED })
 	if err != nil {
 		return nil, err
 	}
@@ -586,14 +609,14 @@ func (c *Cluster) AddNode(ctx context.Context, opts ...AddNodeOption) (*ClusterN
 		}
 		n.mark(&n.times.Approved)
 	}
-	if _, err := c.waitNode(ctx, n, "UP", func(r *clusterpb.Node) bool { return r.GetState() == clusterpb.NodeState_NODE_STATE_UP }); err != nil {
+	if _, err := c.WaitNode(ctx, n, "UP", func(r *clusterpb.Node) bool { return r.GetState() == clusterpb.NodeState_NODE_STATE_UP }); err != nil {
 		return nil, err
 	}
 	n.mark(&n.times.Up)
 	c.logf("%s is UP (%s after boot)", n.Name, time.Since(start).Round(time.Second))
 	// UP is the curator's record; HEALTHY means the node's own Role Server
 	// runs (its data volume is open and it sends heartbeats).
-	if _, err := c.waitNode(ctx, n, "HEALTHY", upAndHealthy); err != nil {
+	if _, err := c.WaitNode(ctx, n, "HEALTHY", UpAndHealthy); err != nil {
 		return nil, err
 	}
 	n.mark(&n.times.Healthy)
@@ -640,7 +663,7 @@ func (c *Cluster) powerCutWhileNew(ctx context.Context, n *ClusterNode, rec *clu
 	// an API the owner could ask, and its RegisterNode of a known key
 	// changes nothing in its record.
 	if _, err := n.VM().WaitForLine(ctx, regexp.MustCompile(`I root\.enrolment: resuming the registration begun before a reboot node=`+regexp.QuoteMeta(rec.GetId()))); err != nil {
-		return fmt.Errorf("vmtest: %s did not resume its registration as %s: %w", n.Name, rec.GetId(), err)
+		return fmt.Errorf("launch: %s did not resume its registration as %s: %w", n.Name, rec.GetId(), err)
 	}
 	if _, err := n.VM().WaitForLine(ctx, regexp.MustCompile(`I root\.enrolment: registered: waiting for the owner to approve this node`)); err != nil {
 		return err
@@ -650,18 +673,20 @@ func (c *Cluster) powerCutWhileNew(ctx context.Context, n *ClusterNode, rec *clu
 		return err
 	}
 	if after != before {
-		return fmt.Errorf("vmtest: %d NEW records after %s's power cut, %d before: it registered a second identity", after, n.Name, before)
+		return fmt.Errorf("launch: %d NEW records after %s's power cut, %d before: it registered a second identity", after, n.Name, before)
 	}
 	return nil
 }
 
-func upAndHealthy(r *clusterpb.Node) bool {
+// UpAndHealthy is the WaitNode condition of a node that serves: UP, and
+// HEALTHY by its heartbeats.
+func UpAndHealthy(r *clusterpb.Node) bool {
 	return r.GetState() == clusterpb.NodeState_NODE_STATE_UP && r.GetHealth() == clusterpb.NodeHealth_NODE_HEALTH_HEALTHY
 }
 
-// freeSlot returns an unused slot, making a new one (and restarting the
+// FreeSlot returns an unused slot, making a new one (and restarting the
 // router with its forwards) when the spares are used up.
-func (c *Cluster) freeSlot(ctx context.Context) (*ClusterNode, error) {
+func (c *Cluster) FreeSlot(ctx context.Context) (*ClusterNode, error) {
 	c.mu.Lock()
 	for _, n := range c.slots {
 		n.mu.Lock()
@@ -688,10 +713,10 @@ func (c *Cluster) freeSlot(ctx context.Context) (*ClusterNode, error) {
 	return n, nil
 }
 
-// registerParameters are the CA and ticket from the cluster, with the
+// RegisterParameters are the CA and ticket from the cluster, with the
 // curators of the directory (addresses on the switch network), or the
 // bootstrap node's address if the directory names none there.
-func (c *Cluster) registerParameters(ctx context.Context) (*nodepb.Register, error) {
+func (c *Cluster) RegisterParameters(ctx context.Context) (*nodepb.Register, error) {
 	boot := c.slots[0]
 	var info *clusterpb.GetClusterInfoResponse
 	var ticket []byte

@@ -1,6 +1,6 @@
 //go:build built
 
-package vmtest
+package launch
 
 import (
 	"bytes"

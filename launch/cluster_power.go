@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"plinth.dev/plinth/platform/supervisor"
 )
 
 // Power and boot control of the nodes of a Cluster.
@@ -24,7 +26,7 @@ func (c *Cluster) startLocked(ctx context.Context, n *ClusterNode) (err error) {
 		select {
 		case <-n.vm.Exited():
 		default:
-			return fmt.Errorf("vmtest: %s is running", n.Name)
+			return fmt.Errorf("launch: %s is running", n.Name)
 		}
 		n.vm.Close()
 	}
@@ -82,7 +84,7 @@ func (c *Cluster) watch(n *ClusterNode, vm *Node) {
 	}
 	rebooted := slices.ContainsFunc(vm.Lines(), rebootLine.MatchString)
 	if !rebooted {
-		c.logf("%s: powered off (%s)", n.Name, vm.exitStatus())
+		c.logf("%s: powered off (%s)", n.Name, vm.ExitStatus())
 		return
 	}
 	c.logf("%s: rebooting", n.Name)
@@ -136,10 +138,10 @@ func (c *Cluster) StartNode(ctx context.Context, n *ClusterNode) error {
 func (c *Cluster) RebootNode(ctx context.Context, n *ClusterNode) error {
 	old := n.VM()
 	if n.ID() == "" {
-		return fmt.Errorf("vmtest: %s has no node ID yet", n.Name)
+		return fmt.Errorf("launch: %s has no node ID yet", n.Name)
 	}
 	if err := c.Client().Reboot(ctx, n.ID()); err != nil {
-		return fmt.Errorf("vmtest: %s: reboot: %w", n.Name, err)
+		return fmt.Errorf("launch: %s: reboot: %w", n.Name, err)
 	}
 	var exitedAt time.Time
 	for {
@@ -151,12 +153,12 @@ func (c *Cluster) RebootNode(ctx context.Context, n *ClusterNode) error {
 			if exitedAt.IsZero() {
 				exitedAt = time.Now()
 			} else if time.Since(exitedAt) > 5*time.Second {
-				return fmt.Errorf("vmtest: %s powered off instead of rebooting (%s)", n.Name, old.exitStatus())
+				return fmt.Errorf("launch: %s powered off instead of rebooting (%s)", n.Name, old.ExitStatus())
 			}
 		default:
 		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return fmt.Errorf("vmtest: %s: waiting for the reboot: %w", n.Name, ctx.Err())
+		if supervisor.Sleep(ctx, 200*time.Millisecond) != nil {
+			return fmt.Errorf("launch: %s: waiting for the reboot: %w", n.Name, ctx.Err())
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func (c *Cluster) takeOwnership(ctx context.Context, boot *ClusterNode, key ed25
 	// presenting another one.
 	lines, err := boot.VM().WaitForLine(ctx, bootstrappedLine)
 	if err != nil {
-		return fmt.Errorf("vmtest: %s: no bootstrap line with the CA fingerprint: %w", boot.Name, err)
+		return fmt.Errorf("launch: %s: no bootstrap line with the CA fingerprint: %w", boot.Name, err)
 	}
 	fp, err := pki.ParseFingerprint(lines[1])
 	if err != nil {

@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"encoding/binary"
@@ -50,7 +50,7 @@ type Switch struct {
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
 
-	// observe, if set (tests only), sees every frame entering the switch
+	// observe, if set (Observe), sees every frame entering the switch
 	// with the name of the port it came from.
 	observe func(port string, frame []byte)
 }
@@ -77,7 +77,7 @@ const portQueue = 512
 func NewSwitch(dir string, subnet netip.Prefix) (*Switch, error) {
 	subnet = subnet.Masked()
 	if !subnet.Addr().Is4() || subnet.Bits() > 27 {
-		return nil, fmt.Errorf("vmtest: switch subnet %v: need an IPv4 prefix of /27 or shorter", subnet)
+		return nil, fmt.Errorf("launch: switch subnet %v: need an IPv4 prefix of /27 or shorter", subnet)
 	}
 	addr := subnet.Addr().Next()
 	next := addr
@@ -133,7 +133,7 @@ func (s *Switch) PortAddr(name string) (netip.Addr, error) {
 			return s.reserved[p.mac.String()], nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("vmtest: switch has no node port %q", name)
+	return netip.Addr{}, fmt.Errorf("launch: switch has no node port %q", name)
 }
 
 // routerPort makes a port for a Router: no address, no DHCP. It returns
@@ -150,11 +150,11 @@ func (s *Switch) addPort(name string, router bool) (*swPort, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errors.New("vmtest: switch closed")
+		return nil, errors.New("launch: switch closed")
 	}
 	n := len(s.ports) + 1
 	if n > 0xffff {
-		return nil, errors.New("vmtest: too many switch ports")
+		return nil, errors.New("launch: too many switch ports")
 	}
 	p := &swPort{name: name, router: router, path: filepath.Join(s.dir, name+"-sw.sock"),
 		remote: &net.UnixAddr{Name: filepath.Join(s.dir, name+".sock"), Net: "unixgram"},
@@ -164,7 +164,7 @@ func (s *Switch) addPort(name string, router bool) (*swPort, error) {
 		p.mac = net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, byte(n >> 8), byte(n)}
 		var ok bool
 		if addr, ok = s.allocLocked(); !ok {
-			return nil, fmt.Errorf("vmtest: switch port %s: no free address left in %v", name, s.subnet)
+			return nil, fmt.Errorf("launch: switch port %s: no free address left in %v", name, s.subnet)
 		}
 	}
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p.path, Net: "unixgram"})
@@ -172,7 +172,7 @@ func (s *Switch) addPort(name string, router bool) (*swPort, error) {
 		if addr.IsValid() {
 			s.next = addr // give the address back: nothing else took one since
 		}
-		return nil, fmt.Errorf("vmtest: switch port %s: %w", name, err)
+		return nil, fmt.Errorf("launch: switch port %s: %w", name, err)
 	}
 	p.conn = conn
 	if addr.IsValid() {
@@ -462,6 +462,15 @@ func ipChecksum(h []byte) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
+}
+
+// Observe hands every frame entering the switch from now on to f, with
+// the name of the port it came from (a capture: f must not keep frame,
+// and runs on the switch's path, so it must be quick). A nil f stops it.
+func (s *Switch) Observe(f func(port string, frame []byte)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observe = f
 }
 
 // SetBootFile makes the DHCP server offer url as the boot file (a UEFI

@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"plinth.dev/plinth/platform/supervisor"
 )
 
 // swtpm is the software TPM process backing one node.
@@ -67,7 +69,7 @@ func startSwtpm(ctx context.Context, stateDir, sock, logPath string) (*swtpm, er
 			return nil, fmt.Errorf("swtpm exited during startup (%s)%s", cmd.ProcessState, fileTail(logPath, 10))
 		default:
 		}
-		if !sleepCtx(ctx, 10*time.Millisecond) {
+		if supervisor.Sleep(ctx, 10*time.Millisecond) != nil {
 			t.stop(false)
 			return nil, fmt.Errorf("swtpm: waiting for %s: %w", sock, ctx.Err())
 		}

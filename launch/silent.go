@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -38,9 +38,9 @@ import (
 // starts before Launch counts the start as hung.
 const DefaultSilentStart = 3 * time.Minute
 
-// silentStartTries is how many launches Launch makes before it gives up on
+// SilentStartTries is how many launches Launch makes before it gives up on
 // a node whose guest prints nothing.
-const silentStartTries = 2
+const SilentStartTries = 2
 
 // ErrSilentStart is wrapped by Launch when every try printed nothing.
 var ErrSilentStart = errors.New("guest printed nothing")
@@ -70,7 +70,7 @@ func (n *Node) awaitFirstOutput(ctx context.Context, limit time.Duration) (silen
 	case <-n.exited:
 		return false, nil
 	case <-ctx.Done():
-		return false, fmt.Errorf("vmtest: node %s: waiting for its first console output: %w", n.opts.Name, ctx.Err())
+		return false, fmt.Errorf("launch: node %s: waiting for its first console output: %w", n.opts.Name, ctx.Err())
 	case <-t.C:
 		return true, nil
 	}
@@ -92,11 +92,11 @@ func (n *Node) silentStartReport(ctx context.Context, after time.Duration) strin
 	b.WriteString(threadStates(pid))
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if ret, err := n.qmp(qctx, "query-status", nil); err != nil {
+	if ret, err := n.QMP(qctx, "query-status", nil); err != nil {
 		fmt.Fprintf(&b, "QMP query-status: %v (a QEMU whose main loop is blocked does not answer)\n", err)
 	} else {
 		fmt.Fprintf(&b, "QMP query-status: %s\n", ret)
-		if ret, err := n.qmp(qctx, "human-monitor-command", map[string]string{"command-line": "info registers -a"}); err != nil {
+		if ret, err := n.QMP(qctx, "human-monitor-command", map[string]string{"command-line": "info registers -a"}); err != nil {
 			fmt.Fprintf(&b, "info registers: %v\n", err)
 		} else {
 			fmt.Fprintf(&b, "info registers -a:\n%s\n", hmpText(ret))

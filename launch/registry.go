@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"bytes"
@@ -69,7 +69,7 @@ func registryGuests(subnet netip.Prefix) []netip.Addr {
 // listener's address: a registry client opens several connections.
 func StartRegistry(subnet netip.Prefix, proxy func(addr string) string) (*Registry, error) {
 	r := &Registry{Username: "puller", Password: "pull-" + rand.Text()[:12], guests: registryGuests(subnet), proxy: proxy}
-	ca, err := pki.NewCA("Plinth vmtest registry CA", 24*time.Hour)
+	ca, err := pki.NewCA("Plinth harness registry CA", 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func (r *Registry) basicAuth(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		u, p, ok := req.BasicAuth()
 		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(r.Username)) != 1 || subtle.ConstantTimeCompare([]byte(p), []byte(r.Password)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Basic realm="plinth vmtest registry"`)
+			w.Header().Set("WWW-Authenticate", `Basic realm="plinth harness registry"`)
 			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
 			return
 		}
@@ -233,7 +233,7 @@ func (r *Registry) Push(repo, tag string, img v1.Image) (v1.Hash, error) {
 	req := httptest.NewRequest(http.MethodPut, "/v2/"+repo+"/manifests/"+tag, bytes.NewReader(manifest))
 	req.Header.Set("Content-Type", string(mt))
 	if err := r.serve(req, http.StatusCreated); err != nil {
-		return v1.Hash{}, fmt.Errorf("vmtest: registry: manifest %s:%s: %w", repo, tag, err)
+		return v1.Hash{}, fmt.Errorf("launch: registry: manifest %s:%s: %w", repo, tag, err)
 	}
 	return img.Digest()
 }
@@ -242,7 +242,7 @@ func (r *Registry) Push(repo, tag string, img v1.Image) (v1.Hash, error) {
 func (r *Registry) putBlob(repo string, d v1.Hash, b []byte) error {
 	req := httptest.NewRequest(http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+d.String(), bytes.NewReader(b))
 	if err := r.serve(req, http.StatusCreated); err != nil {
-		return fmt.Errorf("vmtest: registry: blob %s: %w", d, err)
+		return fmt.Errorf("launch: registry: blob %s: %w", d, err)
 	}
 	return nil
 }

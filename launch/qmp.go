@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"plinth.dev/plinth/platform/supervisor"
 )
 
 // qmpConnectTimeout covers the window right after exec in which QEMU has
@@ -32,7 +34,7 @@ type qmpKey struct {
 // PowerDown presses the ACPI power button; whether and how fast the guest
 // reacts is up to the guest.
 func (n *Node) PowerDown(ctx context.Context) error {
-	_, err := n.qmp(ctx, "system_powerdown", nil)
+	_, err := n.QMP(ctx, "system_powerdown", nil)
 	return err
 }
 
@@ -40,15 +42,15 @@ func (n *Node) PowerDown(ctx context.Context) error {
 // console user asks init for a reboot (and, with -no-reboot, QEMU then exits).
 func (n *Node) CtrlAltDel(ctx context.Context) error {
 	keys := []qmpKey{{"qcode", "ctrl"}, {"qcode", "alt"}, {"qcode", "delete"}}
-	_, err := n.qmp(ctx, "send-key", map[string]any{"keys": keys})
+	_, err := n.QMP(ctx, "send-key", map[string]any{"keys": keys})
 	return err
 }
 
-// qmp runs one command on a fresh connection. QEMU's QMP socket serves one
+// QMP runs one command on a fresh connection. QEMU's QMP socket serves one
 // client at a time, so holding a connection open would block anyone else
 // (e.g. a developer poking at a `make run` node with socat); calls are
 // serialised so our own commands never queue behind each other.
-func (n *Node) qmp(ctx context.Context, command string, args any) (json.RawMessage, error) {
+func (n *Node) QMP(ctx context.Context, command string, args any) (json.RawMessage, error) {
 	n.qmpMu.Lock()
 	defer n.qmpMu.Unlock()
 	ret, err := n.qmpLocked(ctx, command, args)
@@ -124,10 +126,10 @@ func (n *Node) qmpDial(ctx context.Context) (net.Conn, error) {
 		}
 		select {
 		case <-n.exited:
-			return nil, fmt.Errorf("%w (%s)", ErrExited, n.exitStatus())
+			return nil, fmt.Errorf("%w (%s)", ErrExited, n.ExitStatus())
 		default:
 		}
-		if !sleepCtx(dctx, 50*time.Millisecond) {
+		if supervisor.Sleep(dctx, 50*time.Millisecond) != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", n.qmpPath, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"bufio"
@@ -77,11 +77,11 @@ type GuestForward struct {
 // workDir/router.log. One router per switch.
 func StartRouter(ctx context.Context, sw *Switch, workDir string, guests []netip.AddrPort, toHost ...GuestForward) (*Router, error) {
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
-		return nil, fmt.Errorf("vmtest: router: %w", err)
+		return nil, fmt.Errorf("launch: router: %w", err)
 	}
 	for _, g := range guests {
 		if !sw.Subnet().Contains(g.Addr()) {
-			return nil, fmt.Errorf("vmtest: router: %v is not on the switch's network %v", g, sw.Subnet())
+			return nil, fmt.Errorf("launch: router: %v is not on the switch's network %v", g, sw.Subnet())
 		}
 	}
 	local, remote, err := sw.routerPort("router")
@@ -117,12 +117,12 @@ func (r *Router) AddForwards(ctx context.Context, guests []netip.AddrPort) error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return errors.New("vmtest: router closed")
+		return errors.New("launch: router closed")
 	}
 	added := false
 	for _, g := range guests {
 		if !r.sw.Subnet().Contains(g.Addr()) {
-			return fmt.Errorf("vmtest: router: %v is not on the switch's network %v", g, r.sw.Subnet())
+			return fmt.Errorf("launch: router: %v is not on the switch's network %v", g, r.sw.Subnet())
 		}
 		if _, ok := r.forwards[g]; !ok {
 			r.forwards[g], added = 0, true
@@ -193,7 +193,7 @@ func (r *Router) pickPortsLocked() error {
 		for {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				return fmt.Errorf("vmtest: router: picking a port: %w", err)
+				return fmt.Errorf("launch: router: picking a port: %w", err)
 			}
 			lns = append(lns, l)
 			if p = l.Addr().(*net.TCPAddr).Port; !used[p] {
@@ -237,7 +237,7 @@ func (r *Router) launchLocked(ctx context.Context) error {
 	logPath := filepath.Join(r.workDir, "router.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("vmtest: router: %w", err)
+		return fmt.Errorf("launch: router: %w", err)
 	}
 	args := r.qemuArgs()
 	fmt.Fprintf(logf, "# qemu-system-x86_64 %s\n", shellJoin(args))
@@ -246,7 +246,7 @@ func (r *Router) launchLocked(ctx context.Context) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("vmtest: router: starting qemu: %w", err)
+		return fmt.Errorf("launch: router: starting qemu: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
@@ -268,10 +268,10 @@ func (r *Router) launchLocked(ctx context.Context) error {
 		case <-exited:
 			r.cmd = nil
 			logf.Close()
-			return fmt.Errorf("vmtest: router: qemu exited (%s)%s", cmd.ProcessState, fileTail(logPath, 5))
+			return fmt.Errorf("launch: router: qemu exited (%s)%s", cmd.ProcessState, fileTail(logPath, 5))
 		case <-ctx.Done():
 			r.stopLocked()
-			return fmt.Errorf("vmtest: router: waiting for forwarded ports: %w", ctx.Err())
+			return fmt.Errorf("launch: router: waiting for forwarded ports: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package vmtest
+package launch
 
 // hostTSCkHz: only an amd64 host's TSC is the TCG guest's (QEMU reads
 // the host's counter for the guest's RDTSC); elsewhere the guest

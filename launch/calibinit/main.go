@@ -9,7 +9,7 @@
 // then powers off. Any failure prints "calibration: failed: ..." and
 // powers off too.
 //
-// The initramfs (vmtest.BuildInitramfs) holds this program as /init, the
+// The initramfs (launch.BuildInitramfs) holds this program as /init, the
 // multi-call kube binary as /kube and /etc/hosts (kube-apiserver's
 // loopback client dials "localhost" when it binds 0.0.0.0).
 //

@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"plinth.dev/plinth/api/clusterpb"
+	"plinth.dev/plinth/platform/supervisor"
 	"plinth.dev/plinth/roleserver/identity"
 	"plinth.dev/plinth/roleserver/rpc"
 )
@@ -21,10 +22,10 @@ import (
 // typed state the cluster's and the nodes' own APIs report, polled every
 // retryInterval:
 //
-//	waitNode    Management.GetNodes: the curator's record of a node (state,
+//	WaitNode    Management.GetNodes: the curator's record of a node (state,
 //	            health, roles, etcd membership, and the status the node
 //	            last pushed: version, boot count, slot and updates)
-//	waitStatus  NodeManagement.Status of the node itself: its live status
+//	WaitStatus  NodeManagement.Status of the node itself: its live status
 //	            (the same fields, as of now rather than of its last push)
 //	            and its supervisor's runnables (what its roles make it run)
 //
@@ -65,28 +66,28 @@ func (c *Cluster) retry(ctx context.Context, n *ClusterNode, what string, fn fun
 			return nil
 		}
 		if !retriable(err) {
-			return fmt.Errorf("vmtest: %s: %s: %w", n.Name, what, err)
+			return fmt.Errorf("launch: %s: %s: %w", n.Name, what, err)
 		}
 		vm := n.VM()
 		select {
 		case <-vm.Exited():
 			// A reboot is followed by the next boot (see watch).
 			if !slices.ContainsFunc(vm.Lines(), rebootLine.MatchString) {
-				return fmt.Errorf("vmtest: %s: %s: node exited (%s); last console lines:\n%s", n.Name, what, vm.exitStatus(), vm.tail())
+				return fmt.Errorf("launch: %s: %s: node exited (%s); last console lines:\n%s", n.Name, what, vm.ExitStatus(), vm.Tail())
 			}
-			if !sleepCtx(ctx, 2*time.Second) {
-				return fmt.Errorf("vmtest: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
+			if supervisor.Sleep(ctx, 2*time.Second) != nil {
+				return fmt.Errorf("launch: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("vmtest: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
+			return fmt.Errorf("launch: %s: %s: %w (last error: %v)", n.Name, what, ctx.Err(), err)
 		case <-time.After(retryInterval):
 		}
 	}
 }
 
-// waitNode waits for the cluster to list n (by address, or by its known
+// WaitNode waits for the cluster to list n (by address, or by its known
 // ID) in a record for which ok holds.
-func (c *Cluster) waitNode(ctx context.Context, n *ClusterNode, what string, ok func(*clusterpb.Node) bool) (*clusterpb.Node, error) {
+func (c *Cluster) WaitNode(ctx context.Context, n *ClusterNode, what string, ok func(*clusterpb.Node) bool) (*clusterpb.Node, error) {
 	var found *clusterpb.Node
 	err := c.retry(ctx, n, "waiting to be "+what, func(ctx context.Context) error {
 		nodes, err := c.Client().Nodes(ctx)
@@ -103,9 +104,9 @@ func (c *Cluster) waitNode(ctx context.Context, n *ClusterNode, what string, ok 
 	return found, err
 }
 
-// waitStatus waits until n's own status (nodeStatus) is one for which ok
+// WaitStatus waits until n's own status (nodeStatus) is one for which ok
 // holds.
-func (c *Cluster) waitStatus(ctx context.Context, n *ClusterNode, what string, ok func(*clusterpb.StatusResponse) bool) (*clusterpb.StatusResponse, error) {
+func (c *Cluster) WaitStatus(ctx context.Context, n *ClusterNode, what string, ok func(*clusterpb.StatusResponse) bool) (*clusterpb.StatusResponse, error) {
 	var found *clusterpb.StatusResponse
 	err := c.retry(ctx, n, "waiting for its status to show "+what, func(ctx context.Context) error {
 		st, err := c.nodeStatus(ctx, n)
@@ -121,7 +122,7 @@ func (c *Cluster) waitStatus(ctx context.Context, n *ClusterNode, what string, o
 	return found, err
 }
 
-// statusSummary is what a failed waitStatus shows of the last status:
+// statusSummary is what a failed WaitStatus shows of the last status:
 // the node's own fields and its runnables' states, not their processes.
 func statusSummary(st *clusterpb.StatusResponse) string {
 	s := st.GetStatus()
@@ -132,9 +133,9 @@ func statusSummary(st *clusterpb.StatusResponse) string {
 	return fmt.Sprintf("version %s, boot %d, software {%v}, runnables %s", s.GetVersion(), s.GetBootCount(), s.GetSoftware(), strings.Join(rs, " "))
 }
 
-// hasRunnable reports whether st lists the supervisor runnable dn: a
+// HasRunnable reports whether st lists the supervisor runnable dn: a
 // role's runnables are there while the node runs the role.
-func hasRunnable(st *clusterpb.StatusResponse, dn string) bool {
+func HasRunnable(st *clusterpb.StatusResponse, dn string) bool {
 	return slices.ContainsFunc(st.GetRunnables(), func(r *clusterpb.RunnableStatus) bool { return r.GetDn() == dn })
 }
 
@@ -143,7 +144,7 @@ func hasRunnable(st *clusterpb.StatusResponse, dn string) bool {
 // node, whose reconnects back off up to two minutes while the node
 // reboots, and a poll for its return would wait that out.
 func (c *Cluster) nodeStatus(ctx context.Context, n *ClusterNode) (*clusterpb.StatusResponse, error) {
-	cc, err := c.dial(c.NodeManagementEndpoint(n), identity.ServerNode, n.ID(), rpc.ClientConnectParams())
+	cc, err := c.Dial(c.NodeManagementEndpoint(n), identity.ServerNode, n.ID(), rpc.ClientConnectParams())
 	if err != nil {
 		return nil, err
 	}
@@ -151,15 +152,15 @@ func (c *Cluster) nodeStatus(ctx context.Context, n *ClusterNode) (*clusterpb.St
 	return clusterpb.NewNodeManagementClient(cc).Status(ctx, &clusterpb.StatusRequest{})
 }
 
-// dial connects to a forwarded endpoint with the owner's credentials, to
+// Dial connects to a forwarded endpoint with the owner's credentials, to
 // a server of role; node, if set, is the node ID that must answer (the
 // TLS server name, which the credentials' check pins).
-func (c *Cluster) dial(endpoint string, role identity.ServerRole, node string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+func (c *Cluster) Dial(endpoint string, role identity.ServerRole, node string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	cfg := c.cfg
 	c.mu.Unlock()
 	if cfg == nil {
-		return nil, fmt.Errorf("vmtest: %s: the harness does not own the cluster yet", endpoint)
+		return nil, fmt.Errorf("launch: %s: the harness does not own the cluster yet", endpoint)
 	}
 	tlsCfg := cfg.Credentials.ClientTLSConfig(role)
 	tlsCfg.ServerName = node

@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"context"
@@ -70,9 +70,9 @@ func FromEnv(env, rel string) (string, error) {
 	if p := os.Getenv(env); p != "" {
 		return p, nil
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
-		return "", fmt.Errorf("vmtest: %w (set %s)", err, env)
+		return "", fmt.Errorf("launch: %w (set %s)", err, env)
 	}
 	return filepath.Join(root, "out", rel), nil
 }
@@ -127,10 +127,10 @@ func (i *Image) FlashDisk(disk string, size int64, params string) error {
 	return image.WriteDisk(context.Background(), image.WriteDiskConfig{ImageDir: i.Dir, Parameters: raw, Target: disk, Size: size})
 }
 
-// repoRoot walks up from the working directory to the directory holding
+// RepoRoot walks up from the working directory to the directory holding
 // go.mod; `go test` runs in the package directory, so this finds the
 // checkout the test belongs to.
-func repoRoot() (string, error) {
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"errors"
@@ -50,7 +50,7 @@ func netbootGuest(subnet netip.Prefix) netip.AddrPort {
 func startNetbootServer() (*netbootServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("vmtest: netboot server: %w", err)
+		return nil, fmt.Errorf("launch: netboot server: %w", err)
 	}
 	s := &netbootServer{host: ln.Addr().String()}
 	mux := http.NewServeMux()
@@ -108,7 +108,7 @@ func NetBoot() AddNodeOption {
 // buildNetbootUKI makes the cluster's network-boot UKI with reg and serves it.
 func (c *Cluster) buildNetbootUKI(reg *nodepb.Register) error {
 	if c.netboot == nil {
-		return errors.New("vmtest: NetBoot needs ClusterOptions.NetBoot")
+		return errors.New("launch: NetBoot needs ClusterOptions.NetBoot")
 	}
 	raw, err := parameters.Encode(&nodepb.Parameters{Cluster: &nodepb.Parameters_Register{Register: reg}})
 	if err != nil {

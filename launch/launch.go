@@ -1,4 +1,4 @@
-package vmtest
+package launch
 
 import (
 	"bytes"
@@ -186,10 +186,10 @@ func KVMAvailable() bool {
 // launch itself: the node then lives until it exits, Kill or Close.
 func Launch(ctx context.Context, o NodeOptions) (*Node, error) {
 	if o.WorkDir == "" {
-		return nil, errors.New("vmtest: NodeOptions.WorkDir is required")
+		return nil, errors.New("launch: NodeOptions.WorkDir is required")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("vmtest: %w", err)
+		return nil, fmt.Errorf("launch: %w", err)
 	}
 	o = o.withDefaults()
 	if err := o.prepareFiles(); err != nil {
@@ -214,12 +214,12 @@ func Launch(ctx context.Context, o NodeOptions) (*Node, error) {
 		n.Close()
 		keepSilentStart(o.WorkDir, try, report)
 		reports = append(reports, report)
-		if try == silentStartTries {
-			return nil, fmt.Errorf("vmtest: node %s: %w in %s, %d times (reports silent-start-N.txt in %s):\n%s",
+		if try == SilentStartTries {
+			return nil, fmt.Errorf("launch: node %s: %w in %s, %d times (reports silent-start-N.txt in %s):\n%s",
 				o.Name, ErrSilentStart, limit, try, o.WorkDir, strings.Join(reports, "\n"))
 		}
 		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "vmtest: node %s: the guest printed nothing in %s, a hung start: launching it again (report: %s)\n%s",
+			fmt.Fprintf(o.Progress, "launch: node %s: the guest printed nothing in %s, a hung start: launching it again (report: %s)\n%s",
 				o.Name, limit, filepath.Join(o.WorkDir, fmt.Sprintf("silent-start-%d.txt", try)), report)
 		}
 	}
@@ -270,28 +270,28 @@ func (o NodeOptions) withDefaults() NodeOptions {
 // time) and the disks.
 func (o NodeOptions) prepareFiles() error {
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
-		return fmt.Errorf("vmtest: %w", err)
+		return fmt.Errorf("launch: %w", err)
 	}
 	if u := o.UEFI; u != nil {
 		if u.Vars == "" {
-			return fmt.Errorf("vmtest: node %s: UEFI.Vars is required", o.Name)
+			return fmt.Errorf("launch: node %s: UEFI.Vars is required", o.Name)
 		}
 		if _, err := os.Stat(u.Vars); errors.Is(err, os.ErrNotExist) {
 			data, err := os.ReadFile(OVMFVars)
 			if err != nil {
-				return fmt.Errorf("vmtest: node %s: %w (make deps installs ovmf)", o.Name, err)
+				return fmt.Errorf("launch: node %s: %w (make deps installs ovmf)", o.Name, err)
 			}
 			if err := os.WriteFile(u.Vars, data, 0o644); err != nil {
-				return fmt.Errorf("vmtest: %w", err)
+				return fmt.Errorf("launch: %w", err)
 			}
 		}
 	}
 	for _, d := range o.disks() {
 		if d.Path == "" {
-			return fmt.Errorf("vmtest: node %s: a disk without a path", o.Name)
+			return fmt.Errorf("launch: node %s: a disk without a path", o.Name)
 		}
 		if err := prepareDisk(d.Path, d.SizeBytes); err != nil {
-			return fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+			return fmt.Errorf("launch: node %s: %w", o.Name, err)
 		}
 	}
 	return nil
@@ -305,10 +305,10 @@ func (n *Node) openFiles() (err error) {
 	}
 	n.qmpPath = filepath.Join(n.sockDir, "qmp.sock")
 	if n.consoleLog, err = os.Create(filepath.Join(n.opts.WorkDir, "console.log")); err != nil {
-		return fmt.Errorf("vmtest: %w", err)
+		return fmt.Errorf("launch: %w", err)
 	}
 	if n.qemuLog, err = os.Create(filepath.Join(n.opts.WorkDir, "qemu.log")); err != nil {
-		return fmt.Errorf("vmtest: %w", err)
+		return fmt.Errorf("launch: %w", err)
 	}
 	return nil
 }
@@ -324,14 +324,14 @@ func (n *Node) startTPM(ctx context.Context) (string, error) {
 	stateDir := o.TPMStateDir
 	if stateDir == "" {
 		if stateDir, err = os.MkdirTemp("", "pvm-tpm"); err != nil {
-			return "", fmt.Errorf("vmtest: %w", err)
+			return "", fmt.Errorf("launch: %w", err)
 		}
 		n.tpmTemp = stateDir
 	}
 	tpmSock := filepath.Join(n.sockDir, "tpm.sock")
 	n.tpm, err = startSwtpm(ctx, stateDir, tpmSock, filepath.Join(o.WorkDir, "swtpm.log"))
 	if err != nil {
-		return "", fmt.Errorf("vmtest: node %s: %w", o.Name, err)
+		return "", fmt.Errorf("launch: node %s: %w", o.Name, err)
 	}
 	return tpmSock, nil
 }
@@ -363,7 +363,7 @@ func (n *Node) startQEMU(tpmSock string) error {
 	// Bounds Wait if something inherited QEMU's stdout and outlives it.
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("vmtest: node %s: starting qemu: %w", n.opts.Name, err)
+		return fmt.Errorf("launch: node %s: starting qemu: %w", n.opts.Name, err)
 	}
 	n.cmd = cmd
 	return nil
@@ -422,7 +422,7 @@ func shortTempDir() (string, error) {
 	}
 	d, err = os.MkdirTemp("/tmp", "pvm")
 	if err != nil {
-		return "", fmt.Errorf("vmtest: socket dir: %w", err)
+		return "", fmt.Errorf("launch: socket dir: %w", err)
 	}
 	return d, nil
 }
@@ -593,6 +593,28 @@ func (n *Node) Lines() []string {
 	return append([]string(nil), n.lines...)
 }
 
+// TPMProcess is the node's swtpm process while it runs (nil with NoTPM,
+// or once it exited): swtpm follows QEMU's lifetime, a power cut's
+// included.
+func (n *Node) TPMProcess() *os.Process {
+	if n.tpm == nil {
+		return nil
+	}
+	select {
+	case <-n.tpm.done:
+		return nil
+	default:
+		return n.tpm.cmd.Process
+	}
+}
+
+// SocketDir is the short temporary directory of the node's QMP and TPM
+// sockets, removed by Close.
+func (n *Node) SocketDir() string { return n.sockDir }
+
+// WorkDir is the directory of this boot's logs (console, QEMU, swtpm).
+func (n *Node) WorkDir() string { return n.opts.WorkDir }
+
 // ConsolePath is the raw serial log, kept for post-mortems.
 func (n *Node) ConsolePath() string { return filepath.Join(n.opts.WorkDir, "console.log") }
 
@@ -638,19 +660,20 @@ func (n *Node) WaitForLineAfter(ctx context.Context, cursor int, re *regexp.Rege
 				qlog = fileTail(n.qemuLog.Name(), 10)
 			}
 			return nil, -1, fmt.Errorf("node %s: %w (%s) before a console line matched %q; last console lines:\n%s%s",
-				n.opts.Name, ErrExited, n.exitStatus(), re, n.tail(), qlog)
+				n.opts.Name, ErrExited, n.ExitStatus(), re, n.Tail(), qlog)
 		}
 		select {
 		case <-changed:
 		case <-n.exited:
 		case <-ctx.Done():
 			return nil, -1, fmt.Errorf("node %s: waiting for console line matching %q: %w (qemu %s); last console lines:\n%s",
-				n.opts.Name, re, ctx.Err(), n.exitStatus(), n.tail())
+				n.opts.Name, re, ctx.Err(), n.ExitStatus(), n.Tail())
 		}
 	}
 }
 
-func (n *Node) exitStatus() string {
+// ExitStatus says how QEMU ended ("still running" while it runs).
+func (n *Node) ExitStatus() string {
 	select {
 	case <-n.exited:
 	default:
@@ -666,9 +689,9 @@ func (n *Node) exitStatus() string {
 	return n.exitErr.Error()
 }
 
-// tail formats the last console lines, including an unterminated one,
+// Tail formats the last console lines, including an unterminated one,
 // because the line a guest died in the middle of is often the interesting one.
-func (n *Node) tail() string {
+func (n *Node) Tail() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	lines := n.lines
@@ -773,16 +796,4 @@ func (n *Node) cleanup() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// sleepCtx waits d or until ctx is done; it returns false in the latter case.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
