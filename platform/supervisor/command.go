@@ -111,6 +111,12 @@ func RunCommand(ctx context.Context, c Command) error {
 	log.Info("started "+cmd.Path, "pid", cmd.Process.Pid)
 	setPID(ctx, cmd.Process.Pid)
 	defer setPID(ctx, 0)
+	// The readiness probe ends with the process: one that exits before
+	// it is ready (the API server's fatal post-start hook under load)
+	// must be restarted, not waited for. Guarded by
+	// TestRunCommandExitsBeforeReady.
+	probeCtx, endProbe := context.WithCancel(ctx)
+	defer endProbe()
 	ready := make(chan struct{})
 	go func() {
 		defer close(ready)
@@ -121,18 +127,19 @@ func RunCommand(ctx context.Context, c Command) error {
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if err := o.Ready(ctx); err == nil {
+			if err := o.Ready(probeCtx); err == nil && probeCtx.Err() == nil {
 				Signal(ctx, SignalHealthy)
 				return
 			}
 			select {
-			case <-ctx.Done():
+			case <-probeCtx.Done():
 				return
 			case <-t.C:
 			}
 		}
 	}()
 	err := cmd.Wait()
+	endProbe()
 	// Kill what is left of the process group (e.g. a shim it spawned
 	// without its own group keeps running on purpose only if it moved
 	// itself out of this group).

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -82,6 +83,37 @@ func TestRunCommand(t *testing.T) {
 	waitFor(t, "process gone", func() bool { return syscall.Kill(pid, 0) != nil })
 	if got := statusOf(s, "root.proc").PID; got != 0 {
 		t.Errorf("PID %d in the snapshot after the process ended", got)
+	}
+}
+
+// TestRunCommandExitsBeforeReady: a process that exits before its
+// readiness probe ever succeeds ends RunCommand with its exit status (so
+// that the supervisor restarts it); the probe stops with it.
+func TestRunCommandExitsBeforeReady(t *testing.T) {
+	var probes atomic.Int32
+	never := func(ctx context.Context) error {
+		probes.Add(1)
+		return errors.New("not ready")
+	}
+	done := make(chan struct{})
+	var errs map[string]error
+	go func() {
+		defer close(done)
+		_, errs = runOnce(t, map[string]Command{"early": {Path: "/bin/sh", Args: []string{"-c", "sleep 0.3; exit 3"}, Ready: never}})
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunCommand still waits for the readiness of a process that exited")
+	}
+	var ee *exec.ExitError
+	if err := errs["early"]; !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Errorf("RunCommand = %v, want the exit status 3", err)
+	}
+	after := probes.Load()
+	time.Sleep(600 * time.Millisecond)
+	if probes.Load() != after || after == 0 {
+		t.Errorf("probes: %d when RunCommand returned, %d later (want some, and no more)", after, probes.Load())
 	}
 }
 
