@@ -39,6 +39,7 @@ import (
 	"plinth.dev/plinth/image"
 	"plinth.dev/plinth/internal/testutil/e2especs"
 	"plinth.dev/plinth/launch"
+	"plinth.dev/plinth/platform/supervisor"
 )
 
 // The default selection: what conformance certification runs in
@@ -70,6 +71,7 @@ type runCmd struct {
 	kubeconfig                                  string
 	names                                       string        // file of spec names, one per line
 	clusterNodes                                int           // nodes to launch, and to wait for
+	controllerTaint                             bool          // the first node carries the control plane taint
 	memoryMiB                                   int           // each node's memory
 	nodeEvery, nodeWait                         time.Duration // looks at the nodes during an attempt; the wait for them after one interrupted for a node
 	leftBehind                                  int           // nodes not Ready after that wait: the suite's --allowed-not-ready-nodes
@@ -98,6 +100,7 @@ func main() {
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "run against this running cluster instead of launching one")
 	flag.StringVar(&c.names, "names", "", "run the specs named in `FILE`, one full name per line (as the progress lines and summary print them; lines beginning with # are comments), instead of -focus and -skip")
 	flag.IntVar(&c.clusterNodes, "nodes", 2, "nodes to launch (the first a controller and worker, the others workers)")
+	flag.BoolVar(&c.controllerTaint, "controller-taint", false, "put the control plane taint on the first node (plinthctl role taint), as on a production controller: the suite's pods run on the other nodes, while the controller keeps its kubelet and pod network (the API server reaches pods)")
 	flag.DurationVar(&c.nodeWait, "node-wait", 10*time.Minute, "after a node stopped being Ready during a round (its specs interrupted), wait this long for it before the round goes on")
 	flag.BoolVar(&c.hold, "hold", false, "keep the launched cluster running after the summary, until interrupted (to look into a failure, or run more against it with -kubeconfig)")
 	flag.IntVar(&c.memoryMiB, "memory", conformanceMemoryMiB, "each launched node's memory in MiB")
@@ -312,5 +315,43 @@ func (c *runCmd) launch(ctx context.Context) (stop func(), kubeconfig string, er
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return stop, "", fmt.Errorf("plinthctl cluster kubeconfig: %v: %s", err, out)
 	}
+	if c.controllerTaint {
+		if err := c.taintController(ctx, cl); err != nil {
+			return stop, "", err
+		}
+	}
 	return stop, kc, nil
+}
+
+// taintController puts the control plane taint on the cluster's first
+// node (taintNode).
+func (c *runCmd) taintController(ctx context.Context, cl *launch.Cluster) error {
+	n := cl.Nodes()[0]
+	if err := c.taintNode(ctx, n.ID(), cl.KubernetesAPIEndpoint(n), cl.OwnerDir(), 5*time.Second, 10*time.Minute); err != nil {
+		return err
+	}
+	fmt.Printf("conformance: %s carries the control plane taint\n", n.Name)
+	return nil
+}
+
+// taintNode runs the owner's `plinthctl role taint id` against the API
+// server at server, every retry until it succeeds or wait has passed:
+// the node's kubelet registers its Node object some time after the
+// cluster is up, and until then there is nothing to taint.
+func (c *runCmd) taintNode(ctx context.Context, id, server, ownerDir string, retry, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		cmd := exec.CommandContext(ctx, c.plinthctl, "role", "taint", id, "--kube-server", server)
+		cmd.Env = append(os.Environ(), "PLINTH_CONFIG="+ownerDir)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("plinthctl role taint %s: %v: %s", id, err, out)
+		}
+		if supervisor.Sleep(ctx, retry) != nil {
+			return ctx.Err()
+		}
+	}
 }

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fakePlinthctlEnv) != "" && len(os.Args) > 2 && os.Args[1] == "node" && os.Args[2] == "logs" {
 		os.Exit(fakePlinthctl(os.Args[1:]))
 	}
+	if os.Getenv(fakePlinthctlEnv) != "" && len(os.Args) > 2 && os.Args[1] == "role" && os.Args[2] == "taint" {
+		os.Exit(fakeTaint(os.Args[1:]))
+	}
 	if nodes := os.Getenv(fakeKubectlEnv); nodes != "" && len(os.Args) > 1 && os.Args[1] == "--kubeconfig" {
 		os.Exit(fakeKubectl(nodes, os.Args[1:]))
 	}
@@ -87,6 +90,50 @@ func fakePlinthctl(args []string) int {
 	default:
 		fmt.Printf("%s first line (owner %s)\n%s second line\n", id, args[3], id)
 		return 0
+	}
+}
+
+// fakeTaint is `plinthctl role taint ID --kube-server S` with the owner
+// directory in PLINTH_CONFIG: it fails as plinthctl does while the file
+// registered there is missing (no Node object yet), and then records its
+// arguments in the file tainted.
+func fakeTaint(args []string) int {
+	dir := os.Getenv("PLINTH_CONFIG")
+	if _, err := os.Stat(filepath.Join(dir, "registered")); err != nil {
+		fmt.Fprintf(os.Stderr, "plinthctl: nodes %q not found\n", args[2])
+		return 1
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tainted"), []byte(strings.Join(args, " ")), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// TestTaintNodeWaitsForTheNode: the taint is retried until the node has
+// registered; a node that never does is an error with plinthctl's words.
+func TestTaintNodeWaitsForTheNode(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(fakePlinthctlEnv, "1")
+	c := &runCmd{plinthctl: self}
+	owner := t.TempDir()
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		os.WriteFile(filepath.Join(owner, "registered"), nil, 0o644)
+	}()
+	if err := c.taintNode(context.Background(), "plinth-n0", "127.0.0.1:6443", owner, 20*time.Millisecond, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(owner, "tainted")); err != nil || string(b) != "role taint plinth-n0 --kube-server 127.0.0.1:6443" {
+		t.Errorf("plinthctl ran as %q (%v)", b, err)
+	}
+
+	err = c.taintNode(context.Background(), "plinth-n1", "127.0.0.1:6443", t.TempDir(), 20*time.Millisecond, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), `nodes "plinth-n1" not found`) {
+		t.Errorf("never registered: %v", err)
 	}
 }
 
